@@ -1,0 +1,98 @@
+// Package remote runs commands and touches files on the machine that talks to
+// Slurm: the login node itself (Local) or a login node reached over SSH and
+// SFTP (SSH). Both satisfy Host, and one shared suite (remote/remotetest)
+// tests every implementation.
+package remote
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+
+	"github.com/nemorl/nemorl-slurm/internal/shell"
+)
+
+// Command is one program invocation. Argv[0] is looked up on the remote PATH.
+// Stdin, when set, is streamed to the command.
+type Command struct {
+	Argv  []string
+	Stdin io.Reader
+	// Idempotent marks a command that may be re-run after a dropped
+	// connection (sacct, squeue). sbatch is never idempotent.
+	Idempotent bool
+}
+
+// String renders the command as a shell line, for messages.
+func (c Command) String() string { return shell.Join(c.Argv) }
+
+// Result is what a finished command produced.
+type Result struct {
+	Stdout     []byte
+	Stderr     []byte
+	ExitStatus int
+}
+
+// Runner runs commands.
+type Runner interface {
+	// Run runs cmd to completion. A command that ran and exited non-zero
+	// returns its Result and a *CommandError; a command that could not be
+	// run (or whose connection was lost) returns a nil Result and an error.
+	Run(ctx context.Context, cmd Command) (*Result, error)
+}
+
+// Files is file access on the remote side. Paths are absolute.
+type Files interface {
+	// MkdirAll makes dir and missing parents with mode (parents too).
+	MkdirAll(ctx context.Context, dir string, mode fs.FileMode) error
+	// WriteFile writes data atomically: a temp file in the same directory,
+	// chmod to mode, then rename over path.
+	WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error
+	ReadFile(ctx context.Context, path string) ([]byte, error)
+	// ReadTail returns at most the last n bytes of path.
+	ReadTail(ctx context.Context, path string, n int64) ([]byte, error)
+	Stat(ctx context.Context, path string) (fs.FileInfo, error)
+	// Remove removes a file or an empty directory.
+	Remove(ctx context.Context, path string) error
+}
+
+// Host is a Runner with file access.
+type Host interface {
+	Runner
+	Files
+	// Name says where commands run ("local", "alice@login1:22").
+	Name() string
+	Close() error
+}
+
+// CommandError is a command that ran and exited non-zero.
+type CommandError struct {
+	Host       string
+	Command    string
+	ExitStatus int
+	Stderr     string // trimmed
+}
+
+func (e *CommandError) Error() string {
+	msg := fmt.Sprintf("%s: %s: exit status %d", e.Host, e.Command, e.ExitStatus)
+	if e.Stderr != "" {
+		msg += ": " + e.Stderr
+	}
+	return msg
+}
+
+// TrimStderr keeps the last few meaningful lines of stderr for messages.
+func TrimStderr(b []byte) string {
+	const maxLines, maxBytes = 5, 800
+	s := strings.TrimSpace(string(b))
+	lines := strings.Split(s, "\n")
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	s = strings.Join(lines, "\n")
+	if len(s) > maxBytes {
+		s = "…" + s[len(s)-maxBytes:]
+	}
+	return s
+}
