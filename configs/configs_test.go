@@ -1,0 +1,244 @@
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+var testEnv = env(map[string]string{"POLICY_API_KEY": "sk-live-0123456789"})
+
+func TestExamplesLoad(t *testing.T) {
+	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+		data, err := Example(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(name, data, testEnv)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if cfg.Cluster.Gres != "gpu:h100:1" {
+			t.Errorf("%s: gres = %q", name, cfg.Cluster.Gres)
+		}
+		out, err := cfg.EffectiveYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(out, []byte(cfg.PolicyModel.APIKey.Reveal())) {
+			t.Errorf("%s: effective config leaks the API key:\n%s", name, out)
+		}
+		if !bytes.Contains(out, []byte(Redacted)) {
+			t.Errorf("%s: effective config does not show the key as redacted", name)
+		}
+		js, err := cfg.EffectiveJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(js, []byte(cfg.PolicyModel.APIKey.Reveal())) || !bytes.Contains(js, []byte(`"research_seconds"`)) {
+			t.Errorf("%s: bad effective JSON: %s", name, js)
+		}
+		// The effective config is itself a valid config (secret aside).
+		again := bytes.ReplaceAll(out, []byte(Redacted), []byte("k"))
+		if _, err := Load(name+" (effective)", again, testEnv); err != nil {
+			t.Errorf("%s: effective config does not load again: %v", name, err)
+		}
+	}
+	cfg, _ := Load("x", mustExample(t, "cluster-example.yaml"), testEnv)
+	if cfg.PolicyModel.APIKey.Reveal() != "sk-live-0123456789" {
+		t.Errorf("api_key not expanded from the environment")
+	}
+}
+
+func mustExample(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := Example(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load("min.yaml", []byte(`
+cluster: {workdir: /w}
+runtime: {kind: none}
+policy_model: {base_url: "http://p/v1", api_key: k, model: m, uses_reasoning_parser: true}
+`), testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Stages
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"research_seconds", s.Author.ResearchSeconds, 3600},
+		{"max_turns", s.Author.MaxTurns, 200},
+		{"train_seconds", s.Train.TrainSeconds, 3600},
+		{"eval concurrency", s.Eval.Concurrency, 30},
+		{"episodes concurrency", cfg.Episodes.Concurrency, 32},
+		{"poll_min", cfg.Episodes.PollMin.Duration, 5 * time.Second},
+		{"poll_max", cfg.Episodes.PollMax.Duration, 60 * time.Second},
+		{"gres", cfg.Cluster.Gres, "gpu:h100:1"},
+		{"login", cfg.Cluster.Login == nil, true},
+		{"binary", cfg.Runtime.Binary, ""},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if AIME25Problems*AIME25Samples != 240 || EvalTemperature != 0.7 || EvalTopP != 1.0 {
+		t.Errorf("evaluation protocol drifted from the reference")
+	}
+}
+
+func TestSingularityBinaryDefault(t *testing.T) {
+	cfg, err := Load("s.yaml", []byte(`
+cluster: {workdir: /w}
+runtime:
+  kind: singularity
+  images: {author: /i/a.sif, train: /i/t.sif, eval: /i/e.sif}
+  digests: {eval: "sha256:`+strings.Repeat("ab", 32)+`"}
+policy_model: {base_url: "http://p/v1", api_key: k, model: m, uses_reasoning_parser: true}
+`), testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Runtime.Binary != "singularity" {
+		t.Errorf("binary = %q", cfg.Runtime.Binary)
+	}
+}
+
+// TestBadConfigs loads every file under testdata/bad; each names, in its
+// first line "# want: LINE PATH", the problem it must produce.
+func TestBadConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	if len(files) < 15 {
+		t.Fatalf("only %d bad configs", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line, path := wantOf(t, data)
+			_, err = Load(f, data, testEnv)
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("want a config error, got %v", err)
+			}
+			found := false
+			for _, p := range ce.Problems {
+				if p.Line == line && p.Path == path {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("want a problem at line %d for %q, got:\n%v", line, path, err)
+			}
+			msg := err.Error()
+			loc := f + ":" + strconv.Itoa(line) + ":"
+			if !strings.Contains(msg, loc) {
+				t.Errorf("message lacks %q:\n%s", loc, msg)
+			}
+			if strings.Contains(msg, "sk-test-secret-value") {
+				t.Errorf("message leaks the API key:\n%s", msg)
+			}
+		})
+	}
+}
+
+func wantOf(t *testing.T, data []byte) (int, string) {
+	first, _, _ := bytes.Cut(data, []byte("\n"))
+	f := strings.Fields(strings.TrimPrefix(string(first), "# want:"))
+	if len(f) < 1 {
+		t.Fatalf("no '# want: LINE PATH' header")
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f) == 1 {
+		return n, ""
+	}
+	return n, f[1]
+}
+
+func TestPolicyModelMissingListsAll(t *testing.T) {
+	_, err := Load("p.yaml", []byte("cluster: {workdir: /w}\nruntime: {kind: none}\npolicy_model: {model: m}\n"), testEnv)
+	if err == nil || !strings.Contains(err.Error(), "missing base_url, api_key, uses_reasoning_parser") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestUnknownKeySuggests(t *testing.T) {
+	_, err := Load("u.yaml", []byte("cluster: {workdir: /w, partiton: gpu}\n"), testEnv)
+	if err == nil || !strings.Contains(err.Error(), `did you mean "partition"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestExpandEnv(t *testing.T) {
+	look := env(map[string]string{"A": "x", "EMPTY": ""})
+	for in, want := range map[string]string{"${A}/b": "x/b", "$$HOME": "$HOME", "a$b": "a$b", "${EMPTY}z": "z"} {
+		got, err := ExpandEnv(in, look)
+		if err != nil || got != want {
+			t.Errorf("ExpandEnv(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"${UNSET}", "${A", "${1X}"} {
+		if _, err := ExpandEnv(in, look); err == nil {
+			t.Errorf("ExpandEnv(%q): want an error", in)
+		}
+	}
+}
+
+func TestSecretNeverFormats(t *testing.T) {
+	s := Secret("sk-abc")
+	for _, f := range []string{"%v", "%s", "%#v", "%+v", "%q"} {
+		got := fmtSprintf(f, s)
+		if strings.Contains(got, "sk-abc") {
+			t.Errorf("%s prints the secret: %s", f, got)
+		}
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+		b, _ := Example(name)
+		f.Add(b)
+	}
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	for _, p := range files {
+		b, _ := os.ReadFile(p)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Load("fuzz.yaml", data, testEnv)
+		if err == nil {
+			if cfg == nil {
+				t.Fatal("nil config without error")
+			}
+			if _, err := cfg.EffectiveYAML(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		var ce *Error
+		if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+			t.Fatalf("error is not a located config error: %v", err)
+		}
+	})
+}

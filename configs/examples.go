@@ -1,0 +1,59 @@
+package configs
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Examples holds the example configs shipped in the binary.
+//
+//go:embed lab.yaml cluster-example.yaml
+var Examples embed.FS
+
+// Example returns one embedded example's bytes by file name.
+func Example(name string) ([]byte, error) {
+	b, err := Examples.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("example config %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// EffectiveYAML renders the loaded config with defaults filled in and
+// secrets redacted.
+func (c *Config) EffectiveYAML() ([]byte, error) {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("render effective config: %w", err)
+	}
+	return b, nil
+}
+
+// EffectiveJSON is EffectiveYAML as JSON.
+func (c *Config) EffectiveJSON() ([]byte, error) {
+	y, err := c.EffectiveYAML()
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(y, &m); err != nil {
+		return nil, fmt.Errorf("render effective config: %w", err)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("render effective config: %w", err)
+	}
+	return b, nil
+}
+
+// DefaultPath is where the config is looked for without --config.
+func DefaultPath() string {
+	if p := os.Getenv("NEMORL_SLURM_CONFIG"); p != "" {
+		return p
+	}
+	return "nemorl-slurm.yaml"
+}

@@ -1,0 +1,5 @@
+package configs
+
+import "fmt"
+
+func fmtSprintf(f string, v any) string { return fmt.Sprintf(f, v) }

@@ -1,0 +1,204 @@
+// Package configs holds the nemorl-slurm configuration: its schema, strict
+// YAML loading (unknown keys rejected, every error naming the key and line),
+// environment expansion, defaults, validation and the example configs.
+package configs
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Cluster     Cluster     `yaml:"cluster"`
+	Runtime     Runtime     `yaml:"runtime"`
+	PolicyModel PolicyModel `yaml:"policy_model"`
+	Stages      Stages      `yaml:"stages"`
+	Episodes    Episodes    `yaml:"episodes"`
+
+	// Source is the file the config was loaded from ("" for in-memory).
+	Source string `yaml:"-"`
+}
+
+// Cluster says where Slurm is and how jobs are requested.
+type Cluster struct {
+	// Login is nil when the tool runs on the login node itself.
+	Login       *Login   `yaml:"login,omitempty"`
+	Workdir     string   `yaml:"workdir"`
+	Partition   string   `yaml:"partition"`
+	Account     string   `yaml:"account"`
+	QOS         string   `yaml:"qos"`
+	Gres        string   `yaml:"gres"`
+	ExtraSbatch []string `yaml:"extra_sbatch"`
+}
+
+// Login is how to reach the login node over SSH.
+type Login struct {
+	Host         string `yaml:"host"`
+	Port         int    `yaml:"port"`
+	User         string `yaml:"user"`
+	IdentityFile string `yaml:"identity_file"`
+	KnownHosts   string `yaml:"known_hosts"`
+	ProxyJump    string `yaml:"proxy_jump"`
+	// AcceptNewHostKey adds an unknown host's key to known_hosts on first
+	// contact, like OpenSSH's StrictHostKeyChecking=accept-new. A changed
+	// key is always refused.
+	AcceptNewHostKey bool `yaml:"accept_new_host_key"`
+}
+
+// Runtime kinds.
+const (
+	RuntimeApptainer   = "apptainer"
+	RuntimeSingularity = "singularity"
+	RuntimeNone        = "none"
+)
+
+// Runtime is the container runtime that isolates each stage.
+type Runtime struct {
+	Kind    string  `yaml:"kind"`
+	Binary  string  `yaml:"binary"`
+	Images  Images  `yaml:"images"`
+	Digests Digests `yaml:"digests"`
+}
+
+// Images are the SIF files on the cluster, one per stage.
+type Images struct {
+	Author string `yaml:"author"`
+	Train  string `yaml:"train"`
+	Eval   string `yaml:"eval"`
+}
+
+// Digests pin images by sha256 ("sha256:<64 hex>"). The eval digest is
+// required with a container runtime: the eval job refuses any other image.
+type Digests struct {
+	Author string `yaml:"author"`
+	Train  string `yaml:"train"`
+	Eval   string `yaml:"eval"`
+}
+
+// PolicyModel is the endpoint of the policy that drives Claude Code.
+type PolicyModel struct {
+	BaseURL             string `yaml:"base_url"`
+	APIKey              Secret `yaml:"api_key"`
+	Model               string `yaml:"model"`
+	UsesReasoningParser *bool  `yaml:"uses_reasoning_parser"`
+}
+
+// Stages holds per-stage resources and budgets.
+type Stages struct {
+	Author AuthorStage `yaml:"author"`
+	Train  TrainStage  `yaml:"train"`
+	Eval   EvalStage   `yaml:"eval"`
+}
+
+// Resources are the Slurm requests common to every stage.
+type Resources struct {
+	CPUs int    `yaml:"cpus"`
+	Mem  string `yaml:"mem"`
+	// Command replaces the stage's built-in payload when non-empty
+	// (stand-ins in the lab and tests).
+	Command []string `yaml:"command"`
+}
+
+// AuthorStage is the policy's research stage (CPU only).
+type AuthorStage struct {
+	ResearchSeconds int `yaml:"research_seconds"`
+	MaxTurns        int `yaml:"max_turns"`
+	Resources       `yaml:",inline"`
+}
+
+// TrainStage is the time-boxed GRPO training on one GPU.
+type TrainStage struct {
+	TrainSeconds int `yaml:"train_seconds"`
+	Resources    `yaml:",inline"`
+}
+
+// EvalStage is the AIME25 evaluation on one GPU.
+type EvalStage struct {
+	Concurrency int `yaml:"concurrency"`
+	// TimeLimitSeconds bounds the eval job (vLLM start-up plus 240
+	// generations of up to 32K tokens).
+	TimeLimitSeconds int `yaml:"time_limit_seconds"`
+	Resources        `yaml:",inline"`
+}
+
+// Episodes governs many episodes in flight.
+type Episodes struct {
+	Concurrency int      `yaml:"concurrency"`
+	PollMin     Duration `yaml:"poll_min"`
+	PollMax     Duration `yaml:"poll_max"`
+}
+
+// Duration is a time.Duration written as "5s", "1m30s".
+type Duration struct{ time.Duration }
+
+// Secret is a string that never prints.
+type Secret string
+
+// Redacted is what a set secret prints as.
+const Redacted = "<redacted>"
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return Redacted
+}
+
+// GoString keeps %#v from leaking the value.
+func (s Secret) GoString() string { return `configs.Secret("` + s.String() + `")` }
+
+// Reveal returns the secret's value; only the staging of secrets.env calls it.
+func (s Secret) Reveal() string { return string(s) }
+
+// The evaluation protocol is the reward's definition, not a setting: the
+// record checks depend on these numbers, so they are constants.
+const (
+	AIME25Problems      = 30
+	AIME25Samples       = 8
+	EvalTemperature     = 0.7
+	EvalTopP            = 1.0
+	EvalMaxModelLen     = 32768
+	EvalGPUMemoryUtil   = 0.85
+	EvalServerReadySecs = 600
+	TrainPromptsPerStep = 8
+	TrainGenerations    = 8
+	// InnerDeadlineMargin is taken off train_seconds for the inner
+	// training deadline, leaving time to save and export the checkpoint.
+	InnerDeadlineMargin = 120
+)
+
+// Pins of the reference episode.
+const (
+	NemoRLCommit  = "1cee83587d0f0d2ba82e7cdeced9772641fddbe3"
+	GymCommit     = "fd5e84d6b1c485c80e7ae61553bbd485611c03b4"
+	BaseModel     = "Qwen/Qwen2.5-1.5B-Instruct"
+	BaseModelRev  = "989aa7980e4cf806f80c7fef2b1adb7bc71aa306"
+	DefaultGres   = "gpu:h100:1"
+	DefaultBinary = "apptainer"
+)
+
+// UnmarshalYAML reads "5s"-style durations.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: want a duration such as 5s: %w", n.Line, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalYAML writes the duration back as "5s".
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// MarshalJSON writes the duration as "5s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// MarshalYAML never writes the secret.
+func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
+
+// MarshalJSON never writes the secret.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
