@@ -6,6 +6,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -96,3 +97,32 @@ func TrimStderr(b []byte) string {
 	}
 	return s
 }
+
+// ErrOutcomeUnknown is matched (errors.Is) by the error of a command that was
+// started but whose connection was lost before it reported an exit status:
+// it may or may not have run, and it was not re-run because it is not
+// Idempotent. A caller that gets it must find out what happened (for sbatch:
+// look for the job by its --comment tag) before trying again.
+var ErrOutcomeUnknown = errors.New("outcome unknown")
+
+// ErrConnectionLost is matched by errors caused by a connection that dropped.
+var ErrConnectionLost = errors.New("connection lost")
+
+// ErrClosed is returned by calls on a Host after Close.
+var ErrClosed = errors.New("remote: host is closed")
+
+// OutcomeUnknownError is a non-idempotent command whose connection dropped
+// after it was started. It matches ErrOutcomeUnknown and wraps the cause.
+type OutcomeUnknownError struct {
+	Host    string
+	Command string
+	Err     error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("%s: %s: connection lost while the command was running; outcome unknown (it may or may not have taken effect; not re-run because it is not idempotent): %v",
+		e.Host, e.Command, e.Err)
+}
+
+// Unwrap returns ErrOutcomeUnknown and the cause.
+func (e *OutcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err} }

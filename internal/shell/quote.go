@@ -6,7 +6,7 @@ import "strings"
 
 // Quote returns s as one shell word. Words made only of characters that no
 // shell treats specially are returned as they are; anything else is wrapped
-// in single quotes, with embedded single quotes written as '\''. Inside
+// in single quotes, with embedded single quotes written as '\”. Inside
 // single quotes $(…), backticks, $VAR and globs are inert.
 func Quote(s string) string {
 	if s == "" {
