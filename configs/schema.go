@@ -202,3 +202,10 @@ func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 
 // MarshalJSON never writes the secret.
 func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// InnerDeadlineSeconds is the inner training deadline, counted from the start
+// of the train stage: train_seconds − 120 as in the reference, but never less
+// than half the budget (short lab budgets).
+func InnerDeadlineSeconds(trainSeconds int) int {
+	return trainSeconds - min(InnerDeadlineMargin, trainSeconds/2)
+}

@@ -249,7 +249,7 @@ func (c *checker) clusterPath(p, v string, required bool) {
 		c.add(p, "want an absolute path on the cluster, got %q", v)
 	case path.Clean(v) != v:
 		c.add(p, "want a clean path (%q), got %q", path.Clean(v), v)
-	case strings.ContainsAny(v, " \t*?[]{}~;&|<>\\!#"):
+	case strings.ContainsAny(v, " \t*?[]{}~;&|<>\\!#:,"):
 		c.add(p, "path has a character that is unsafe in a batch script: %q", v)
 	}
 }

@@ -6,8 +6,8 @@ import "strings"
 
 // Quote returns s as one shell word. Words made only of characters that no
 // shell treats specially are returned as they are; anything else is wrapped
-// in single quotes, with embedded single quotes written as '\”. Inside
-// single quotes $(…), backticks, $VAR and globs are inert.
+// in single quotes, each embedded single quote closed, escaped and reopened.
+// Inside single quotes $(…), backticks, $VAR and globs are inert.
 func Quote(s string) string {
 	if s == "" {
 		return "''"

@@ -1,0 +1,120 @@
+// Package apptainer builds the command line that runs one stage's payload:
+// `apptainer exec` (or `singularity exec`) with least-privilege binds and an
+// explicit environment, or — with runtime.kind none, in the lab only — the
+// payload itself on the host.
+package apptainer
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/internal/shell"
+)
+
+// Bind is one host path made visible inside the container.
+type Bind struct {
+	Host      string // absolute host path
+	Container string // absolute path inside the container
+	ReadOnly  bool
+}
+
+// Spec is what one stage needs to run.
+type Spec struct {
+	Kind   string // configs.RuntimeApptainer, RuntimeSingularity or RuntimeNone
+	Binary string // apptainer or singularity (or an absolute path)
+	Image  string // SIF on the cluster; unused with RuntimeNone
+	GPU    bool   // --nv (train and eval only)
+	Binds  []Bind
+	// Env is set inside the container to fixed values.
+	Env map[string]string
+	// PassEnv names job variables passed through by value at run time
+	// (SLURM_JOB_ID, CUDA_VISIBLE_DEVICES). --cleanenv drops everything else.
+	PassEnv []string
+	Argv    []string
+}
+
+// Isolated says whether the spec runs in a container.
+func (s Spec) Isolated() bool { return s.Kind != configs.RuntimeNone }
+
+// Line renders the spec as one shell command line for a bash batch script.
+// Fixed values are single-quoted; pass-through variables are expanded by the
+// batch shell when the line runs.
+func (s Spec) Line() (string, error) {
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return "", fmt.Errorf("stage command is empty")
+	}
+	for _, b := range s.Binds {
+		for _, p := range []string{b.Host, b.Container} {
+			if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, ":,\n") {
+				return "", fmt.Errorf("bind path %q: want an absolute clean path without ':' or ','", p)
+			}
+		}
+	}
+	keys := make([]string, 0, len(s.Env))
+	for k := range s.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range append(append([]string{}, keys...), s.PassEnv...) {
+		if !isEnvName(k) {
+			return "", fmt.Errorf("environment name %q is not valid", k)
+		}
+	}
+
+	var w []string
+	if !s.Isolated() {
+		// No container: the payload sees the host. Set the same variables
+		// with env(1), clearing the job's environment like --cleanenv.
+		w = append(w, "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME="+"/nonexistent")
+		for _, k := range keys {
+			w = append(w, shell.Quote(k+"="+s.Env[k]))
+		}
+		for _, k := range s.PassEnv {
+			w = append(w, fmt.Sprintf(`"%s=${%s:-}"`, k, k))
+		}
+		for _, a := range s.Argv {
+			w = append(w, shell.Quote(a))
+		}
+		return strings.Join(w, " "), nil
+	}
+	w = append(w, shell.Quote(s.Binary), "exec", "--containall", "--cleanenv", "--no-home", "--writable-tmpfs")
+	if s.GPU {
+		w = append(w, "--nv")
+	}
+	for _, b := range s.Binds {
+		spec := b.Host + ":" + b.Container
+		if b.ReadOnly {
+			spec += ":ro"
+		}
+		w = append(w, "--bind", shell.Quote(spec))
+	}
+	for _, k := range keys {
+		w = append(w, "--env", shell.Quote(k+"="+s.Env[k]))
+	}
+	for _, k := range s.PassEnv {
+		w = append(w, "--env", fmt.Sprintf(`"%s=${%s:-}"`, k, k))
+	}
+	w = append(w, shell.Quote(s.Image))
+	for _, a := range s.Argv {
+		w = append(w, shell.Quote(a))
+	}
+	return strings.Join(w, " "), nil
+}
+
+func isEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

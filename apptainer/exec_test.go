@@ -1,0 +1,55 @@
+package apptainer
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLineApptainer(t *testing.T) {
+	s := Spec{
+		Kind: "singularity", Binary: "singularity", Image: "/img/eval.sif", GPU: true,
+		Binds:   []Bind{{Host: "/w/ep/eval/work", Container: "/nemorl/out"}, {Host: "/w/ep/eval/bundle", Container: "/nemorl/bundle", ReadOnly: true}},
+		Env:     map[string]string{"NEMORL_STAGE": "eval", "A_B": "x y"},
+		PassEnv: []string{"SLURM_JOB_ID"},
+		Argv:    []string{"/bin/bash", "/nemorl/bundle/eval.sh", "$(id)"},
+	}
+	got, err := s.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `singularity exec --containall --cleanenv --no-home --writable-tmpfs --nv --bind /w/ep/eval/work:/nemorl/out --bind /w/ep/eval/bundle:/nemorl/bundle:ro --env 'A_B=x y' --env NEMORL_STAGE=eval --env "SLURM_JOB_ID=${SLURM_JOB_ID:-}" /img/eval.sif /bin/bash /nemorl/bundle/eval.sh '$(id)'`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	s.GPU = false
+	got, _ = s.Line()
+	if strings.Contains(got, "--nv") {
+		t.Errorf("--nv without GPU: %s", got)
+	}
+}
+
+func TestLineNone(t *testing.T) {
+	s := Spec{Kind: "none", Env: map[string]string{"NEMORL_STAGE": "train"}, PassEnv: []string{"CUDA_VISIBLE_DEVICES"}, Argv: []string{"/opt/stand-in"}}
+	got, err := s.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/nonexistent NEMORL_STAGE=train "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}" /opt/stand-in`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestLineRejects(t *testing.T) {
+	for name, s := range map[string]Spec{
+		"empty argv":    {Kind: "none"},
+		"bind colon":    {Kind: "apptainer", Binary: "apptainer", Image: "/i", Argv: []string{"x"}, Binds: []Bind{{Host: "/a:b", Container: "/c"}}},
+		"relative bind": {Kind: "apptainer", Binary: "apptainer", Image: "/i", Argv: []string{"x"}, Binds: []Bind{{Host: "a", Container: "/c"}}},
+		"bad env name":  {Kind: "none", Argv: []string{"x"}, Env: map[string]string{"A-B": "1"}},
+		"bad pass name": {Kind: "none", Argv: []string{"x"}, PassEnv: []string{"X}; id; {"}},
+	} {
+		if _, err := s.Line(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,187 @@
+// Package labtest gives integration tests the facts of the local Slurm lab
+// (lab/up writes them to /var/lib/nemorl-lab/lab.env). Tests call Env: when
+// the lab is absent the test is skipped, unless NEMORL_REQUIRE_LAB=1 (set by
+// CI), which turns the skip into a failure.
+package labtest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// DefaultPath is where lab/up writes the lab's facts.
+const DefaultPath = "/var/lib/nemorl-lab/lab.env"
+
+// Lab is what lab.env says.
+type Lab struct {
+	File       string // the lab.env read
+	SSHHost    string // NEMORL_LAB_SSH_HOST
+	SSHPort    int    // NEMORL_LAB_SSH_PORT
+	User       string // NEMORL_LAB_USER
+	Key        string // NEMORL_LAB_KEY: the client private key
+	KnownHosts string // NEMORL_LAB_KNOWN_HOSTS
+	HostKeyPub string // NEMORL_LAB_HOST_KEY_PUB
+	Workdir    string // NEMORL_LAB_WORKDIR, writable by User
+	Partition  string // NEMORL_LAB_PARTITION
+	Account    string // NEMORL_LAB_ACCOUNT
+	Gres       string // NEMORL_LAB_GRES
+	StandIns   string // NEMORL_LAB_STANDINS
+	// Vars holds every variable, including those without a field.
+	Vars map[string]string
+}
+
+// Path returns the lab.env to read: $NEMORL_LAB_ENV, else DefaultPath.
+func Path() string {
+	if p := os.Getenv("NEMORL_LAB_ENV"); p != "" {
+		return p
+	}
+	return DefaultPath
+}
+
+// Required says whether a missing lab fails tests (NEMORL_REQUIRE_LAB=1).
+func Required() bool { return os.Getenv("NEMORL_REQUIRE_LAB") == "1" }
+
+// Env returns the lab, or skips t (fails it when Required) when there is
+// none. A lab.env that exists but is broken always fails t.
+func Env(t testing.TB) Lab {
+	t.Helper()
+	lab, err := Load(Path())
+	switch {
+	case err == nil:
+		return lab
+	case errors.Is(err, fs.ErrNotExist) && Required():
+		t.Fatalf("lab required (NEMORL_REQUIRE_LAB=1) but absent: %v; run lab/up", err)
+	case errors.Is(err, fs.ErrNotExist):
+		t.Skipf("no lab (%v); run lab/up, or set NEMORL_LAB_ENV", err)
+	default:
+		t.Fatalf("lab: %v", err)
+	}
+	return Lab{}
+}
+
+// Load reads and checks a lab.env file.
+func Load(path string) (Lab, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Lab{}, err
+	}
+	defer f.Close()
+	vars, err := Parse(f)
+	if err != nil {
+		return Lab{}, fmt.Errorf("%s: %w", path, err)
+	}
+	lab := Lab{File: path, Vars: vars}
+	need := func(key string) string {
+		v := vars[key]
+		if v == "" && err == nil {
+			err = fmt.Errorf("%s: %s is missing", path, key)
+		}
+		return v
+	}
+	lab.SSHHost = need("NEMORL_LAB_SSH_HOST")
+	port := need("NEMORL_LAB_SSH_PORT")
+	lab.User = need("NEMORL_LAB_USER")
+	lab.Key = need("NEMORL_LAB_KEY")
+	lab.KnownHosts = need("NEMORL_LAB_KNOWN_HOSTS")
+	lab.HostKeyPub = need("NEMORL_LAB_HOST_KEY_PUB")
+	lab.Workdir = need("NEMORL_LAB_WORKDIR")
+	lab.Partition = vars["NEMORL_LAB_PARTITION"]
+	lab.Account = vars["NEMORL_LAB_ACCOUNT"]
+	lab.Gres = vars["NEMORL_LAB_GRES"]
+	lab.StandIns = vars["NEMORL_LAB_STANDINS"]
+	if err != nil {
+		return Lab{}, err
+	}
+	if lab.SSHPort, err = strconv.Atoi(port); err != nil || lab.SSHPort <= 0 || lab.SSHPort > 65535 {
+		return Lab{}, fmt.Errorf("%s: NEMORL_LAB_SSH_PORT=%q is not a port", path, port)
+	}
+	return lab, nil
+}
+
+// Parse reads KEY=VALUE lines. Blank lines and lines starting with # are
+// skipped; an optional "export " prefix is allowed; a value may be wrapped
+// in single or double quotes (no escapes inside). Keys must be shell names.
+func Parse(r io.Reader) (map[string]string, error) {
+	vars := map[string]string{}
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		line = strings.TrimPrefix(line, "export ")
+		key, val, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("line %d: no '=' in %q", n, line)
+		}
+		if !isName(key) {
+			return nil, fmt.Errorf("line %d: bad name %q", n, key)
+		}
+		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') {
+			if val[len(val)-1] != val[0] {
+				return nil, fmt.Errorf("line %d: unterminated quote in %s", n, key)
+			}
+			val = val[1 : len(val)-1]
+		}
+		vars[key] = val
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return vars, nil
+}
+
+func isName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Script returns the path of a lab script (e.g. "sshd") in this checkout's
+// lab/ folder, found by walking up from the working directory to go.mod.
+// It skips (or fails, when Required) t if there is none.
+func Script(t testing.TB, name string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "lab", name)
+			if _, err := os.Stat(p); err != nil {
+				break
+			}
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	if Required() {
+		t.Fatalf("lab script %s not found", name)
+	}
+	t.Skipf("lab script %s not found", name)
+	return ""
+}

@@ -1,0 +1,88 @@
+package labtest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	in := "# lab\n\nA=1\nexport B='two words'\nC=\"x=y\"\nD=\n"
+	got, err := Parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"A": "1", "B": "two words", "C": "x=y", "D": ""}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	for _, bad := range []string{"novalue\n", "1A=x\n", "A='x\n", "A B=c\n"} {
+		if _, err := Parse(strings.NewReader(bad)); err == nil {
+			t.Errorf("Parse(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "lab.env")
+	full := "NEMORL_LAB_SSH_HOST=127.0.0.1\nNEMORL_LAB_SSH_PORT=2222\nNEMORL_LAB_USER=nemorl\nNEMORL_LAB_KEY=/k\n" +
+		"NEMORL_LAB_KNOWN_HOSTS=/kh\nNEMORL_LAB_HOST_KEY_PUB=/h.pub\nNEMORL_LAB_WORKDIR=/w\n"
+	if err := os.WriteFile(p, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lab, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lab.SSHPort != 2222 || lab.User != "nemorl" || lab.Workdir != "/w" {
+		t.Errorf("Load = %+v", lab)
+	}
+	if err := os.WriteFile(p, []byte(strings.Replace(full, "NEMORL_LAB_USER=nemorl\n", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "NEMORL_LAB_USER") {
+		t.Errorf("missing user: err = %v", err)
+	}
+	if err := os.WriteFile(p, []byte(strings.Replace(full, "2222", "ssh", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err == nil {
+		t.Error("bad port accepted")
+	}
+}
+
+// TestEnvSkipOrFail checks the skip/fail switch in a subprocess-free way:
+// with a missing file and the requirement off, Env skips.
+func TestEnvSkip(t *testing.T) {
+	t.Setenv("NEMORL_LAB_ENV", filepath.Join(t.TempDir(), "absent.env"))
+	t.Setenv("NEMORL_REQUIRE_LAB", "")
+	skipped := true
+	t.Run("inner", func(t *testing.T) {
+		Env(t)
+		skipped = false
+	})
+	if !skipped {
+		t.Error("Env did not skip without a lab")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("A=1\n# c\nexport B='x'\n")
+	f.Add("=\n")
+	f.Add("A=\"\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		vars, err := Parse(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for k := range vars {
+			if !isName(k) {
+				t.Errorf("bad key %q accepted", k)
+			}
+		}
+	})
+}

@@ -1,0 +1,250 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+
+	"github.com/pkg/sftp"
+)
+
+// withSFTP runs op with the connection's SFTP client. File operations are
+// idempotent, so one that failed because the connection dropped is retried
+// after reconnecting. ctx is checked between steps and ends the wait for a
+// step in flight (which then finishes in the background).
+func (s *SSH) withSFTP(ctx context.Context, op, p string, fn func(*sftp.Client) error) error {
+	wrap := func(err error) error {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		return fmt.Errorf("%s: %w", s.name, &fs.PathError{Op: op, Path: p, Err: err})
+	}
+	if !path.IsAbs(p) {
+		return wrap(errors.New("path is not absolute"))
+	}
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return wrap(err)
+		}
+		c, err := s.conn(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return wrap(ctx.Err())
+			}
+			if isPermanent(err) || !s.canRetry(attempt) {
+				return wrap(err)
+			}
+			continue
+		}
+		cl, err := c.sftpClient(ctx)
+		if err == nil {
+			err = callCtx(ctx, func() error { return fn(cl) })
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return wrap(ctx.Err())
+		}
+		if isFileError(err) {
+			return wrap(err)
+		}
+		if c.lost(err) {
+			if !s.canRetry(attempt) {
+				return wrap(fmt.Errorf("%w: %w", ErrConnectionLost, err))
+			}
+			s.logf("remote: %s: %s %s: connection lost; retrying", s.name, op, p)
+			continue
+		}
+		if c.sftpEnded(cl) && s.canRetry(attempt) {
+			s.logf("remote: %s: sftp session ended; restarting it", s.name)
+			continue
+		}
+		return wrap(err)
+	}
+}
+
+// isFileError says whether err is the server's answer about the file
+// (missing, not allowed, …) rather than a transport failure.
+func isFileError(err error) bool {
+	var se *sftp.StatusError
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrExist) ||
+		errors.As(err, &se)
+}
+
+// sftpEnded says whether cl is the connection's SFTP client and has ended.
+func (c *conn) sftpEnded(cl *sftp.Client) bool {
+	c.sftpMu.Lock()
+	defer c.sftpMu.Unlock()
+	if c.sftp != cl {
+		return true // already replaced
+	}
+	select {
+	case <-c.sftpOK:
+		return true
+	default:
+		return false
+	}
+}
+
+// callCtx runs fn, returning early with ctx's error when ctx ends first.
+func callCtx(ctx context.Context, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- fn() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// MkdirAll makes dir and its missing parents, chmod-ing each one it made to
+// mode (the server's umask would narrow it otherwise).
+func (s *SSH) MkdirAll(ctx context.Context, dir string, mode fs.FileMode) error {
+	dir = path.Clean(dir)
+	return s.withSFTP(ctx, "mkdir", dir, func(cl *sftp.Client) error {
+		var missing []string
+		for p := dir; ; p = path.Dir(p) {
+			fi, err := cl.Stat(p)
+			if err == nil {
+				if !fi.IsDir() {
+					return &fs.PathError{Op: "mkdir", Path: p, Err: errors.New("not a directory")}
+				}
+				break
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return &fs.PathError{Op: "stat", Path: p, Err: err}
+			}
+			missing = append(missing, p)
+			if p == "/" {
+				break
+			}
+		}
+		for i := len(missing) - 1; i >= 0; i-- {
+			p := missing[i]
+			if err := cl.Mkdir(p); err != nil {
+				if fi, serr := cl.Stat(p); serr == nil && fi.IsDir() {
+					continue // made meanwhile (or by a retried call)
+				}
+				return &fs.PathError{Op: "mkdir", Path: p, Err: err}
+			}
+			if err := cl.Chmod(p, mode.Perm()); err != nil {
+				return &fs.PathError{Op: "chmod", Path: p, Err: err}
+			}
+		}
+		return nil
+	})
+}
+
+// WriteFile writes a temp file in the same directory, chmods it to mode
+// before any data goes in, fsyncs it (when the server has fsync@openssh.com)
+// and renames it over path with posix-rename@openssh.com.
+func (s *SSH) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	return s.withSFTP(ctx, "write", p, func(cl *sftp.Client) (err error) {
+		var rnd [8]byte
+		_, _ = rand.Read(rnd[:])
+		dir, base := path.Split(p)
+		tmp := path.Join(dir, "."+base+".tmp-"+hex.EncodeToString(rnd[:]))
+		f, err := cl.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
+		if err != nil {
+			return &fs.PathError{Op: "create", Path: tmp, Err: err}
+		}
+		defer func() {
+			if err != nil {
+				_ = f.Close()
+				_ = cl.Remove(tmp)
+			}
+		}()
+		if err = f.Chmod(mode.Perm()); err != nil {
+			return &fs.PathError{Op: "chmod", Path: tmp, Err: err}
+		}
+		if _, err = f.ReadFrom(bytes.NewReader(data)); err != nil {
+			return &fs.PathError{Op: "write", Path: tmp, Err: err}
+		}
+		if serr := f.Sync(); serr != nil {
+			var se *sftp.StatusError
+			if !errors.As(serr, &se) {
+				err = serr
+				return &fs.PathError{Op: "fsync", Path: tmp, Err: err}
+			}
+			// fsync@openssh.com unsupported: the rename still makes it atomic
+		}
+		if err = f.Close(); err != nil {
+			return &fs.PathError{Op: "close", Path: tmp, Err: err}
+		}
+		if err = cl.PosixRename(tmp, p); err != nil {
+			return &fs.PathError{Op: "rename", Path: tmp, Err: err}
+		}
+		return nil
+	})
+}
+
+// ReadFile reads the whole file.
+func (s *SSH) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	var out []byte
+	err := s.withSFTP(ctx, "read", p, func(cl *sftp.Client) error {
+		f, err := cl.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		var buf bytes.Buffer
+		if _, err := f.WriteTo(&buf); err != nil {
+			return err
+		}
+		out = buf.Bytes()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadTail returns at most the last n bytes of the file, seeking past the
+// rest so a large log is not transferred.
+func (s *SSH) ReadTail(ctx context.Context, p string, n int64) ([]byte, error) {
+	var out []byte
+	err := s.withSFTP(ctx, "read", p, func(cl *sftp.Client) error {
+		f, err := cl.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out, err = readTail(f, n)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Stat returns the file's info; a missing file matches fs.ErrNotExist.
+func (s *SSH) Stat(ctx context.Context, p string) (fs.FileInfo, error) {
+	var fi fs.FileInfo
+	err := s.withSFTP(ctx, "stat", p, func(cl *sftp.Client) error {
+		var err error
+		fi, err = cl.Stat(p)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fi, nil
+}
+
+// Remove removes a file or an empty directory.
+func (s *SSH) Remove(ctx context.Context, p string) error {
+	return s.withSFTP(ctx, "remove", p, func(cl *sftp.Client) error {
+		return cl.Remove(p)
+	})
+}

@@ -1,0 +1,318 @@
+// Package slurm drives Slurm through its command-line contract — sbatch
+// --parsable, sacct --parsable2, squeue, scancel — over a remote.Runner
+// (the login node itself, or one reached over SSH). It is built to watch
+// hundreds of jobs at once: Query asks sacct about any number of jobs in
+// one process, and squeue once more only for the jobs sacct does not show
+// (yet).
+//
+// Every time is asked for as epoch seconds (SLURM_TIME_FORMAT=%s, through
+// env(1)), so the login node's time zone does not matter.
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/remote"
+)
+
+// MaxIDsPerCall bounds the job ids one sacct or squeue process is given, to
+// keep the command line far below the kernel's 128 KiB limit on one
+// argument (over SSH the whole command is one argument of sh -c). Query
+// splits larger lists into several calls.
+const MaxIDsPerCall = 5000
+
+// DefaultHistory is how far back FindByComment looks in sacct.
+const DefaultHistory = 7 * 24 * time.Hour
+
+// Client runs Slurm commands through a remote.Runner.
+type Client struct {
+	runner remote.Runner
+	// History is how far back FindByComment searches the accounting
+	// database (sacct --starttime=now-N). Zero means DefaultHistory.
+	History time.Duration
+}
+
+// New returns a Client that runs commands through r.
+func New(r remote.Runner) *Client { return &Client{runner: r} }
+
+// timeEnv prefixes a Slurm command so that it prints times as epoch seconds.
+var timeEnv = []string{"env", "SLURM_TIME_FORMAT=%s"}
+
+// Submit runs sbatch once (never retried: Command.Idempotent is false) and
+// returns the new job's id. A failed sbatch gives an error naming the
+// command and its trimmed stderr.
+func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	argv, err := SbatchArgs(req)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	cmd := remote.Command{Argv: argv}
+	if req.Script != nil {
+		cmd.Stdin = strings.NewReader(string(req.Script))
+	}
+	res, err := c.runner.Run(ctx, cmd)
+	if err != nil {
+		return SubmitResult{}, commandError("submit", cmd, res, err)
+	}
+	r, err := ParseSbatch(res.Stdout, res.Stderr)
+	if err != nil {
+		return r, fmt.Errorf("%w: %s", err, cmd.String())
+	}
+	return r, nil
+}
+
+// Query returns what Slurm says about each of ids, keyed by id; every id
+// is in the map. It runs one sacct for all of them and, only for the ids
+// sacct does not show (just submitted, held or waiting on a dependency, or
+// all of them when sacct fails because slurmdbd is down), one squeue. An id
+// that neither knows comes back with Class Unknown and Source SourceNone —
+// never Failed.
+//
+// The error is non-nil only when nothing could be learned: sacct and
+// squeue both failed, or the context ended. More than MaxIDsPerCall ids
+// take one sacct (and at most one squeue) per MaxIDsPerCall.
+func (c *Client) Query(ctx context.Context, ids []string) (map[string]JobInfo, error) {
+	ids, err := cleanIDs(ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]JobInfo, len(ids))
+	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
+		if err := c.query(ctx, chunk, out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo) error {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+		out[id] = unknownJob(id)
+	}
+	jobs, sacctErr := c.sacct(ctx, "--jobs="+strings.Join(ids, ","))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if want[j.ID] {
+			out[j.ID] = j
+		}
+	}
+	var missing []string
+	for _, id := range ids {
+		if out[id].Source == SourceNone {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	jobs, squeueErr := c.squeue(ctx, "--jobs="+strings.Join(missing, ","))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if want[j.ID] && out[j.ID].Source == SourceNone {
+			out[j.ID] = j
+		}
+	}
+	if sacctErr != nil && squeueErr != nil {
+		return fmt.Errorf("slurm: query: %w", errors.Join(sacctErr, squeueErr))
+	}
+	return nil
+}
+
+// sacct runs one sacct with the given selection. Malformed lines make an
+// error, but the jobs parsed from the rest are returned.
+func (c *Client) sacct(ctx context.Context, selection ...string) ([]JobInfo, error) {
+	argv := append(slices.Clone(timeEnv), "sacct", "--parsable2", "--noheader",
+		"--delimiter="+Sep, "--format="+strings.Join(SacctFields, ","))
+	argv = append(argv, selection...)
+	cmd := remote.Command{Argv: argv, Idempotent: true}
+	res, err := c.runner.Run(ctx, cmd)
+	if err != nil {
+		return nil, commandError("sacct", cmd, res, err)
+	}
+	jobs, err := ParseSacct(res.Stdout)
+	if err != nil {
+		err = fmt.Errorf("slurm: sacct output: %w", err)
+	}
+	return jobs, err
+}
+
+// squeue runs one squeue over all job states with the given selection. An
+// id list squeue rejects outright ("Invalid job id specified": none of the
+// jobs is known to slurmctld) is an empty answer, not an error.
+func (c *Client) squeue(ctx context.Context, selection ...string) ([]JobInfo, error) {
+	argv := append(slices.Clone(timeEnv), "squeue", "--noheader", "--states=all",
+		"--format="+SqueueFormat())
+	argv = append(argv, selection...)
+	cmd := remote.Command{Argv: argv, Idempotent: true}
+	res, err := c.runner.Run(ctx, cmd)
+	if err != nil {
+		if res != nil && strings.Contains(string(res.Stderr), "Invalid job id specified") {
+			return nil, nil
+		}
+		return nil, commandError("squeue", cmd, res, err)
+	}
+	jobs, err := ParseSqueue(res.Stdout)
+	if err != nil {
+		err = fmt.Errorf("slurm: squeue output: %w", err)
+	}
+	return jobs, err
+}
+
+// Cancel cancels ids with one scancel. Jobs that have already ended, or
+// that Slurm has forgotten, are not an error.
+func (c *Client) Cancel(ctx context.Context, ids []string) error {
+	ids, err := cleanIDs(ids)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
+		cmd := remote.Command{Argv: append([]string{"scancel"}, chunk...), Idempotent: true}
+		res, err := c.runner.Run(ctx, cmd)
+		if err != nil && !(res != nil && harmlessScancel(res.Stderr)) {
+			return commandError("cancel", cmd, res, err)
+		}
+	}
+	return nil
+}
+
+// harmlessScancel reports stderr made only of complaints about jobs that
+// have already ended or are unknown.
+func harmlessScancel(stderr []byte) bool {
+	ls := lines(stderr)
+	if len(ls) == 0 {
+		return false
+	}
+	for _, l := range ls {
+		if !strings.Contains(l, "already completing or completed") &&
+			!strings.Contains(l, "Invalid job id specified") {
+			return false
+		}
+	}
+	return true
+}
+
+// Release releases held jobs (submitted with Hold) with one scontrol.
+func (c *Client) Release(ctx context.Context, ids []string) error {
+	ids, err := cleanIDs(ids)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
+		cmd := remote.Command{Argv: []string{"scontrol", "release", strings.Join(chunk, ",")}, Idempotent: true}
+		if res, err := c.runner.Run(ctx, cmd); err != nil {
+			return commandError("release", cmd, res, err)
+		}
+	}
+	return nil
+}
+
+// FindByComment returns the calling user's jobs whose comment is exactly
+// tag, sorted by job id: jobs slurmctld still holds (one squeue --me over
+// all states) and jobs in the accounting database submitted within History
+// (one sacct). Finished jobs are found through sacct only when slurm.conf
+// has AccountingStoreFlags=job_comment. Both commands must succeed: after
+// a crash, a missed job could be submitted twice.
+func (c *Client) FindByComment(ctx context.Context, tag string) ([]JobInfo, error) {
+	if tag == "" || strings.ContainsAny(tag, "\x00\n\r"+Sep) {
+		return nil, fmt.Errorf("slurm: find: bad comment tag %q", tag)
+	}
+	return c.find(ctx, func(j JobInfo) bool { return j.Comment == tag })
+}
+
+func (c *Client) find(ctx context.Context, match func(JobInfo) bool) ([]JobInfo, error) {
+	hist := c.History
+	if hist <= 0 {
+		hist = DefaultHistory
+	}
+	start := fmt.Sprintf("--starttime=now-%dminutes", int64((hist+time.Minute-1)/time.Minute))
+	acct, err := c.sacct(ctx, start)
+	if err != nil {
+		return nil, fmt.Errorf("slurm: find: %w", err)
+	}
+	live, err := c.squeue(ctx, "--me")
+	if err != nil {
+		return nil, fmt.Errorf("slurm: find: %w", err)
+	}
+	byID := map[string]JobInfo{}
+	for _, j := range acct {
+		if match(j) {
+			byID[j.ID] = j
+		}
+	}
+	for _, j := range live {
+		if !match(j) {
+			continue
+		}
+		// squeue is fresher while sacct lags a job's end.
+		if a, ok := byID[j.ID]; !ok || (!a.Terminal() && j.State.Class >= a.State.Class) {
+			byID[j.ID] = j
+		}
+	}
+	found := make([]JobInfo, 0, len(byID))
+	for _, j := range byID {
+		found = append(found, j)
+	}
+	slices.SortFunc(found, func(a, b JobInfo) int { return compareIDs(a.ID, b.ID) })
+	return found, nil
+}
+
+func compareIDs(a, b string) int {
+	na, ea := strconv.ParseUint(a, 10, 64)
+	nb, eb := strconv.ParseUint(b, 10, 64)
+	if ea == nil && eb == nil {
+		switch {
+		case na < nb:
+			return -1
+		case na > nb:
+			return 1
+		}
+		return 0
+	}
+	return strings.Compare(a, b)
+}
+
+// cleanIDs checks ids and drops duplicates, keeping the order.
+func cleanIDs(ids []string) ([]string, error) {
+	seen := make(map[string]bool, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !validJobID(id) {
+			return nil, fmt.Errorf("slurm: bad job id %q", id)
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// commandError makes sure the error of a failed command names the command
+// and carries its trimmed stderr.
+func commandError(op string, cmd remote.Command, res *remote.Result, err error) error {
+	var ce *remote.CommandError
+	if errors.As(err, &ce) && ce.Stderr == "" && res != nil && len(res.Stderr) > 0 {
+		c := *ce
+		c.Stderr = remote.TrimStderr(res.Stderr)
+		if c.Command == "" {
+			c.Command = cmd.String()
+		}
+		return fmt.Errorf("slurm: %s: %w", op, &c)
+	}
+	if ce != nil || strings.Contains(err.Error(), cmd.Argv[0]) {
+		return fmt.Errorf("slurm: %s: %w", op, err)
+	}
+	return fmt.Errorf("slurm: %s: %s: %w", op, cmd.String(), err)
+}

@@ -1,0 +1,65 @@
+package slurm
+
+import "time"
+
+// Source says where a JobInfo came from.
+type Source string
+
+const (
+	// SourceNone: neither sacct nor squeue knows the job; its class is Unknown.
+	SourceNone Source = "none"
+	// SourceSacct: the accounting database (slurmdbd).
+	SourceSacct Source = "sacct"
+	// SourceSqueue: the controller's memory (slurmctld), used for jobs sacct
+	// does not show yet and whenever sacct fails.
+	SourceSqueue Source = "squeue"
+)
+
+// JobInfo is what Slurm says about one job.
+type JobInfo struct {
+	// ID is the job id as sbatch printed it (sacct JobIDRaw).
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// State is the job's state with its classification; Steps may have
+	// refined its Failure (an OUT_OF_MEMORY step makes a FAILED job
+	// out_of_memory).
+	State State `json:"state"`
+	// Reason is Slurm's reason field, raw ("None", "Dependency",
+	// "DependencyNeverSatisfied", "NonZeroExitCode").
+	Reason string `json:"reason,omitempty"`
+	// ExitCode is the job's exit code; when the job line says 0:0 or
+	// nothing but the batch step says otherwise, the batch step's.
+	ExitCode ExitCode      `json:"exit_code"`
+	Submit   time.Time     `json:"submit"` // zero when unknown
+	Start    time.Time     `json:"start"`  // zero when unknown (pending, never ran)
+	End      time.Time     `json:"end"`    // zero when unknown (not ended)
+	Elapsed  time.Duration `json:"elapsed"`
+	NodeList string        `json:"nodelist,omitempty"` // "" when none assigned
+	Comment  string        `json:"comment,omitempty"`
+	Steps    []Step        `json:"steps,omitempty"` // sacct only
+	Source   Source        `json:"source"`
+}
+
+// Step is one step line of sacct (123.batch, 123.extern, 123.0).
+type Step struct {
+	ID       string   `json:"id"` // "batch", "extern", "0"…
+	Name     string   `json:"name"`
+	State    State    `json:"state"`
+	ExitCode ExitCode `json:"exit_code"`
+}
+
+// Terminal reports whether the job has ended for good.
+func (j JobInfo) Terminal() bool { return j.State.Terminal() }
+
+// Class is shorthand for j.State.Class.
+func (j JobInfo) Class() Class { return j.State.Class }
+
+// Blocked reports a pending job that can never start because a dependency
+// can never be satisfied (it was not submitted with --kill-on-invalid-dep).
+func (j JobInfo) Blocked() bool {
+	return j.State.Class == Pending && reasonWord(j.Reason) == "DependencyNeverSatisfied"
+}
+
+func unknownJob(id string) JobInfo {
+	return JobInfo{ID: id, State: State{ByUID: -1}, Source: SourceNone}
+}

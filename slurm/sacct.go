@@ -1,0 +1,190 @@
+package slurm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sep separates fields in the sacct and squeue output the Client asks for:
+// the ASCII unit separator, which no job name or comment holds in practice
+// (a "|" in a comment would break the default delimiter).
+const Sep = "\x1f"
+
+// SacctFields is the --format list the Client passes to sacct, in order.
+// ParseSacct expects exactly these columns. Comment is last: it is the only
+// free-text field a user sets freely, and a stray separator in it is kept.
+var SacctFields = []string{
+	"JobIDRaw", "JobID", "JobName", "State", "ExitCode", "Reason",
+	"Submit", "Start", "End", "Elapsed", "NodeList", "Comment",
+}
+
+const (
+	saIDRaw = iota
+	saID
+	saName
+	saState
+	saExit
+	saReason
+	saSubmit
+	saStart
+	saEnd
+	saElapsed
+	saNodes
+	saComment
+	saNumFields
+)
+
+// ParseSacct parses `sacct --parsable2 --noheader --delimiter=Sep
+// --format=SacctFields` output (times as epoch seconds or TimeLayout in
+// time.Local). Step lines (123.batch, 123.extern, 123.0) are folded into
+// their job; a job id seen twice (a requeued job with --duplicates) keeps
+// its latest submission. Jobs come back in order of first appearance.
+//
+// Malformed lines are skipped and reported in the error; the jobs parsed
+// from the other lines are still returned.
+func ParseSacct(out []byte) ([]JobInfo, error) {
+	return parseSacct(out, nil)
+}
+
+func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
+	// A record is one job line with the step lines that follow it. With
+	// --duplicates a requeued job has several records; the latest
+	// submission wins.
+	type record struct {
+		job     JobInfo
+		haveJob bool
+		steps   []Step
+	}
+	var (
+		order []string
+		recs  = map[string][]*record{}
+		errs  []error
+	)
+	for n, line := range bytes.Split(out, []byte("\n")) {
+		l := strings.TrimRight(string(line), "\r")
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		f := strings.SplitN(l, Sep, saNumFields)
+		if len(f) != saNumFields {
+			errs = append(errs, fmt.Errorf("sacct line %d: %d fields, want %d: %.120q", n+1, len(f), saNumFields, l))
+			continue
+		}
+		raw := strings.TrimSpace(f[saIDRaw])
+		jobID, stepID, isStep := strings.Cut(raw, ".")
+		if !validJobID(jobID) || (isStep && stepID == "") {
+			errs = append(errs, fmt.Errorf("sacct line %d: bad job id %.40q", n+1, raw))
+			continue
+		}
+		reason := strings.TrimSpace(f[saReason])
+		st := ParseState(strings.TrimSpace(f[saState]), reason)
+		ec := ParseExitCode(f[saExit])
+		if _, seen := recs[jobID]; !seen {
+			order = append(order, jobID)
+		}
+		rs := recs[jobID]
+		if isStep {
+			if len(rs) == 0 {
+				rs = append(rs, &record{})
+				recs[jobID] = rs
+			}
+			r := rs[len(rs)-1]
+			r.steps = append(r.steps, Step{ID: stepID, Name: f[saName], State: st, ExitCode: ec})
+			continue
+		}
+		j := JobInfo{
+			ID:       jobID,
+			Name:     f[saName],
+			State:    st,
+			Reason:   reason,
+			ExitCode: ec,
+			Submit:   ParseTime(f[saSubmit], loc),
+			Start:    ParseTime(f[saStart], loc),
+			End:      ParseTime(f[saEnd], loc),
+			NodeList: nodeList(f[saNodes]),
+			Comment:  f[saComment],
+			Source:   SourceSacct,
+		}
+		j.Elapsed, _ = ParseElapsed(f[saElapsed])
+		if len(rs) == 1 && !rs[0].haveJob {
+			// steps came before their job line: adopt them
+			rs[0].job, rs[0].haveJob = j, true
+			continue
+		}
+		recs[jobID] = append(rs, &record{job: j, haveJob: true})
+	}
+	jobs := make([]JobInfo, 0, len(order))
+	for _, id := range order {
+		var best *record
+		for _, r := range recs[id] {
+			if best == nil || !best.haveJob || (r.haveJob && !r.job.Submit.Before(best.job.Submit)) {
+				best = r
+			}
+		}
+		j := best.job
+		if !best.haveJob {
+			// Only step lines: build the job from its batch step.
+			j = JobInfo{ID: id, State: State{ByUID: -1}, Source: SourceSacct}
+			for _, s := range best.steps {
+				if s.ID == "batch" {
+					j.State, j.ExitCode = s.State, s.ExitCode
+				}
+			}
+		}
+		j.Steps = best.steps
+		foldSteps(&j)
+		jobs = append(jobs, j)
+	}
+	return jobs, errors.Join(errs...)
+}
+
+// foldSteps refines a job from its steps: an OUT_OF_MEMORY step explains a
+// FAILED job, and the batch step's exit code stands in for a job exit code
+// that says nothing.
+func foldSteps(j *JobInfo) {
+	var batch *Step
+	oom := false
+	for i := range j.Steps {
+		s := &j.Steps[i]
+		if s.ID == "batch" {
+			batch = s
+		}
+		if s.State.Name == "OUT_OF_MEMORY" {
+			oom = true
+		}
+	}
+	if j.State.Class == Failed && oom && (j.State.Failure == FailureExitCode || j.State.Failure == FailureUnknownTerminated) {
+		j.State.Failure = FailureOutOfMemory
+	}
+	if batch != nil && (!j.ExitCode.Known || j.ExitCode.Zero()) && batch.ExitCode.Known && !batch.ExitCode.Zero() && j.State.Class == Failed {
+		j.ExitCode = batch.ExitCode
+	}
+}
+
+func nodeList(s string) string {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "None assigned", "(null)", "None", "n/a", "N/A":
+		return ""
+	}
+	return s
+}
+
+// validJobID accepts a job id as sbatch prints it (123), an array task
+// (123_4) or a heterogeneous component (123+0).
+func validJobID(id string) bool {
+	if id == "" || len(id) > 32 {
+		return false
+	}
+	a, b, ok := strings.Cut(id, "_")
+	if !ok {
+		a, b, ok = strings.Cut(id, "+")
+	}
+	if !isDigits(a) {
+		return false
+	}
+	return !ok || isDigits(b)
+}

@@ -1,0 +1,397 @@
+// Package templates renders an episode: the three sbatch scripts (embedded
+// text/templates, missingkey=error) and the bundle tree staged next to them,
+// WORKDIR/EPISODE/{author,train,eval}/. Rendering contacts no cluster.
+package templates
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"text/template"
+
+	"github.com/nemorl/nemorl-slurm/apptainer"
+	"github.com/nemorl/nemorl-slurm/configs"
+)
+
+//go:embed sbatch/*.tmpl
+var sbatchFS embed.FS
+
+//go:embed payload/*.sh
+var payloadFS embed.FS
+
+// The three stages, in chain order.
+const (
+	Author = "author"
+	Train  = "train"
+	Eval   = "eval"
+)
+
+// Stages lists the stages in chain order.
+var Stages = []string{Author, Train, Eval}
+
+// Margins added to a stage's budget for its Slurm --time, and the grace
+// before the limit at which Slurm sends TERM to the batch shell.
+const (
+	AuthorMarginSeconds = 600 // unpack the checkout before, write the diff after
+	TrainMarginSeconds  = 600 // export DCP to safetensors after the inner deadline
+	GraceSeconds        = 120
+)
+
+// File is one entry of the rendered tree, relative to the episode directory.
+type File struct {
+	Path string // slash-separated, relative
+	Mode fs.FileMode
+	Data []byte // nil for directories
+}
+
+// IsDir reports whether f is a directory entry.
+func (f File) IsDir() bool { return f.Mode.IsDir() }
+
+// Tree is a rendered episode, ready to stage at Dir on the cluster.
+type Tree struct {
+	Episode   string
+	Dir       string // WORKDIR/EPISODE on the cluster
+	Isolation string // "apptainer", "singularity" or "none"
+	Files     []File // directories first, then files, sorted by path
+}
+
+// Lookup returns the file at rel, if rendered.
+func (t *Tree) Lookup(rel string) (File, bool) {
+	for _, f := range t.Files {
+		if f.Path == rel {
+			return f, true
+		}
+	}
+	return File{}, false
+}
+
+// Script is the relative path of a stage's sbatch script.
+func Script(stage string) string { return stage + "/" + stage + ".sbatch" }
+
+// Output is the relative path of a stage's Slurm output file.
+func Output(stage string) string { return stage + "/out.log" }
+
+// Input is what Render needs besides the config.
+type Input struct {
+	Episode string
+	Prompt  []byte // the author's task prompt
+	Version string // of nemorl-slurm, written into the scripts
+}
+
+// Render renders the episode tree for cfg. It never includes the policy API
+// key: secrets.env is written at staging time only.
+func Render(cfg *configs.Config, in Input) (*Tree, error) {
+	if !validEpisode(in.Episode) {
+		return nil, fmt.Errorf("episode id %q: want letters, digits and ._- only", in.Episode)
+	}
+	r := &renderer{cfg: cfg, in: in, dir: path.Join(cfg.Cluster.Workdir, in.Episode)}
+	t := &Tree{Episode: in.Episode, Dir: r.dir, Isolation: cfg.Runtime.Kind}
+	for _, d := range []string{"", Author, Author + "/bundle", Train, Train + "/bundle", Train + "/checkpoint", Eval, Eval + "/bundle", Eval + "/work"} {
+		t.Files = append(t.Files, File{Path: d, Mode: fs.ModeDir | 0o700})
+	}
+	for _, stage := range Stages {
+		files, err := r.stage(stage)
+		if err != nil {
+			return nil, fmt.Errorf("render %s stage: %w", stage, err)
+		}
+		t.Files = append(t.Files, files...)
+	}
+	sort.SliceStable(t.Files, func(i, j int) bool {
+		a, b := t.Files[i], t.Files[j]
+		if a.IsDir() != b.IsDir() {
+			return a.IsDir()
+		}
+		return a.Path < b.Path
+	})
+	return t, nil
+}
+
+type renderer struct {
+	cfg *configs.Config
+	in  Input
+	dir string
+}
+
+func (r *renderer) host(rel string) string { return path.Join(r.dir, rel) }
+
+// scriptData is what the sbatch templates see.
+type scriptData struct {
+	Episode, Stage, Version, Runtime string
+	Isolated                         bool
+	Sbatch                           []string
+	StageDir                         string
+	GraceSeconds                     int
+	Exec                             string
+	// train
+	InnerDeadlineSeconds int
+	PatchFile            string
+	// eval
+	Image, EvalDigest, WeightsFile string
+	PinnedInputs                   []string
+}
+
+func (r *renderer) stage(stage string) ([]File, error) {
+	cfg := r.cfg
+	isolated := cfg.Runtime.Kind != configs.RuntimeNone
+	// inside maps a path in the episode to what the payload sees.
+	type mount struct {
+		rel, container string
+		ro             bool
+	}
+	var (
+		mounts  []mount
+		env     = map[string]string{"NEMORL_EPISODE": r.in.Episode, "NEMORL_STAGE": stage}
+		pass    = []string{"SLURM_JOB_ID", "SLURM_CPUS_PER_TASK"}
+		gpu     bool
+		image   string
+		bundle  []File
+		res     configs.Resources
+		seconds int
+	)
+	switch stage {
+	case Author:
+		a := cfg.Stages.Author
+		res, seconds = a.Resources, a.ResearchSeconds+AuthorMarginSeconds
+		image = cfg.Runtime.Images.Author
+		mounts = []mount{{Author, "/nemorl/author", false}}
+		settings := map[string]any{
+			"research_seconds": a.ResearchSeconds,
+			"max_turns":        a.MaxTurns,
+			"policy_model": map[string]any{
+				"base_url":              cfg.PolicyModel.BaseURL,
+				"model":                 cfg.PolicyModel.Model,
+				"uses_reasoning_parser": *cfg.PolicyModel.UsesReasoningParser,
+			},
+			"pins": pins(),
+		}
+		b, err := settingsFile("author/bundle/author.json", settings)
+		if err != nil {
+			return nil, err
+		}
+		bundle = append(bundle, b, File{Path: "author/prompt.txt", Mode: 0o600, Data: r.in.Prompt})
+	case Train:
+		t := cfg.Stages.Train
+		res, seconds = t.Resources, t.TrainSeconds+TrainMarginSeconds
+		image, gpu = cfg.Runtime.Images.Train, true
+		pass = append(pass, "CUDA_VISIBLE_DEVICES", "NEMORL_DEADLINE")
+		mounts = []mount{
+			{"author/change.diff", "/nemorl/in/change.diff", true},
+			{"train/bundle", "/nemorl/bundle", true},
+			{"train/checkpoint", "/nemorl/out", false},
+		}
+		settings := map[string]any{
+			"train_seconds":          t.TrainSeconds,
+			"inner_deadline_seconds": configs.InnerDeadlineSeconds(t.TrainSeconds),
+			"prompts_per_step":       configs.TrainPromptsPerStep,
+			"generations_per_prompt": configs.TrainGenerations,
+			"pins":                   pins(),
+		}
+		b, err := settingsFile("train/bundle/train.json", settings)
+		if err != nil {
+			return nil, err
+		}
+		bundle = append(bundle, b)
+	case Eval:
+		e := cfg.Stages.Eval
+		res, seconds = e.Resources, e.TimeLimitSeconds
+		image, gpu = cfg.Runtime.Images.Eval, true
+		pass = append(pass, "CUDA_VISIBLE_DEVICES")
+		mounts = []mount{
+			{"train/checkpoint/model.safetensors", "/nemorl/in/model.safetensors", true},
+			{"eval/bundle", "/nemorl/bundle", true},
+			{"eval/work", "/nemorl/out", false},
+		}
+		settings := map[string]any{
+			"benchmark":              "aime25",
+			"problems":               configs.AIME25Problems,
+			"samples_per_problem":    configs.AIME25Samples,
+			"temperature":            configs.EvalTemperature,
+			"top_p":                  configs.EvalTopP,
+			"concurrency":            e.Concurrency,
+			"max_model_len":          configs.EvalMaxModelLen,
+			"gpu_memory_utilization": configs.EvalGPUMemoryUtil,
+			"server_ready_seconds":   configs.EvalServerReadySecs,
+			"base_model":             configs.BaseModel,
+			"base_model_revision":    configs.BaseModelRev,
+		}
+		b, err := settingsFile("eval/bundle/eval.json", settings)
+		if err != nil {
+			return nil, err
+		}
+		bundle = append(bundle, b)
+	}
+
+	// The stage's command: the built-in payload from its bundle, or the
+	// configured replacement.
+	argv := res.Command
+	if len(argv) == 0 {
+		p, err := payloadFS.ReadFile("payload/" + stage + ".sh")
+		if err != nil {
+			return nil, fmt.Errorf("built-in payload: %w", err)
+		}
+		rel := stage + "/bundle/" + stage + ".sh"
+		bundle = append(bundle, File{Path: rel, Mode: 0o700, Data: p})
+		argv = []string{"/bin/bash", r.inside(isolated, rel, stage)}
+	}
+
+	// Paths the payload is told about, as it sees them.
+	see := func(rel string) string { return r.inside(isolated, rel, stage) }
+	switch stage {
+	case Author:
+		env["NEMORL_OUT"] = see("author")
+		env["NEMORL_BUNDLE"] = see("author/bundle")
+		env["NEMORL_PROMPT"] = see("author/prompt.txt")
+		env["NEMORL_SECRETS"] = see("author/secrets.env")
+	case Train:
+		env["NEMORL_PATCH"] = see("author/change.diff")
+		env["NEMORL_BUNDLE"] = see("train/bundle")
+		env["NEMORL_OUT"] = see("train/checkpoint")
+	case Eval:
+		env["NEMORL_WEIGHTS"] = see("train/checkpoint/model.safetensors")
+		env["NEMORL_BUNDLE"] = see("eval/bundle")
+		env["NEMORL_OUT"] = see("eval/work")
+	}
+	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, Env: env, PassEnv: pass, Argv: argv}
+	if isolated {
+		for _, m := range mounts {
+			spec.Binds = append(spec.Binds, apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro})
+		}
+	}
+	line, err := spec.Line()
+	if err != nil {
+		return nil, err
+	}
+
+	data := scriptData{
+		Episode: r.in.Episode, Stage: stage, Version: r.in.Version, Runtime: cfg.Runtime.Kind,
+		Isolated: isolated, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
+		Sbatch: r.sbatchOptions(stage, res, seconds, gpu),
+	}
+	switch stage {
+	case Train:
+		data.InnerDeadlineSeconds = configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds)
+		data.PatchFile = r.host("author/change.diff")
+	case Eval:
+		data.Image, data.EvalDigest = image, cfg.Runtime.Digests.Eval
+		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
+		for _, f := range bundle {
+			sum := sha256.Sum256(f.Data)
+			data.PinnedInputs = append(data.PinnedInputs, hex.EncodeToString(sum[:])+"  "+r.host(f.Path))
+		}
+		sort.Strings(data.PinnedInputs)
+	}
+	script, err := execute(stage+".sbatch.tmpl", data)
+	if err != nil {
+		return nil, err
+	}
+	return append(bundle, File{Path: Script(stage), Mode: 0o600, Data: script}), nil
+}
+
+// inside is where the payload sees rel: its container path, or the host path
+// without isolation.
+func (r *renderer) inside(isolated bool, rel, stage string) string {
+	if !isolated {
+		return r.host(rel)
+	}
+	switch {
+	case stage == Author && strings.HasPrefix(rel, "author"):
+		return path.Join("/nemorl", rel)
+	case rel == "author/change.diff":
+		return "/nemorl/in/change.diff"
+	case rel == "train/checkpoint/model.safetensors":
+		return "/nemorl/in/model.safetensors"
+	case strings.HasPrefix(rel, stage+"/bundle"):
+		return path.Join("/nemorl/bundle", strings.TrimPrefix(rel, stage+"/bundle"))
+	case rel == "train/checkpoint" || rel == "eval/work":
+		return "/nemorl/out"
+	}
+	panic("templates: no container path for " + rel + " in stage " + stage)
+}
+
+func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds int, gpu bool) []string {
+	cl := r.cfg.Cluster
+	o := []string{"--job-name=" + JobName(r.in.Episode, stage)}
+	if cl.Partition != "" {
+		o = append(o, "--partition="+cl.Partition)
+	}
+	if cl.Account != "" {
+		o = append(o, "--account="+cl.Account)
+	}
+	if cl.QOS != "" {
+		o = append(o, "--qos="+cl.QOS)
+	}
+	o = append(o,
+		"--nodes=1", "--ntasks=1",
+		fmt.Sprintf("--cpus-per-task=%d", res.CPUs),
+		"--mem="+res.Mem,
+		"--time="+slurmTime(seconds),
+	)
+	if gpu {
+		o = append(o, "--gres="+cl.Gres)
+	}
+	o = append(o,
+		"--output="+r.host(Output(stage)),
+		"--open-mode=truncate",
+		"--comment="+Comment(r.in.Episode, stage),
+		fmt.Sprintf("--signal=B:TERM@%d", GraceSeconds),
+		"--kill-on-invalid-dep=yes",
+		"--export=NONE",
+	)
+	return append(o, cl.ExtraSbatch...)
+}
+
+// JobName is the Slurm job name of a stage.
+func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }
+
+// Comment is the --comment tag that finds a stage's job again after a crash.
+func Comment(episode, stage string) string { return "nemorl:" + episode + ":" + stage }
+
+func slurmTime(seconds int) string {
+	return fmt.Sprintf("%02d:%02d:%02d", seconds/3600, seconds%3600/60, seconds%60)
+}
+
+func pins() map[string]string {
+	return map[string]string{
+		"nemo_rl":             configs.NemoRLCommit,
+		"gym":                 configs.GymCommit,
+		"base_model":          configs.BaseModel,
+		"base_model_revision": configs.BaseModelRev,
+	}
+}
+
+func settingsFile(rel string, v any) (File, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return File{}, fmt.Errorf("%s: %w", rel, err)
+	}
+	return File{Path: rel, Mode: 0o600, Data: append(b, '\n')}, nil
+}
+
+var scripts = template.Must(template.New("").Option("missingkey=error").ParseFS(sbatchFS, "sbatch/*.tmpl"))
+
+func execute(name string, data scriptData) ([]byte, error) {
+	var b bytes.Buffer
+	if err := scripts.ExecuteTemplate(&b, name, data); err != nil {
+		return nil, fmt.Errorf("template %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}
+
+func validEpisode(s string) bool {
+	if s == "" || len(s) > 100 || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-", r)) {
+			return false
+		}
+	}
+	return true
+}

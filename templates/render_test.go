@@ -1,0 +1,415 @@
+package templates
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const testKey = "sk-live-do-not-leak-4242"
+
+func lookup(k string) (string, bool) {
+	if k == "POLICY_API_KEY" {
+		return testKey, true
+	}
+	return "", false
+}
+
+func loadExample(t *testing.T, name string) *configs.Config {
+	t.Helper()
+	b, err := configs.Example(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configs.Load(name, b, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func render(t *testing.T, cfg *configs.Config) *Tree {
+	t.Helper()
+	tr, err := Render(cfg, Input{Episode: "ep-20261129T000000Z-golden", Prompt: []byte("Improve GRPO.\n"), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestGolden(t *testing.T) {
+	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+		tr := render(t, loadExample(t, name))
+		for _, stage := range Stages {
+			f, ok := tr.Lookup(Script(stage))
+			if !ok {
+				t.Fatalf("%s: no %s", name, Script(stage))
+			}
+			golden := filepath.Join("testdata", "golden", strings.TrimSuffix(name, ".yaml"), stage+".sbatch")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, f.Data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./templates -update)", err)
+			}
+			if !bytes.Equal(f.Data, want) {
+				t.Errorf("%s differs from %s (run go test ./templates -update and review the diff)", Script(stage), golden)
+			}
+		}
+	}
+}
+
+func sbatchLines(data []byte) []string {
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "#SBATCH ") {
+			out = append(out, strings.TrimPrefix(l, "#SBATCH "))
+		}
+	}
+	return out
+}
+
+func has(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSbatchOptions(t *testing.T) {
+	cfg := loadExample(t, "cluster-example.yaml")
+	cfg.Cluster.Account, cfg.Cluster.QOS = "rl-lab", "high"
+	cfg.Cluster.ExtraSbatch = []string{"--constraint=h100_80gb"}
+	tr := render(t, cfg)
+	for _, stage := range Stages {
+		f, _ := tr.Lookup(Script(stage))
+		o := sbatchLines(f.Data)
+		for _, want := range []string{
+			"--partition=gpu", "--account=rl-lab", "--qos=high", "--open-mode=truncate",
+			"--comment=nemorl:ep-20261129T000000Z-golden:" + stage,
+			"--output=/scratch/alice/nemorl/ep-20261129T000000Z-golden/" + stage + "/out.log",
+			"--signal=B:TERM@120", "--kill-on-invalid-dep=yes", "--export=NONE", "--constraint=h100_80gb",
+		} {
+			if !has(o, want) {
+				t.Errorf("%s: missing #SBATCH %s", stage, want)
+			}
+		}
+		gpu := has(o, "--gres=gpu:h100:1")
+		if gpu != (stage != Author) {
+			t.Errorf("%s: --gres=gpu:h100:1 present=%v", stage, gpu)
+		}
+		for _, l := range o {
+			if strings.HasPrefix(l, "--gres") && stage == Author {
+				t.Errorf("author requests a GPU: %s", l)
+			}
+		}
+		nv := strings.Contains(string(f.Data), " --nv ")
+		if nv != (stage != Author) {
+			t.Errorf("%s: --nv present=%v", stage, nv)
+		}
+		for _, flag := range []string{"exec --containall --cleanenv --no-home"} {
+			if !strings.Contains(string(f.Data), flag) {
+				t.Errorf("%s: exec line lacks %q", stage, flag)
+			}
+		}
+	}
+	times := map[string]string{Author: "--time=01:10:00", Train: "--time=01:10:00", Eval: "--time=02:00:00"}
+	for stage, want := range times {
+		f, _ := tr.Lookup(Script(stage))
+		if !has(sbatchLines(f.Data), want) {
+			t.Errorf("%s: want %s", stage, want)
+		}
+	}
+}
+
+// TestBinds checks each stage sees only what it needs, read-only where it
+// only reads.
+func TestBinds(t *testing.T) {
+	tr := render(t, loadExample(t, "cluster-example.yaml"))
+	ep := "/scratch/alice/nemorl/ep-20261129T000000Z-golden"
+	want := map[string][]string{
+		Author: {ep + "/author:/nemorl/author"},
+		Train:  {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", ep + "/train/checkpoint:/nemorl/out"},
+		Eval:   {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", ep + "/eval/bundle:/nemorl/bundle:ro", ep + "/eval/work:/nemorl/out"},
+	}
+	for stage, binds := range want {
+		f, _ := tr.Lookup(Script(stage))
+		var got []string
+		fields := strings.Fields(string(f.Data))
+		for i, w := range fields {
+			if w == "--bind" {
+				got = append(got, fields[i+1])
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(binds, " ") {
+			t.Errorf("%s binds = %v, want %v", stage, got, binds)
+		}
+	}
+}
+
+// TestBundleSplit asserts on the rendered tree that author and train never
+// receive the evaluator, AIME25 data or eval settings, and eval never
+// receives the patch, the recipe or the launcher.
+func TestBundleSplit(t *testing.T) {
+	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+		tr := render(t, loadExample(t, name))
+		for _, f := range tr.Files {
+			if f.IsDir() {
+				continue
+			}
+			stage := strings.SplitN(f.Path, "/", 2)[0]
+			low := strings.ToLower(f.Path + "\n" + payloadText(f))
+			switch stage {
+			case Author, Train:
+				for _, bad := range []string{"aime", "evaluat", "eval.json", "samples_per_problem", "temperature"} {
+					if strings.Contains(low, bad) {
+						t.Errorf("%s: %s carries %q", name, f.Path, bad)
+					}
+				}
+			case Eval:
+				for _, bad := range []string{"change.diff", "recipe", "launch", "train.json", "prompt.txt"} {
+					if strings.Contains(low, bad) {
+						t.Errorf("%s: %s carries %q", name, f.Path, bad)
+					}
+				}
+			}
+		}
+	}
+}
+
+// payloadText is what a file says, less the script plumbing that names
+// other stages' outputs by path (the eval script must check the weights).
+func payloadText(f File) string {
+	if strings.HasSuffix(f.Path, ".sbatch") {
+		return "" // scripts are checked by TestBinds and TestGolden
+	}
+	return string(f.Data)
+}
+
+func TestNoSecretAnywhere(t *testing.T) {
+	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+		cfg := loadExample(t, name)
+		tr := render(t, cfg)
+		key := cfg.PolicyModel.APIKey.Reveal()
+		for _, f := range tr.Files {
+			if bytes.Contains(f.Data, []byte(key)) {
+				t.Errorf("%s: %s contains the API key", name, f.Path)
+			}
+			if strings.Contains(f.Path, "secrets") {
+				t.Errorf("%s: render wrote %s", name, f.Path)
+			}
+		}
+	}
+}
+
+func TestScriptsParse(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+		tr := render(t, loadExample(t, name))
+		for _, stage := range Stages {
+			f, _ := tr.Lookup(Script(stage))
+			cmd := exec.Command(bash, "-n")
+			cmd.Stdin = bytes.NewReader(f.Data)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s %s: bash -n: %v\n%s", name, stage, err, out)
+			}
+		}
+	}
+}
+
+func TestBadEpisodeID(t *testing.T) {
+	cfg := loadExample(t, "lab.yaml")
+	for _, id := range []string{"", "../x", "a b", "-x", "$(id)"} {
+		if _, err := Render(cfg, Input{Episode: id}); err == nil {
+			t.Errorf("episode %q accepted", id)
+		}
+	}
+}
+
+// writeTree writes a rendered tree under its own Dir (a temp dir in tests).
+func writeTree(t *testing.T, tr *Tree) {
+	t.Helper()
+	for _, f := range tr.Files {
+		p := filepath.Join(tr.Dir, filepath.FromSlash(f.Path))
+		if f.IsDir() {
+			if err := os.MkdirAll(p, f.Mode.Perm()); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.WriteFile(p, f.Data, f.Mode.Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stageRun renders the lab config into a temp workdir with stand-in
+// commands given as shell snippets, and returns the tree.
+func stageRun(t *testing.T, snippets map[string]string) *Tree {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := loadExample(t, "lab.yaml")
+	cfg.Cluster.Workdir = dir
+	for stage, body := range snippets {
+		p := filepath.Join(dir, "standin-"+stage)
+		if err := os.WriteFile(p, []byte("#!/bin/bash\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		switch stage {
+		case Author:
+			cfg.Stages.Author.Command = []string{p}
+		case Train:
+			cfg.Stages.Train.Command = []string{p}
+		case Eval:
+			cfg.Stages.Eval.Command = []string{p}
+		}
+	}
+	cfg.Cluster.Workdir = dir
+	tr, err := Render(cfg, Input{Episode: "ep-run", Prompt: []byte("p"), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Dir = filepath.Join(dir, "ep-run")
+	writeTree(t, tr)
+	return tr
+}
+
+func runScript(t *testing.T, tr *Tree, stage string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(stage)))
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "POLICY_API_KEY=" + testKey}
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// TestRunEval runs the rendered eval script under bash: it runs the
+// payload with the documented environment, and refuses to run when an
+// evaluator input was changed after rendering.
+func TestRunEval(t *testing.T) {
+	tr := stageRun(t, map[string]string{Eval: `echo "weights=$NEMORL_WEIGHTS job=$SLURM_JOB_ID key=${POLICY_API_KEY:-unset}"`})
+	weights := filepath.Join(tr.Dir, "train/checkpoint/model.safetensors")
+	out, code := runScript(t, tr, Eval)
+	if code != 66 || !strings.Contains(out, "weights") || !strings.Contains(out, "missing") {
+		t.Fatalf("without weights: exit %d, %s", code, out)
+	}
+	if err := os.WriteFile(weights, []byte("w"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = runScript(t, tr, Eval)
+	if code != 0 || !strings.Contains(out, "weights="+weights+" job=4242 key=unset") {
+		t.Fatalf("exit %d, %s", code, out)
+	}
+	settings := filepath.Join(tr.Dir, "eval/bundle/eval.json")
+	if err := os.WriteFile(settings, []byte(`{"samples_per_problem": 1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = runScript(t, tr, Eval)
+	if code != 65 || !strings.Contains(out, "refusing to evaluate") || strings.Contains(out, "weights=") {
+		t.Fatalf("tampered evaluator inputs: exit %d, %s", code, out)
+	}
+}
+
+func TestRunAuthorSecrets(t *testing.T) {
+	tr := stageRun(t, map[string]string{Author: `test -f "$NEMORL_SECRETS" && echo secrets-present; exit 3`})
+	out, code := runScript(t, tr, Author)
+	if code != 78 || !strings.Contains(out, "secrets.env is missing") {
+		t.Fatalf("without secrets.env: exit %d, %s", code, out)
+	}
+	sec := filepath.Join(tr.Dir, "author/secrets.env")
+	if err := os.WriteFile(sec, []byte("POLICY_API_KEY=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = runScript(t, tr, Author)
+	if code != 3 || !strings.Contains(out, "secrets-present") || !strings.Contains(out, "exited with status 3") {
+		t.Fatalf("exit %d, %s", code, out)
+	}
+	if _, err := os.Stat(sec); !os.IsNotExist(err) {
+		t.Errorf("secrets.env survived the job: %v", err)
+	}
+}
+
+// TestTermForwarded sends TERM to the batch shell, as Slurm's
+// --signal=B:TERM@N does, and checks that the payload receives it at once
+// (the payload runs in the background and is waited for).
+func TestTermForwarded(t *testing.T) {
+	tr := stageRun(t, map[string]string{Train: `trap 'echo payload-got-term; exit 42' TERM; echo started; while :; do sleep 0.1; done`})
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Train)))
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "started") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 42 {
+			t.Fatalf("want exit 42 from the payload, got %v\n%s", err, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("batch shell did not end after TERM\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "payload-got-term") || !strings.Contains(out.String(), "forwarding") {
+		t.Errorf("TERM not forwarded:\n%s", out.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
