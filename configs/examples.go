@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"bytes"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -43,11 +44,13 @@ func (c *Config) EffectiveJSON() ([]byte, error) {
 	if err := yaml.Unmarshal(y, &m); err != nil {
 		return nil, fmt.Errorf("render effective config: %w", err)
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
 		return nil, fmt.Errorf("render effective config: %w", err)
 	}
-	return b, nil
+	return bytes.TrimSpace(b.Bytes()), nil
 }
 
 // DefaultPath is where the config is looked for without --config.

@@ -1,0 +1,150 @@
+// Package cli is the nemorl-slurm command line: one file per verb
+// (cmd_<verb>.go), global flags, output formats and exit codes.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+)
+
+// Version is set at build time with -ldflags "-X …/cli.Version=…".
+var Version = "dev"
+
+// env is what one invocation works with.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	notFound := false
+	// -v is --verbose here, so --version has no short form.
+	ucli.VersionFlag = &ucli.BoolFlag{Name: "version", Usage: "print the version"}
+	app := &ucli.App{
+		Name:      "nemorl-slurm",
+		Usage:     "run NeMo Gym nemorl_env episodes (author → train → eval) on Slurm",
+		Version:   Version,
+		Reader:    stdin,
+		Writer:    stderr, // help and human text go to stderr; stdout is for --json
+		ErrWriter: stderr,
+		Flags:     globalFlags(),
+		Commands: []*ucli.Command{
+			configCommand(e),
+			renderCommand(e),
+		},
+		OnUsageError: func(_ *ucli.Context, err error, _ bool) error {
+			return &Error{Code: ExitUsage, Err: err, Hint: "see nemorl-slurm --help"}
+		},
+		CommandNotFound: func(c *ucli.Context, name string) {
+			notFound = true
+			fmt.Fprintf(stderr, "nemorl-slurm: no command %q\nhint: see nemorl-slurm --help\n", name)
+		},
+		ExitErrHandler: func(*ucli.Context, error) {}, // Main reports errors
+	}
+	// An error before any action ran is a usage error (unknown flag,
+	// missing required flag, bad argument).
+	inAction := false
+	markActions(app.Commands, &inAction)
+	if err := app.Run(args); err != nil {
+		var uerr ucli.ExitCoder
+		if errors.As(err, &uerr) {
+			return uerr.ExitCode()
+		}
+		if !inAction {
+			var e *Error
+			if !errors.As(err, &e) {
+				err = &Error{Code: ExitUsage, Err: err, Hint: "see nemorl-slurm --help"}
+			}
+		}
+		return report(stderr, err)
+	}
+	if notFound {
+		return ExitUsage
+	}
+	return ExitOK
+}
+
+func markActions(cmds []*ucli.Command, in *bool) {
+	for _, cmd := range cmds {
+		if act := cmd.Action; act != nil {
+			cmd.Action = func(c *ucli.Context) error { *in = true; return act(c) }
+		}
+		cmd.OnUsageError = func(_ *ucli.Context, err error, _ bool) error {
+			return &Error{Code: ExitUsage, Err: err, Hint: "see nemorl-slurm " + cmd.Name + " --help"}
+		}
+		markActions(cmd.Subcommands, in)
+	}
+}
+
+// globalFlags are accepted before the command and after it alike
+// (nemorl-slurm --json status, nemorl-slurm status --json).
+func globalFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "config", Usage: "config file (default $NEMORL_SLURM_CONFIG, else ./nemorl-slurm.yaml)"},
+		&ucli.BoolFlag{Name: "json", Usage: "print exactly one JSON document on stdout"},
+		&ucli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log more to stderr"},
+	}
+}
+
+// withGlobals adds the global flags to a command's own.
+func withGlobals(flags ...ucli.Flag) []ucli.Flag { return append(flags, globalFlags()...) }
+
+// isSetAnywhere finds a global flag set on the command or before it.
+func setContext(c *ucli.Context, name string) *ucli.Context {
+	for _, ctx := range c.Lineage() {
+		for _, n := range ctx.LocalFlagNames() {
+			if n == name {
+				return ctx
+			}
+		}
+	}
+	return nil
+}
+
+func globalString(c *ucli.Context, name string) string {
+	if ctx := setContext(c, name); ctx != nil {
+		return ctx.String(name)
+	}
+	return ""
+}
+
+func globalBool(c *ucli.Context, name string) bool {
+	if ctx := setContext(c, name); ctx != nil {
+		return ctx.Bool(name)
+	}
+	return false
+}
+
+// loadConfig loads the config named by --config or the default path.
+func loadConfig(c *ucli.Context) (*configs.Config, error) {
+	path := globalString(c, "config")
+	if path == "" {
+		path = configs.DefaultPath()
+	}
+	cfg, err := configs.LoadFile(path)
+	if err != nil {
+		return nil, withCode(ExitUsage, err, "")
+	}
+	return cfg, nil
+}
+
+// writeJSON prints v as the one JSON document of this invocation.
+func (e *env) writeJSON(v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}
+
+func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"nemorl-slurm": func() { os.Exit(Main(os.Args, os.Stdin, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs the CLI scripts under testdata/script (testscript).
+func TestScripts(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(e *testscript.Env) error {
+			e.Setenv("REPO", root)
+			return nil
+		},
+	})
+}
+
+// TestBadConfigsExit2 runs config check through the binary on every bad
+// config kept as a test case; each must exit 2 and name its file, line and
+// key on stderr, and print nothing on stdout.
+func TestBadConfigsExit2(t *testing.T) {
+	bin := buildBinary(t)
+	files, _ := filepath.Glob("../configs/testdata/bad/*.yaml")
+	if len(files) < 15 {
+		t.Fatalf("only %d bad configs", len(files))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(string(data), "\n")
+		want := strings.Fields(strings.TrimPrefix(first, "# want:"))
+		loc := f + ":" + want[0] + ":"
+		if len(want) > 1 {
+			loc += " " + want[1] + ":"
+		}
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(bin, "config", "check", "--config", f)
+		cmd.Env = append(os.Environ(), "POLICY_API_KEY=sk-test")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err = cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != ExitUsage {
+			t.Errorf("%s: exit %d, want 2; stderr: %s", f, code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), loc) {
+			t.Errorf("%s: stderr lacks %q:\n%s", f, loc, stderr.String())
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("%s: stdout not empty: %s", f, stdout.String())
+		}
+	}
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nemorl-slurm")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/nemorl-slurm").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestExitCodesDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []int{ExitOK, ExitInternal, ExitUsage, ExitInfra, ExitIntegrity} {
+		if !bytes.Contains(readme, []byte("| "+strconv.Itoa(c)+" |")) {
+			t.Errorf("README has no row for exit code %d", c)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+package templates
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"text/template"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+)
+
+//go:embed prompt.tmpl
+var promptText string
+
+var promptTmpl = template.Must(template.New("prompt").Option("missingkey=error").Parse(promptText))
+
+// DefaultPrompt is the author's task prompt with the config's budgets
+// filled in; submit --prompt-file replaces it.
+func DefaultPrompt(cfg *configs.Config) ([]byte, error) {
+	var b bytes.Buffer
+	err := promptTmpl.Execute(&b, map[string]any{
+		"NemoRL": configs.NemoRLCommit, "Gym": configs.GymCommit, "Model": configs.BaseModel,
+		"TrainSeconds":    cfg.Stages.Train.TrainSeconds,
+		"InnerDeadline":   configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds),
+		"ResearchSeconds": cfg.Stages.Author.ResearchSeconds,
+		"MaxTurns":        cfg.Stages.Author.MaxTurns,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("template prompt.tmpl: %w", err)
+	}
+	return b.Bytes(), nil
+}
