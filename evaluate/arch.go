@@ -46,11 +46,14 @@ type Qwen2Config struct {
 	TiedEmbeddings bool
 }
 
-// Qwen25_1_5B_InstructConfig is Qwen/Qwen2.5-1.5B-Instruct at revision
+// Qwen25_1_5B_InstructConfig returns Qwen/Qwen2.5-1.5B-Instruct at revision
 // 989aa7980e4cf806f80c7fef2b1adb7bc71aa306 (config.json: hidden_size 1536,
 // intermediate_size 8960, num_hidden_layers 28, num_attention_heads 12,
 // num_key_value_heads 2, vocab_size 151936, tie_word_embeddings true).
-var Qwen25_1_5B_InstructConfig = Qwen2Config{
+// A function, not a variable, so that nothing can alter the pin.
+func Qwen25_1_5B_InstructConfig() Qwen2Config { return qwen25Config }
+
+var qwen25Config = Qwen2Config{
 	Layers: 28, Hidden: 1536, Intermediate: 8960, Heads: 12, KVHeads: 2,
 	HeadDim: 128, Vocab: 151936, TiedEmbeddings: true,
 }
@@ -60,11 +63,42 @@ var Qwen25_1_5B_InstructConfig = Qwen2Config{
 // optional because the embeddings are tied (1,543,714,304 parameters
 // without it).
 func Qwen25_1_5B_Instruct() Architecture {
-	a, err := Qwen2Architecture("Qwen/Qwen2.5-1.5B-Instruct", Qwen25_1_5B_InstructConfig)
+	a, err := Qwen2Architecture("Qwen/Qwen2.5-1.5B-Instruct", qwen25Config)
 	if err != nil {
 		panic(err)
 	}
 	return a
+}
+
+// TinyQwen2Config returns a 2-layer Qwen2 of 1,480 parameters with the
+// pinned model's structure (tied embeddings, GQA with biased q/k/v), for
+// tests and the lab's stand-in stages.
+func TinyQwen2Config() Qwen2Config { return tinyConfig }
+
+var tinyConfig = Qwen2Config{
+	Layers: 2, Hidden: 8, Intermediate: 16, Heads: 2, KVHeads: 1,
+	HeadDim: 4, Vocab: 32, TiedEmbeddings: true,
+}
+
+// TinyQwen2 returns the architecture of TinyQwen2Config.
+func TinyQwen2() Architecture {
+	a, err := Qwen2Architecture("tiny-qwen2", tinyConfig)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// ArchitectureByName returns "qwen2.5-1.5b-instruct" (the pinned model)
+// or "tiny-qwen2", for a command-line flag.
+func ArchitectureByName(name string) (Architecture, error) {
+	switch name {
+	case "qwen2.5-1.5b-instruct":
+		return Qwen25_1_5B_Instruct(), nil
+	case "tiny-qwen2":
+		return TinyQwen2(), nil
+	}
+	return Architecture{}, fmt.Errorf("evaluate: unknown architecture %q (want qwen2.5-1.5b-instruct or tiny-qwen2)", name)
 }
 
 // Qwen2Architecture returns the state-dict tensor list of Qwen2ForCausalLM

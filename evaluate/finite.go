@@ -49,7 +49,8 @@ func firstNonFinite(dtype string, b []byte) int64 {
 		x1 := binary.LittleEndian.Uint64(w[8:16])
 		x2 := binary.LittleEndian.Uint64(w[16:24])
 		x3 := binary.LittleEndian.Uint64(w[24:32])
-		if ((x0&mask)+add|(x1&mask)+add|(x2&mask)+add|(x3&mask)+add)&lane != 0 {
+		// Parenthesized: in Go, + and | share one precedence level.
+		if (((x0&mask)+add)|((x1&mask)+add)|((x2&mask)+add)|((x3&mask)+add))&lane != 0 {
 			break
 		}
 	}

@@ -30,19 +30,18 @@ const (
 
 // Rollout rejections (Score, LoadQuestions).
 const (
-	ReasonFailedRollouts  Reason = "failed_rollouts"   // the failures file is not empty
-	ReasonMalformedRow    Reason = "malformed_row"     // a rollouts line is not a JSON object of the documented shape
-	ReasonRowTooLarge     Reason = "row_too_large"     // a rollouts line longer than MaxRowBytes
-	ReasonMissingReward   Reason = "missing_reward"    // a row without a reward
-	ReasonNonBinaryReward Reason = "non_binary_reward" // a reward other than the numbers 0 and 1
-	ReasonUnknownQuestion Reason = "unknown_question"  // a row whose prompt is not one of the 30 AIME25 questions
-	ReasonQuestionField   Reason = "question_mismatch" // the row's question field disagrees with its prompt
-	ReasonDuplicateQ      Reason = "duplicate_question"
-	ReasonDuplicateRollout Reason = "duplicate_rollout" // the same (task, rollout) index twice
-	ReasonMissingAnswers  Reason = "missing_answers"   // a question with fewer than 8 answers
-	ReasonExtraAnswers    Reason = "extra_answers"     // a question with more than 8 answers
-	ReasonBadQuestions    Reason = "bad_questions"     // the AIME25 file is not 30 unique questions
-	ReasonBadBinding      Reason = "bad_binding"       // job id or weights hash given to Score is malformed
+	ReasonFailedRollouts   Reason = "failed_rollouts"    // the failures file is not empty
+	ReasonMalformedRow     Reason = "malformed_row"      // a rollouts line is not a JSON object of the documented shape
+	ReasonRowTooLarge      Reason = "row_too_large"      // a rollouts line longer than MaxRowBytes
+	ReasonMissingReward    Reason = "missing_reward"     // a row without a reward
+	ReasonNonBinaryReward  Reason = "non_binary_reward"  // a reward other than the numbers 0 and 1
+	ReasonUnknownQuestion  Reason = "unknown_question"   // a row whose prompt is not one of the 30 AIME25 questions
+	ReasonQuestionField    Reason = "question_mismatch"  // the row's question field disagrees with its prompt
+	ReasonDuplicateQ       Reason = "duplicate_question" // a question under two task indexes, or twice in the AIME25 file
+	ReasonDuplicateRollout Reason = "duplicate_rollout"  // the same (task, rollout) index twice
+	ReasonMissingAnswers   Reason = "missing_answers"    // a question with fewer than 8 answers
+	ReasonExtraAnswers     Reason = "extra_answers"      // a question with more than 8 answers
+	ReasonBadQuestions     Reason = "bad_questions"      // the AIME25 file is not 30 unique questions
 )
 
 // Rejection is the error a check returns when the content it checks is bad.

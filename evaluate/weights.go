@@ -12,9 +12,13 @@ import (
 	"sort"
 )
 
-// ReadBufferBytes is the one buffer CheckWeights reads the tensor data
-// through (a multiple of every accepted element size).
-const ReadBufferBytes = 1 << 20
+// CheckWeights reads the tensor data through ReadBuffers buffers of
+// ReadBufferBytes each (a multiple of every accepted element size): its
+// memory does not grow with the file.
+const (
+	ReadBufferBytes = 1 << 20
+	ReadBuffers     = 4
+)
 
 // Report describes a checkpoint that CheckWeights accepted (or, with a
 // rejection, as far as the check got).
@@ -37,9 +41,10 @@ type Report struct {
 }
 
 // CheckWeights checks the safetensors file at path against arch and
-// returns its sha256, reading the file exactly once, front to back,
-// through one ReadBufferBytes buffer (memory does not grow with the file;
-// the JSON header, at most MaxHeaderBytes, is held while it is parsed).
+// returns its sha256, reading the file exactly once, front to back, in
+// constant memory (ReadBuffers × ReadBufferBytes; the JSON header, at most
+// MaxHeaderBytes, is held while it is parsed). Scanning and hashing run on
+// two goroutines.
 //
 // Checks, in order: a regular file; the 8-byte little-endian header length
 // (non-zero, at most MaxHeaderBytes, within the file); the header (strict
@@ -67,7 +72,7 @@ func CheckWeights(path string, arch Architecture) (Report, error) {
 	rep.Size = st.Size()
 
 	h := sha256.New()
-	r := &hashingReader{r: f, h: h}
+	r := &hashingReader{r: f, h: h} // header only; the data goes through pipe
 
 	var lenBuf [8]byte
 	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
@@ -116,15 +121,19 @@ func CheckWeights(path string, arch Architecture) (Report, error) {
 	}
 
 	// Stream the data region: tensors are contiguous and sorted, so reading
-	// each tensor's bytes in turn reads the region front to back.
-	buf := make([]byte, ReadBufferBytes)
+	// each tensor's bytes in turn reads the region front to back. This
+	// goroutine reads and scans; a second one hashes, in file order, the
+	// chunks handed to it (ReadBuffers buffers in rotation).
+	pipe := newHashPipe(h, ReadBuffers, ReadBufferBytes)
+	defer pipe.close()
 	for i := range tensors {
 		t := &tensors[i]
 		var elem int64
 		for left := t.End - t.Begin; left > 0; {
+			buf := pipe.get()
 			k := min(left, int64(len(buf)))
 			chunk := buf[:k]
-			if _, err := io.ReadFull(r, chunk); err != nil {
+			if _, err := io.ReadFull(f, chunk); err != nil {
 				return rep, truncatedOr(err, "file ends inside tensor %s", t.Name)
 			}
 			if idx := firstNonFinite(t.DType, chunk); idx >= 0 {
@@ -132,13 +141,16 @@ func CheckWeights(path string, arch Architecture) (Report, error) {
 				return rep, rejectTensor(ReasonNonFinite, t.Name, "element %d (%s bits 0x%0*x) is %s",
 					elem+idx, t.DType, 2*t.elemSize, bits, nonFiniteKind(t.DType, bits))
 			}
+			pipe.put(chunk)
 			elem += k / t.elemSize
 			left -= k
 		}
 	}
-	if k, _ := io.ReadFull(r, buf[:1]); k != 0 {
+	var one [1]byte
+	if k, _ := io.ReadFull(f, one[:]); k != 0 {
 		return rep, rejectTensor(ReasonFileChanged, "", "the file grew while it was read (stat said %d bytes)", rep.Size)
 	}
+	pipe.close()
 	rep.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return rep, nil
 }
@@ -191,4 +203,43 @@ func (a Architecture) TensorNames() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// hashPipe hashes, on its own goroutine and in order, the chunks put to
+// it, recycling a fixed set of buffers.
+type hashPipe struct {
+	ch     chan []byte
+	free   chan []byte
+	done   chan struct{}
+	closed bool
+}
+
+func newHashPipe(h hash.Hash, n, size int) *hashPipe {
+	p := &hashPipe{ch: make(chan []byte, n), free: make(chan []byte, n), done: make(chan struct{})}
+	for range n {
+		p.free <- make([]byte, size)
+	}
+	go func() {
+		defer close(p.done)
+		for b := range p.ch {
+			h.Write(b)
+			p.free <- b[:cap(b)]
+		}
+	}()
+	return p
+}
+
+// get returns a free buffer of full size.
+func (p *hashPipe) get() []byte { return <-p.free }
+
+// put hands a filled chunk (a prefix of a buffer from get) to the hasher.
+func (p *hashPipe) put(b []byte) { p.ch <- b }
+
+// close waits until every chunk put is hashed; idempotent.
+func (p *hashPipe) close() {
+	if !p.closed {
+		p.closed = true
+		close(p.ch)
+		<-p.done
+	}
 }

@@ -213,6 +213,28 @@ func TestScanEvalRejections(t *testing.T) {
 	}
 }
 
+func TestTypedScans(t *testing.T) {
+	out := func(r Record) []byte { return []byte(mustFormat(t, r) + "\n") }
+	if a, err := ScanAuthor(out(goodAuthor()), 0); err != nil || a.Turns != 57 {
+		t.Errorf("ScanAuthor: %v", err)
+	}
+	if tr, err := ScanTrain(out(goodTrain()), 0); err != nil || tr.InnerSteps != 42 {
+		t.Errorf("ScanTrain: %v", err)
+	}
+	if e, err := ScanEval(out(goodEval()), 0); err != nil || e.Correct != 30 {
+		t.Errorf("ScanEval: %v", err)
+	}
+	if e, err := ScanEval(out(goodTrain()), 0); e != nil || ReasonOf(err) != ReasonForeignRecord {
+		t.Errorf("ScanEval(train output): %v", err)
+	}
+	if _, err := ScanAuthor(nil, 0); ReasonOf(err) != ReasonMissingRecord {
+		t.Errorf("ScanAuthor(nil): %v", err)
+	}
+	if _, err := ScanTrain(nil, 0); ReasonOf(err) != ReasonMissingRecord {
+		t.Errorf("ScanTrain(nil): %v", err)
+	}
+}
+
 func TestScanDetails(t *testing.T) {
 	good := mustFormat(t, goodEval())
 	out := "a\n" + good + "\nb\nc\n" + good + "\n"

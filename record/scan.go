@@ -126,6 +126,33 @@ func ScanTail(stage Stage, tail []byte, offset int64) (Record, error) {
 	return rec, nil
 }
 
+// ScanAuthor is ScanTail for the author stage, typed.
+func ScanAuthor(tail []byte, offset int64) (*Author, error) {
+	r, err := ScanTail(StageAuthor, tail, offset)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*Author), nil
+}
+
+// ScanTrain is ScanTail for the train stage, typed.
+func ScanTrain(tail []byte, offset int64) (*Train, error) {
+	r, err := ScanTail(StageTrain, tail, offset)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*Train), nil
+}
+
+// ScanEval is ScanTail for the eval stage, typed.
+func ScanEval(tail []byte, offset int64) (*Eval, error) {
+	r, err := ScanTail(StageEval, tail, offset)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*Eval), nil
+}
+
 // ParseLine parses one record line (with its prefix, without its newline)
 // of the given stage and validates it.
 func ParseLine(stage Stage, line []byte) (Record, error) {
