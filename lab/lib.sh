@@ -92,11 +92,17 @@ alive() {
 
 # descendants PID: every descendant pid of PID (children first listed last).
 descendants() {
-    local parent="$1" child
-    for child in $(ps -o pid= --ppid "$parent" 2>/dev/null || true); do
-        printf '%s\n' "$child"
-        descendants "$child"
-    done
+    ps -e -o pid=,ppid= 2>/dev/null | awk -v root="$1" '
+        { parent[$1] = $2; pids[NR] = $1 }
+        END {
+            for (i = 1; i <= NR; i++) {
+                p = pids[i]; q = parent[p]; n = 0
+                while (q != "" && q != 0 && q != 1 && n++ < 64) {
+                    if (q == root) { print p; break }
+                    q = parent[q]
+                }
+            }
+        }'
 }
 
 # stop_pid NAME PIDFILE COMM [TIMEOUT]: SIGTERM, wait, then SIGKILL.
@@ -152,6 +158,55 @@ write_file() {
     chown "$owner" "$tmp"
     mv -f "$tmp" "$path"
     return 0
+}
+
+# ---- MariaDB (system datadir /var/lib/mysql, default socket) ---------------
+
+mariadb_ok() { mariadb-admin --socket="$MARIADB_SOCK" ping; }
+
+mariadb_start() {
+    mkdir -p "$LOGDIR"
+    install -d -m 0755 -o mysql -g mysql /run/mysqld
+    touch "$MARIADB_LOG"
+    chown mysql:mysql "$MARIADB_LOG"
+    if alive "$MARIADB_PID" mariadbd && mariadb_ok >/dev/null 2>&1; then
+        log "mariadb: already running"
+        return 0
+    elif mariadb_ok >/dev/null 2>&1; then
+        log "mariadb: already running (not started by the lab)"
+        return 0
+    fi
+    if alive "$MARIADB_PID" mariadbd; then stop_pid mariadb "$MARIADB_PID" mariadbd 60; fi
+    if [ ! -d /var/lib/mysql/mysql ]; then
+        log "mariadb: initialising /var/lib/mysql"
+        install -d -m 0755 -o mysql -g mysql /var/lib/mysql
+        mariadb-install-db --user=mysql --datadir=/var/lib/mysql \
+            --auth-root-authentication-method=socket >>"$MARIADB_LOG" 2>&1 ||
+            { show_log "$MARIADB_LOG"; die "mariadb-install-db failed"; }
+    fi
+    setsid /usr/sbin/mariadbd --user=mysql --pid-file="$MARIADB_PID" --socket="$MARIADB_SOCK" \
+        --log-error="$MARIADB_LOG" </dev/null >>"$MARIADB_LOG" 2>&1 &
+    wait_for 60 "mariadb ping" mariadb_ok || { show_log "$MARIADB_LOG"; die "mariadb did not start"; }
+    log "mariadb: started"
+}
+
+mariadb_stop() {
+    local pid i
+    if alive "$MARIADB_PID" mariadbd; then
+        pid="$(pid_from "$MARIADB_PID")"
+        mariadb-admin --socket="$MARIADB_SOCK" shutdown >/dev/null 2>&1 || true
+        for ((i = 0; i < 300; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    if alive "$MARIADB_PID" mariadbd; then
+        stop_pid mariadb "$MARIADB_PID" mariadbd 30
+    elif [ -n "${pid:-}" ]; then
+        log "mariadb: stopped (pid $pid)"
+    else
+        log "mariadb: not running"
+    fi
 }
 
 # ---- lab sshd -------------------------------------------------------------
