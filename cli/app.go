@@ -39,6 +39,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Commands: []*ucli.Command{
 			configCommand(e),
 			renderCommand(e),
+			evaluateCommand(e),
 		},
 		OnUsageError: func(_ *ucli.Context, err error, _ bool) error {
 			return &Error{Code: ExitUsage, Err: err, Hint: "see nemorl-slurm --help"}
