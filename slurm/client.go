@@ -228,10 +228,17 @@ func (c *Client) FindByComment(ctx context.Context, tag string) ([]JobInfo, erro
 	if tag == "" || strings.ContainsAny(tag, "\x00\n\r"+Sep) {
 		return nil, fmt.Errorf("slurm: find: bad comment tag %q", tag)
 	}
-	return c.find(ctx, func(j JobInfo) bool { return j.Comment == tag })
+	return c.Find(ctx, func(j JobInfo) bool { return j.Comment == tag })
 }
 
-func (c *Client) find(ctx context.Context, match func(JobInfo) bool) ([]JobInfo, error) {
+// Find returns the calling user's jobs for which match is true, from one
+// sacct (jobs submitted within History) and one squeue --me (jobs
+// slurmctld still holds), sorted by job id; a job both know is taken from
+// squeue only while sacct has not caught up with its end. sacct shows a
+// job's comment only once the job has ended (22.05 stores it with the job
+// completion); match on the job name too to find a job in any state from
+// sacct alone. Both commands must succeed.
+func (c *Client) Find(ctx context.Context, match func(JobInfo) bool) ([]JobInfo, error) {
 	hist := c.History
 	if hist <= 0 {
 		hist = DefaultHistory

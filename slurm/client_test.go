@@ -247,8 +247,10 @@ func TestQuerySacctDownFallsBackToSqueue(t *testing.T) {
 
 func TestQueryBothDown(t *testing.T) {
 	f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){
-		"sacct":  func([]string) (string, string, int) { return "", "sacct: error: Problem talking to the database", 1 },
-		"squeue": func([]string) (string, string, int) { return "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)", 1 },
+		"sacct": func([]string) (string, string, int) { return "", "sacct: error: Problem talking to the database", 1 },
+		"squeue": func([]string) (string, string, int) {
+			return "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)", 1
+		},
 	}}
 	got, err := New(f).Query(context.Background(), []string{"7"})
 	if err == nil || !strings.Contains(err.Error(), "database") || !strings.Contains(err.Error(), "controller") {
@@ -262,8 +264,10 @@ func TestQueryBothDown(t *testing.T) {
 // squeue given a single id it does not know exits 1; that is "unknown".
 func TestQuerySqueueInvalidID(t *testing.T) {
 	f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){
-		"sacct":  func([]string) (string, string, int) { return "", "", 0 },
-		"squeue": func([]string) (string, string, int) { return "", "slurm_load_jobs error: Invalid job id specified\n", 1 },
+		"sacct": func([]string) (string, string, int) { return "", "", 0 },
+		"squeue": func([]string) (string, string, int) {
+			return "", "slurm_load_jobs error: Invalid job id specified\n", 1
+		},
 	}}
 	got, err := New(f).Query(context.Background(), []string{"99999999"})
 	if err != nil || got["99999999"].Class() != Unknown || got["99999999"].Source != SourceNone {

@@ -141,9 +141,16 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 	return jobs, errors.Join(errs...)
 }
 
-// foldSteps refines a job from its steps: an OUT_OF_MEMORY step explains a
-// FAILED job, and the batch step's exit code stands in for a job exit code
-// that says nothing.
+// foldSteps refines a job from its steps:
+//   - an OUT_OF_MEMORY step explains a FAILED job;
+//   - a FAILED job whose own exit code says nothing (0:0 or missing) takes
+//     its batch step's;
+//   - a job that ended without ever running (no node, no step) has no
+//     start time, whatever the record says: slurmdbd records a job
+//     cancelled right after submission (--kill-on-invalid-dep) under the
+//     name "allocation" with Start = Submit and reason None;
+//   - such a job, CANCELLED by no user, was cancelled by slurmctld: in
+//     practice because a dependency can never be satisfied.
 func foldSteps(j *JobInfo) {
 	var batch *Step
 	oom := false
@@ -156,11 +163,22 @@ func foldSteps(j *JobInfo) {
 			oom = true
 		}
 	}
-	if j.State.Class == Failed && oom && (j.State.Failure == FailureExitCode || j.State.Failure == FailureUnknownTerminated) {
+	if j.State.Class != Failed {
+		return
+	}
+	if oom && j.State.Failure == FailureExitCode {
 		j.State.Failure = FailureOutOfMemory
 	}
-	if batch != nil && (!j.ExitCode.Known || j.ExitCode.Zero()) && batch.ExitCode.Known && !batch.ExitCode.Zero() && j.State.Class == Failed {
+	if batch != nil && (j.State.Failure == FailureExitCode || j.State.Failure == FailureOutOfMemory) &&
+		(!j.ExitCode.Known || j.ExitCode.Zero()) && batch.ExitCode.Known && !batch.ExitCode.Zero() {
 		j.ExitCode = batch.ExitCode
+	}
+	if len(j.Steps) == 0 && j.NodeList == "" {
+		j.Start, j.Elapsed = time.Time{}, 0
+		r := reasonWord(j.Reason)
+		if j.State.Name == "CANCELLED" && j.State.ByUID < 0 && (r == "" || r == "None" || r == "Dependency" || r == "DependencyNeverSatisfied") {
+			j.State.Failure = FailureDependency
+		}
 	}
 }
 

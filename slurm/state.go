@@ -55,19 +55,18 @@ func (c Class) Terminal() bool { return c == Succeeded || c == Failed }
 type Failure string
 
 const (
-	NoFailure                Failure = ""
-	FailureExitCode          Failure = "exit_code"                  // FAILED: non-zero exit or signal of the batch script
-	FailureCancelled         Failure = "cancelled"                  // CANCELLED (scancel, by a user or an admin)
-	FailureDependency        Failure = "dependency_never_satisfied" // cancelled because a dependency can never be met (--kill-on-invalid-dep)
-	FailureTimeout           Failure = "timeout"                    // TIMEOUT: hit its time limit
-	FailureOutOfMemory       Failure = "out_of_memory"              // OUT_OF_MEMORY (on the job or one of its steps)
-	FailureNodeFailure       Failure = "node_failure"               // NODE_FAIL
-	FailurePreempted         Failure = "preempted"                  // PREEMPTED
-	FailureBootFailure       Failure = "boot_failure"               // BOOT_FAIL
-	FailureDeadline          Failure = "deadline"                   // DEADLINE: could not run before its --deadline
-	FailureLaunch            Failure = "launch_failure"             // FAILED before the script ran (JobLaunchFailure, SystemFailure…)
-	FailureRevoked           Failure = "revoked"                    // REVOKED: a federated sibling ran elsewhere
-	FailureUnknownTerminated Failure = "unknown"                    // ended, but Slurm gave no usable detail
+	NoFailure          Failure = ""
+	FailureExitCode    Failure = "exit_code"                  // FAILED: non-zero exit or signal of the batch script
+	FailureCancelled   Failure = "cancelled"                  // CANCELLED (scancel, by a user or an admin)
+	FailureDependency  Failure = "dependency_never_satisfied" // cancelled by slurmctld before it ever ran, a dependency never met (--kill-on-invalid-dep)
+	FailureTimeout     Failure = "timeout"                    // TIMEOUT: hit its time limit
+	FailureOutOfMemory Failure = "out_of_memory"              // OUT_OF_MEMORY (on the job or one of its steps)
+	FailureNodeFailure Failure = "node_failure"               // NODE_FAIL
+	FailurePreempted   Failure = "preempted"                  // PREEMPTED
+	FailureBootFailure Failure = "boot_failure"               // BOOT_FAIL
+	FailureDeadline    Failure = "deadline"                   // DEADLINE: could not run before its --deadline
+	FailureLaunch      Failure = "launch_failure"             // FAILED with reason SystemFailure, BadConstraints, InvalidAccount/QOS, PartitionDown
+	FailureRevoked     Failure = "revoked"                    // REVOKED: a federated sibling ran elsewhere
 )
 
 // State is a job state as Slurm printed it, with its classification.
@@ -150,12 +149,18 @@ func ParseState(raw, reason string) State {
 	r := reasonWord(reason)
 	switch name {
 	case "CANCELLED":
-		if r == "DependencyNeverSatisfied" {
+		// --kill-on-invalid-dep: sacct shows "CANCELLED" (no "by UID") with
+		// reason "Dependency"; squeue shows reason DependencyNeverSatisfied.
+		// A user's scancel of a pending job shows "CANCELLED by UID" in
+		// sacct (not always for a running one, which has reason None).
+		if s.ByUID < 0 && (r == "DependencyNeverSatisfied" || r == "Dependency") {
 			s.Failure = FailureDependency
 		}
 	case "FAILED":
 		switch r {
-		case "JobLaunchFailure", "SystemFailure", "launch failed requeued held",
+		// Not "JobLaunchFailure": slurmctld (squeue) gives that reason to a
+		// batch script killed by a signal too (lab capture, 22.05).
+		case "SystemFailure", "launch failed requeued held",
 			"BadConstraints", "InvalidAccount", "InvalidQOS", "PartitionDown":
 			s.Failure = FailureLaunch
 		case "NodeDown":
@@ -182,9 +187,11 @@ func reasonWord(r string) string {
 	return r
 }
 
-// ExitCode is Slurm's "code:signal" pair. sacct's job ExitCode is the
-// batch script's exit status and the signal that ended it (a script killed
-// by SIGTERM shows 0:15; a script that ran `exit 137` shows 137:0).
+// ExitCode is Slurm's "code:signal" pair: the batch script's exit status
+// and the signal that killed it. Slurm 22.05 (as before 25.11) folds exit
+// statuses of 128 and more: a script that ran `exit 137` shows 9:0, not
+// 137:0 (lab capture), so Code 9 may mean 9 or 137. A script killed by
+// SIGKILL shows 0:9, by SIGTERM 0:15.
 type ExitCode struct {
 	Raw    string `json:"raw"`    // as printed, "" when not reported
 	Known  bool   `json:"known"`  // Raw parsed as code:signal
@@ -261,7 +268,11 @@ func ParseElapsed(s string) (time.Duration, bool) {
 		}
 		secs = secs*60 + n
 	}
-	return time.Duration(days*86400+secs)*time.Second + frac, true
+	total := days*86400 + secs
+	if total > 1<<33 { // ~272 years: nonsense, and near time.Duration's range
+		return 0, false
+	}
+	return time.Duration(total)*time.Second + frac, true
 }
 
 // TimeLayout is Slurm's default time format (SLURM_TIME_FORMAT=standard),

@@ -1,0 +1,344 @@
+package slurm
+
+// Integration tests against the local Slurm lab (lab/up), as the user
+// running the tests, through remote.Local. They skip when the lab is
+// absent; with NEMORL_REQUIRE_LAB=1 a missing lab fails them.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/remote"
+)
+
+// countingRunner counts the processes it runs, per program.
+type countingRunner struct {
+	inner remote.Runner
+	mu    sync.Mutex
+	n     map[string]int
+}
+
+func (c *countingRunner) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[program(cmd.Argv)]++
+	c.mu.Unlock()
+	return c.inner.Run(ctx, cmd)
+}
+
+func (c *countingRunner) count(prog string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[prog]
+}
+
+func (c *countingRunner) reset() {
+	c.mu.Lock()
+	c.n = nil
+	c.mu.Unlock()
+}
+
+type lab struct {
+	partition string
+}
+
+var (
+	labProbe    sync.Once
+	labProbeErr error
+)
+
+// needLab returns the lab (internal/labtest: skipped when absent, a failure
+// under NEMORL_REQUIRE_LAB=1) once its Slurm answers.
+func needLab(t *testing.T) *lab {
+	t.Helper()
+	env := labtest.Env(t)
+	labProbe.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for _, argv := range [][]string{{"sinfo", "-h"}, {"sacct", "-n", "-X", "-S", "now-1minutes", "-o", "jobid"}} {
+			if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				labProbeErr = fmt.Errorf("lab Slurm not answering (lab/status): %s: %v: %s", argv[0], err, out)
+				return
+			}
+		}
+	})
+	if labProbeErr != nil {
+		if labtest.Required() {
+			t.Fatal(labProbeErr)
+		}
+		t.Skip(labProbeErr)
+	}
+	return &lab{partition: env.Partition}
+}
+
+func (l *lab) client(t *testing.T) (*Client, *countingRunner) {
+	cr := &countingRunner{inner: remote.NewLocal()}
+	return New(cr), cr
+}
+
+// jobArgs are the options every lab job gets: the lab partition, a short
+// limit, output to a temp dir.
+func (l *lab) jobArgs(t *testing.T) []string {
+	dir := labDir(t)
+	args := []string{"--time=5", "--output=" + filepath.Join(dir, "%j.out")}
+	if l.partition != "" {
+		args = append(args, "--partition="+l.partition)
+	}
+	return args
+}
+
+// labDir is a temp dir the lab's slurmd can write into.
+func labDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("/tmp", "slurmtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func uniqueTag(what string) string {
+	return fmt.Sprintf("nemorl:test-%s-%d-%06d", what, time.Now().Unix(), rand.IntN(1e6))
+}
+
+func submit(t *testing.T, c *Client, req SubmitRequest) string {
+	t.Helper()
+	r, err := c.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Cancel(context.Background(), []string{r.JobID}) })
+	return r.JobID
+}
+
+// waitFor polls Query until cond holds for every job, or fails after d.
+func waitFor(t *testing.T, c *Client, ids []string, d time.Duration, cond func(JobInfo) bool) map[string]JobInfo {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		got, err := c.Query(context.Background(), ids)
+		if err != nil {
+			t.Logf("query: %v", err)
+		}
+		all := err == nil
+		for _, id := range ids {
+			if !cond(got[id]) {
+				all = false
+			}
+		}
+		if all {
+			return got
+		}
+		if time.Now().After(deadline) {
+			for _, id := range ids {
+				t.Logf("%s: %+v", id, got[id])
+			}
+			t.Fatalf("jobs %v not there after %v", ids, d)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// terminalInSacct: ended, as the accounting database has it.
+func terminalInSacct(j JobInfo) bool { return j.Terminal() && j.Source == SourceSacct }
+
+const labWait = 6 * time.Minute // the lab is shared with other tests
+
+func TestLabChainFailureCancelsDependents(t *testing.T) {
+	l := needLab(t)
+	t.Parallel()
+	c, _ := l.client(t)
+	tag := uniqueTag("failchain")
+	j1 := submit(t, c, SubmitRequest{Wrap: "exit 3", Name: "nemorl-author-t", Comment: tag + ":author", KillOnInvalidDep: true, Args: l.jobArgs(t)})
+	j2 := submit(t, c, SubmitRequest{Wrap: "echo never", Name: "nemorl-train-t", Comment: tag + ":train", AfterOK: []string{j1}, KillOnInvalidDep: true, Args: l.jobArgs(t)})
+	j3 := submit(t, c, SubmitRequest{Wrap: "echo never", Name: "nemorl-eval-t", Comment: tag + ":eval", AfterOK: []string{j2}, KillOnInvalidDep: true, Args: l.jobArgs(t)})
+	got := waitFor(t, c, []string{j1, j2, j3}, labWait, terminalInSacct)
+	if j := got[j1]; j.Class() != Failed || j.State.Failure != FailureExitCode || j.ExitCode.Code != 3 || j.ExitCode.Signal != 0 || j.State.Name != "FAILED" {
+		t.Errorf("job 1: %+v", j)
+	}
+	for _, id := range []string{j2, j3} {
+		j := got[id]
+		if j.Class() != Failed || j.State.Name != "CANCELLED" || j.State.Failure != FailureDependency {
+			t.Errorf("dependent %s: %+v", id, j)
+		}
+		if !j.Start.IsZero() || len(j.Steps) != 0 || j.NodeList != "" {
+			t.Errorf("dependent %s ran: %+v", id, j)
+		}
+	}
+}
+
+func TestLabChainSucceeds(t *testing.T) {
+	l := needLab(t)
+	t.Parallel()
+	c, _ := l.client(t)
+	dir := labDir(t)
+	script := filepath.Join(dir, "stage.sbatch")
+	if err := os.WriteFile(script, []byte("#!/bin/bash\necho stage \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tag := uniqueTag("okchain")
+	// one from stdin, one from a file with an argument, one --wrap
+	j1 := submit(t, c, SubmitRequest{Script: []byte("#!/bin/bash\necho author\n"), Comment: tag + ":author", KillOnInvalidDep: true, Args: l.jobArgs(t)})
+	j2 := submit(t, c, SubmitRequest{ScriptPath: script, ScriptArgs: []string{"train"}, Comment: tag + ":train", AfterOK: []string{j1}, KillOnInvalidDep: true, Args: l.jobArgs(t)})
+	j3 := submit(t, c, SubmitRequest{Wrap: "echo eval", Comment: tag + ":eval", AfterOK: []string{j2}, KillOnInvalidDep: true, Args: l.jobArgs(t)})
+	got := waitFor(t, c, []string{j1, j2, j3}, labWait, terminalInSacct)
+	for _, id := range []string{j1, j2, j3} {
+		j := got[id]
+		if j.Class() != Succeeded || j.State.Raw != "COMPLETED" || !j.ExitCode.Zero() || j.Start.IsZero() || j.End.Before(j.Start) || j.NodeList == "" {
+			t.Errorf("%s: %+v", id, j)
+		}
+	}
+	if got[j2].Start.Before(got[j1].End) || got[j3].Start.Before(got[j2].End) {
+		t.Errorf("chain order: %v %v / %v %v", got[j1].End, got[j2].Start, got[j2].End, got[j3].Start)
+	}
+}
+
+// TestLabQuery300 asks about 300 ids — a few real jobs in different
+// states, the rest ids no job has — and checks that it takes exactly one
+// sacct and one squeue process.
+func TestLabQuery300(t *testing.T) {
+	l := needLab(t)
+	t.Parallel()
+	c, cr := l.client(t)
+	done := submit(t, c, SubmitRequest{Wrap: "true", Args: l.jobArgs(t)})
+	failed := submit(t, c, SubmitRequest{Wrap: "exit 3", Args: l.jobArgs(t)})
+	waitFor(t, c, []string{done, failed}, labWait, terminalInSacct)
+	held := submit(t, c, SubmitRequest{Wrap: "true", Hold: true, Args: l.jobArgs(t)})
+
+	real := []string{done, failed, held}
+	ids := append([]string(nil), real...)
+	for i := 0; len(ids) < 300; i++ {
+		ids = append(ids, fmt.Sprint(90000000+i))
+	}
+	cr.reset()
+	got, err := c.Query(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cr.count("sacct"); n != 1 {
+		t.Errorf("%d sacct processes, want 1", n)
+	}
+	if n := cr.count("squeue"); n > 1 {
+		t.Errorf("%d squeue processes, want at most 1", n)
+	}
+	if len(got) != 300 {
+		t.Fatalf("%d results", len(got))
+	}
+	if j := got[done]; j.Class() != Succeeded {
+		t.Errorf("done: %+v", j)
+	}
+	if j := got[failed]; j.Class() != Failed || j.ExitCode.Code != 3 {
+		t.Errorf("failed: %+v", j)
+	}
+	if j := got[held]; j.Class() != Pending || j.Reason != "JobHeldUser" {
+		t.Errorf("held: %+v", j)
+	}
+	for _, id := range ids[3:] {
+		if j := got[id]; j.Class() != Unknown || j.Source != SourceNone || j.Terminal() {
+			t.Fatalf("%s: %+v", id, j)
+		}
+	}
+
+	// The squeue fallback alone: a job sacct cannot show yet is reported
+	// by squeue, again in one process each.
+	fresh := submit(t, c, SubmitRequest{Wrap: "true", Hold: true, Args: l.jobArgs(t)})
+	cr.reset()
+	got, err = c.Query(context.Background(), append([]string{fresh}, ids[3:]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.count("sacct") != 1 || cr.count("squeue") != 1 {
+		t.Errorf("%d sacct, %d squeue", cr.count("sacct"), cr.count("squeue"))
+	}
+	if j := got[fresh]; j.Class() != Pending {
+		t.Errorf("fresh: %+v", j)
+	}
+
+	// A single id squeue does not know makes it exit 1: still Unknown.
+	got, err = c.Query(context.Background(), []string{"99999999"})
+	if err != nil || got["99999999"].Class() != Unknown {
+		t.Errorf("unknown single: %+v %v", got, err)
+	}
+}
+
+func TestLabCancel(t *testing.T) {
+	l := needLab(t)
+	t.Parallel()
+	c, cr := l.client(t)
+	a := submit(t, c, SubmitRequest{Wrap: "sleep 300", Args: l.jobArgs(t)})
+	b := submit(t, c, SubmitRequest{Wrap: "sleep 300", Args: l.jobArgs(t)})
+	cr.reset()
+	if err := c.Cancel(context.Background(), []string{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if cr.count("scancel") != 1 {
+		t.Errorf("%d scancel processes", cr.count("scancel"))
+	}
+	got := waitFor(t, c, []string{a, b}, labWait, terminalInSacct)
+	for _, id := range []string{a, b} {
+		j := got[id]
+		// sacct says "CANCELLED by UID" for a pending job, plain
+		// "CANCELLED" for a running one.
+		if j.Class() != Failed || j.State.Failure != FailureCancelled || (j.State.ByUID != os.Getuid() && j.State.ByUID != -1) {
+			t.Errorf("%s: %+v", id, j)
+		}
+	}
+	// Cancelling ended jobs and unknown ids is fine.
+	if err := c.Cancel(context.Background(), []string{a, b, "99999999"}); err != nil {
+		t.Errorf("cancel again: %v", err)
+	}
+}
+
+func TestLabFindByComment(t *testing.T) {
+	l := needLab(t)
+	t.Parallel()
+	c, _ := l.client(t)
+	tag := uniqueTag("find")
+	held := submit(t, c, SubmitRequest{Wrap: "true", Comment: tag, Hold: true, Args: l.jobArgs(t)})
+	done := submit(t, c, SubmitRequest{Wrap: "true", Comment: tag, Args: l.jobArgs(t)})
+	submit(t, c, SubmitRequest{Wrap: "true", Comment: tag + "-other", Hold: true, Args: l.jobArgs(t)})
+	found, err := c.FindByComment(context.Background(), tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 2 || found[0].ID != held || found[1].ID != done {
+		t.Fatalf("found %+v, want %s and %s", found, held, done)
+	}
+	// Once ended, sacct holds the comment (AccountingStoreFlags=job_comment).
+	got := waitFor(t, c, []string{done}, labWait, func(j JobInfo) bool { return terminalInSacct(j) && j.Comment == tag })
+	if got[done].Class() != Succeeded {
+		t.Errorf("done: %+v", got[done])
+	}
+	found, err = c.FindByComment(context.Background(), tag)
+	if err != nil || len(found) != 2 || found[1].ID != done || found[1].Class() != Succeeded {
+		t.Fatalf("after end: %+v %v", found, err)
+	}
+}
+
+func TestLabSubmitFailure(t *testing.T) {
+	l := needLab(t)
+	c, _ := l.client(t)
+	_, err := c.Submit(context.Background(), SubmitRequest{Wrap: "true", Args: append(l.jobArgs(t), "--mem=999999999")})
+	if err == nil {
+		t.Fatal("sbatch accepted an impossible --mem")
+	}
+	for _, s := range []string{"sbatch", "--mem=999999999", "Requested node configuration is not available"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+}

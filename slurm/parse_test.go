@@ -1,0 +1,299 @@
+package slurm
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// labIDs maps the roles in testdata/lab/ids.txt (ok=333 …) to job ids.
+func labIDs(t *testing.T) map[string]string {
+	b, err := os.ReadFile("testdata/lab/ids.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, w := range strings.Fields(string(b)) {
+		k, v, _ := strings.Cut(w, "=")
+		if k == "chain" {
+			for i, id := range strings.Split(v, ",") {
+				m["chain"+string(rune('1'+i))] = id
+			}
+			continue
+		}
+		m[k] = v
+	}
+	return m
+}
+
+func parseFile(t *testing.T, parse func([]byte) ([]JobInfo, error), path string) map[string]JobInfo {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := parse(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	m := map[string]JobInfo{}
+	for _, j := range jobs {
+		m[j.ID] = j
+	}
+	return m
+}
+
+type want struct {
+	raw     string
+	class   Class
+	failure Failure
+	exit    string // "" = don't care
+	byUID   int    // -2 = don't care
+	started bool
+	ended   bool
+	steps   int // -1 = don't care
+}
+
+func check(t *testing.T, file, role string, j JobInfo, w want) {
+	t.Helper()
+	bad := j.State.Raw != w.raw || j.State.Class != w.class || j.State.Failure != w.failure ||
+		(w.exit != "" && j.ExitCode.Raw != w.exit) || (w.byUID != -2 && j.State.ByUID != w.byUID) ||
+		j.Start.IsZero() == w.started || j.End.IsZero() == w.ended || (w.steps >= 0 && len(j.Steps) != w.steps)
+	if bad {
+		t.Errorf("%s %s (%s): got %+v\nwant %+v", file, role, j.ID, j, w)
+	}
+}
+
+// TestParseSacctLab: real sacct output of the lab (22.05.8), captured by
+// testdata/lab/capture.sh at three moments.
+func TestParseSacctLab(t *testing.T) {
+	ids := labIDs(t)
+	ended := map[string]want{
+		"ok":      {"COMPLETED", Succeeded, "", "0:0", -1, true, true, 1},
+		"exit3":   {"FAILED", Failed, FailureExitCode, "3:0", -1, true, true, 1},
+		"exit137": {"FAILED", Failed, FailureExitCode, "9:0", -1, true, true, 1}, // 137 folds to 9:0 in 22.05
+		"sigkill": {"FAILED", Failed, FailureExitCode, "0:9", -1, true, true, 1},
+		"sigterm": {"FAILED", Failed, FailureExitCode, "0:15", -1, true, true, 1},
+		"steps":   {"COMPLETED", Succeeded, "", "0:0", -1, true, true, 3},
+		"sleeper": {"CANCELLED", Failed, FailureCancelled, "0:15", -1, true, true, 1},
+		"timeout": {"TIMEOUT", Failed, FailureTimeout, "0:0", -1, true, true, 1}, // batch step: CANCELLED 0:15
+		"dep":     {"PENDING", Pending, "", "0:0", -1, false, false, 0},
+		"chain1":  {"FAILED", Failed, FailureExitCode, "3:0", -1, true, true, 1},
+		"chain2":  {"CANCELLED", Failed, FailureDependency, "0:0", -1, false, true, 0},
+		"chain3":  {"CANCELLED", Failed, FailureDependency, "0:0", -1, false, true, 0},
+	}
+	got := parseFile(t, ParseSacct, "testdata/lab/sacct_ended.txt")
+	for role, w := range ended {
+		check(t, "sacct_ended", role, got[ids[role]], w)
+	}
+	final := parseFile(t, ParseSacct, "testdata/lab/sacct_final.txt")
+	// scancel of pending jobs: "CANCELLED by 0", reason left at Dependency.
+	check(t, "sacct_final", "blocked", final[ids["blocked"]], want{"CANCELLED by 0", Failed, FailureCancelled, "0:0", 0, false, true, 0})
+	check(t, "sacct_final", "held", final[ids["held"]], want{"CANCELLED by 0", Failed, FailureCancelled, "0:0", 0, false, true, 0})
+	if j := final[ids["chain2"]]; j.Comment != "capture" || j.Name != "cap-chain2" || j.Reason != "Dependency" || j.NodeList != "" || j.Source != SourceSacct {
+		t.Errorf("chain2 fields: %+v", j)
+	}
+	if j := final[ids["timeout"]]; j.Elapsed != 73*time.Second || j.End.Sub(j.Start) != 73*time.Second || j.NodeList != "vm" {
+		t.Errorf("timeout times: %+v", j)
+	}
+	if j := final[ids["steps"]]; j.Steps[2].ID != "1" || j.Steps[2].Name != "false" || j.Steps[2].ExitCode.Code != 1 || j.Steps[2].State.Class != Failed {
+		t.Errorf("steps: %+v", j.Steps)
+	}
+
+	run := parseFile(t, ParseSacct, "testdata/lab/sacct_running.txt")
+	check(t, "sacct_running", "sleeper", run[ids["sleeper"]], want{"RUNNING", Running, "", "0:0", -1, true, false, 1})
+	check(t, "sacct_running", "held", run[ids["held"]], want{"PENDING", Pending, "", "0:0", -1, false, false, 0})
+	if j := run[ids["held"]]; j.Reason != "JobHeldUser" || j.Submit.Unix() != 1795986530 {
+		t.Errorf("held: %+v", j)
+	}
+	if j := run[ids["sleeper"]]; j.Comment != "" { // sacct stores the comment at the end
+		t.Errorf("running comment %q", j.Comment)
+	}
+
+	// Right after sbatch, sacct knew none of the jobs.
+	if sub := parseFile(t, ParseSacct, "testdata/lab/sacct_submitted.txt"); len(sub) != 0 {
+		t.Errorf("sacct_submitted: %d jobs", len(sub))
+	}
+}
+
+// TestParseSacctStandardTime: the same columns with Slurm's default time
+// format (local time), as a Client without env(1) would get.
+func TestParseSacctStandardTime(t *testing.T) {
+	b, err := os.ReadFile("testdata/lab/sacct_running_standard_time.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	std, err := parseSacct(b, time.UTC) // the lab runs in UTC
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := parseFile(t, ParseSacct, "testdata/lab/sacct_running.txt")
+	if len(std) != len(epoch) {
+		t.Fatalf("%d vs %d jobs", len(std), len(epoch))
+	}
+	for _, j := range std {
+		e := epoch[j.ID]
+		if !j.Submit.Equal(e.Submit) || !j.Start.Equal(e.Start) || !j.End.Equal(e.End) || j.State != e.State {
+			t.Errorf("%s: %+v vs %+v", j.ID, j, e)
+		}
+	}
+}
+
+func TestParseSqueueLab(t *testing.T) {
+	ids := labIDs(t)
+	run := parseFile(t, ParseSqueue, "testdata/lab/squeue_running.txt")
+	cases := map[string]want{
+		"ok":      {"COMPLETED", Succeeded, "", "", -1, true, true, -1},
+		"exit3":   {"FAILED", Failed, FailureExitCode, "", -1, true, true, -1},
+		"sigkill": {"FAILED", Failed, FailureExitCode, "", -1, true, true, -1}, // reason JobLaunchFailure
+		"sleeper": {"RUNNING", Running, "", "", -1, true, false, -1},           // %e NONE
+		"timeout": {"RUNNING", Running, "", "", -1, true, false, -1},           // %e expected end dropped
+		"chain1":  {"PENDING", Pending, "", "", -1, false, false, -1},          // %S expected start dropped
+		"blocked": {"PENDING", Pending, "", "", -1, false, false, -1},
+		"held":    {"PENDING", Pending, "", "", -1, false, false, -1},
+	}
+	for role, w := range cases {
+		check(t, "squeue_running", role, run[ids[role]], w)
+	}
+	if j := run[ids["blocked"]]; !j.Blocked() || j.Reason != "DependencyNeverSatisfied" {
+		t.Errorf("blocked: %+v", j)
+	}
+	if j := run[ids["sleeper"]]; j.Elapsed != 4*time.Second || j.Comment != "capture" || j.NodeList != "vm" || j.Source != SourceSqueue || j.ExitCode.Known {
+		t.Errorf("sleeper: %+v", j)
+	}
+	end := parseFile(t, ParseSqueue, "testdata/lab/squeue_ended.txt")
+	check(t, "squeue_ended", "timeout", end[ids["timeout"]], want{"TIMEOUT", Failed, FailureTimeout, "", -1, true, true, -1})
+	if j := end[ids["dep"]]; !j.Blocked() {
+		t.Errorf("dep should be blocked once its dependency was cancelled: %+v", j)
+	}
+	sub := parseFile(t, ParseSqueue, "testdata/lab/squeue_submitted.txt")
+	if len(sub) != 14 {
+		t.Errorf("squeue_submitted: %d jobs", len(sub))
+	}
+	for _, j := range sub {
+		if j.Class() != Pending {
+			t.Errorf("submitted %s: %+v", j.ID, j)
+		}
+	}
+}
+
+func TestParseSynthetic(t *testing.T) {
+	oom := parseFile(t, ParseSacct, "testdata/synthetic/sacct_oom.txt")
+	check(t, "sacct_oom", "job", oom["501"], want{"OUT_OF_MEMORY", Failed, FailureOutOfMemory, "0:125", -1, true, true, 2})
+	// FAILED with 0:0 on the job line: the OOM step explains it, the batch
+	// step's exit code stands in.
+	check(t, "sacct_oom", "step", oom["502"], want{"FAILED", Failed, FailureOutOfMemory, "1:0", -1, true, true, 2})
+
+	rq := parseFile(t, ParseSacct, "testdata/synthetic/sacct_requeue_duplicates.txt")
+	check(t, "requeue", "601", rq["601"], want{"RUNNING", Running, "", "0:0", -1, true, false, 1})
+	if s := rq["601"].Steps[0]; s.State.Class != Running {
+		t.Errorf("requeue kept the older run's step: %+v", s)
+	}
+
+	sq := parseFile(t, ParseSqueue, "testdata/synthetic/squeue_states.txt")
+	for id, w := range map[string]struct {
+		class   Class
+		failure Failure
+	}{
+		"701": {Running, ""}, "702": {Failed, FailureDependency}, "703": {Failed, FailureNodeFailure},
+		"704": {Failed, FailurePreempted}, "705": {Pending, ""}, "706": {Failed, FailureBootFailure},
+		"707": {Failed, FailureDeadline}, "708": {Failed, FailureOutOfMemory},
+	} {
+		if j := sq[id]; j.Class() != w.class || j.State.Failure != w.failure {
+			t.Errorf("squeue %s: %+v", id, j)
+		}
+	}
+	if sq["705"].Start.IsZero() == false || sq["704"].Elapsed != 24*time.Hour {
+		t.Errorf("705 %+v / 704 %+v", sq["705"], sq["704"])
+	}
+}
+
+func TestParseSacctMalformed(t *testing.T) {
+	in := sacctLine("1", "1", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "c") +
+		"sacct: error: something on stdout\n" +
+		sacctLine("x1", "x1", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "c") +
+		sacctLine("2.", "2.", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "c") +
+		sacctLine("3", "3", "a", "RUNNING", "0:0", "None", "1", "2", "Unknown", "00:00:01", "vm", "has"+Sep+"sep")
+	jobs, err := ParseSacct([]byte(in))
+	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "line 4") {
+		t.Errorf("err %v", err)
+	}
+	if len(jobs) != 2 || jobs[0].ID != "1" || jobs[1].Comment != "has"+Sep+"sep" {
+		t.Errorf("jobs %+v", jobs)
+	}
+	// steps before (or without) their job line
+	jobs, err = ParseSacct([]byte(sacctLine("9.batch", "9.batch", "batch", "FAILED", "2:0", "", "1", "2", "3", "00:00:01", "vm", "")))
+	if err != nil || len(jobs) != 1 || jobs[0].Class() != Failed || jobs[0].ExitCode.Code != 2 {
+		t.Errorf("steps only: %+v %v", jobs, err)
+	}
+}
+
+func TestParseSqueueMalformed(t *testing.T) {
+	jobs, err := ParseSqueue([]byte("slurm_load_jobs error: Invalid job id specified\n\n" +
+		strings.Join([]string{"5", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "(null)"}, Sep) + "\r\n"))
+	if err == nil || len(jobs) != 1 || jobs[0].ID != "5" || jobs[0].Comment != "" {
+		t.Errorf("%+v %v", jobs, err)
+	}
+}
+
+func TestParseSbatchFiles(t *testing.T) {
+	cases := []struct {
+		dir, name, id, cluster string
+		warnings               int
+		ok                     bool
+	}{
+		{"lab", "sbatch_ok", "", "", 0, true},
+		{"lab", "sbatch_fail", "", "", 1, false},
+		{"lab", "sbatch_fail_mem", "", "", 2, false},
+		{"synthetic", "sbatch_warning", "4242", "", 1, true},
+		{"synthetic", "sbatch_cluster", "4243", "nemorl-lab", 0, true},
+	}
+	for _, c := range cases {
+		out, _ := os.ReadFile(filepath.Join("testdata", c.dir, c.name+".stdout"))
+		errb, _ := os.ReadFile(filepath.Join("testdata", c.dir, c.name+".stderr"))
+		r, err := ParseSbatch(out, errb)
+		if (err == nil) != c.ok || len(r.Warnings) != c.warnings || (c.id != "" && r.JobID != c.id) || r.Cluster != c.cluster {
+			t.Errorf("%s: %+v %v", c.name, r, err)
+		}
+		if c.ok && !isDigits(r.JobID) {
+			t.Errorf("%s: job id %q", c.name, r.JobID)
+		}
+	}
+}
+
+func TestParseSbatchTable(t *testing.T) {
+	cases := []struct {
+		stdout, stderr string
+		id, cluster    string
+		warnings       []string
+	}{
+		{"17\n", "", "17", "", nil},
+		{"17", "", "17", "", nil},
+		{"  17;c1  \n", "", "17", "c1", nil},
+		{"17\r\n", "sbatch: warning: x\n\n", "17", "", []string{"sbatch: warning: x"}},
+		{"job_submit: note\n18\n", "", "18", "", []string{"job_submit: note"}},
+		{"", "sbatch: error: Batch job submission failed", "", "", nil},
+		{"Submitted batch job 19\n", "", "", "", nil},
+		{"17;a b\n", "", "", "", nil},
+	}
+	for _, c := range cases {
+		r, err := ParseSbatch([]byte(c.stdout), []byte(c.stderr))
+		if c.id == "" {
+			if err == nil {
+				t.Errorf("%q accepted: %+v", c.stdout, r)
+			}
+			continue
+		}
+		if err != nil || r.JobID != c.id || r.Cluster != c.cluster || strings.Join(r.Warnings, "|") != strings.Join(c.warnings, "|") {
+			t.Errorf("%q: %+v %v", c.stdout, r, err)
+		}
+	}
+}
+
+func TestParseSacctTransientAllocation(t *testing.T) {
+	got := parseFile(t, ParseSacct, "testdata/synthetic/sacct_transient_allocation.txt")
+	check(t, "transient", "408", got["408"], want{"CANCELLED", Failed, FailureDependency, "0:0", -1, false, true, 0})
+	check(t, "transient", "407", got["407"], want{"FAILED", Failed, FailureExitCode, "3:0", -1, true, true, 1})
+}
