@@ -1,0 +1,104 @@
+package slurm
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/remote"
+)
+
+// sshClient dials the lab's sshd as the lab user, with strict host keys,
+// and returns a Client over that one connection, counting its commands.
+func sshClient(t *testing.T) (*Client, *countingRunner, labtest.Lab) {
+	t.Helper()
+	needLab(t)
+	lab := labtest.Env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := remote.Dial(ctx, remote.Options{
+		Host: lab.SSHHost, Port: lab.SSHPort, User: lab.User,
+		IdentityFile: lab.Key, KnownHostsFile: lab.KnownHosts,
+		ConfigFile: "/dev/null",
+	})
+	if err != nil {
+		t.Fatalf("ssh to the lab: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	cr := &countingRunner{inner: s}
+	return New(cr), cr, lab
+}
+
+// TestSSHChain submits a 3-job afterok chain over one SSH connection as the
+// lab user; a Query of 300 ids is one sacct; cancelling the running parent
+// cancels the children (--kill-on-invalid-dep=yes).
+func TestSSHChain(t *testing.T) {
+	c, cr, lab := sshClient(t)
+	ctx := context.Background()
+	args := []string{"--time=5", "--output=/dev/null", "--partition=" + lab.Partition}
+	tag := uniqueTag("ssh-chain")
+	var ids []string
+	for i, body := range []string{"sleep 300", "true", "true"} {
+		req := SubmitRequest{
+			Script:           []byte("#!/bin/bash\n" + body + "\n"),
+			Name:             "ssh-chain-" + strconv.Itoa(i),
+			Comment:          tag,
+			KillOnInvalidDep: true,
+			Args:             args,
+		}
+		if len(ids) > 0 {
+			req.AfterOK = []string{ids[len(ids)-1]}
+		}
+		r, err := c.Submit(ctx, req)
+		if err != nil {
+			t.Fatalf("submit %d over ssh: %v", i, err)
+		}
+		ids = append(ids, r.JobID)
+	}
+	t.Cleanup(func() { _ = c.Cancel(context.Background(), ids) })
+	if n := cr.count("sbatch"); n != 3 {
+		t.Errorf("sbatch ran %d times, want 3", n)
+	}
+
+	waitFor(t, c, ids[:1], time.Minute, func(j JobInfo) bool { return j.State.Class == Running })
+
+	// 300 ids, the chain's among them, in one sacct process.
+	all := append([]string{}, ids...)
+	for i := 0; len(all) < 300; i++ {
+		all = append(all, strconv.Itoa(90000000+i))
+	}
+	cr.reset()
+	got, err := c.Query(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cr.count("sacct"); n != 1 {
+		t.Errorf("Query of %d ids ran sacct %d times, want 1", len(all), n)
+	}
+	if n := cr.count("squeue"); n > 1 {
+		t.Errorf("Query ran squeue %d times, want at most 1", n)
+	}
+	if got[ids[0]].State.Class != Running {
+		t.Errorf("parent %s: %+v, want running", ids[0], got[ids[0]].State)
+	}
+	if got["90000000"].State.Class != Unknown {
+		t.Errorf("a made-up id came back %+v, want unknown", got["90000000"].State)
+	}
+
+	// Kill the parent: the children must end without running.
+	if err := c.Cancel(ctx, ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	final := waitFor(t, c, ids, time.Minute, func(j JobInfo) bool { return j.Terminal() })
+	if s := final[ids[0]].State; s.Failure != FailureCancelled {
+		t.Errorf("parent: %+v, want cancelled", s)
+	}
+	for _, id := range ids[1:] {
+		j := final[id]
+		if j.State.Failure != FailureDependency {
+			t.Errorf("child %s: %+v started %v elapsed %v; want cancelled without running", id, j.State, j.Start, j.Elapsed)
+		}
+	}
+}
