@@ -54,11 +54,6 @@ func (l *Local) Run(ctx context.Context, cmd Command) (*Result, error) {
 	c.Stdout = &stdout
 	c.Stderr = &stderr
 	err := c.Run()
-	// Kill anything the command left behind in its group (a backgrounded
-	// grandchild), so no process outlives Run.
-	if c.Process != nil {
-		_ = killProcessGroup(c)
-	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("local: %s: %w", cmd, ctx.Err())
 	}

@@ -47,7 +47,7 @@ func (p TerminalPrompt) files() (*os.File, io.Writer) {
 }
 
 func (p TerminalPrompt) noTerminal(what string) error {
-	return fmt.Errorf("remote: %s %w for %s (stdin is not a terminal)", "ssh login", ErrNoTerminal, what)
+	return fmt.Errorf("%w for %s (stdin is not a terminal)", ErrNoTerminal, what)
 }
 
 // Passphrase reads the passphrase without echo.

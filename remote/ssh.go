@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -82,6 +83,7 @@ type SSH struct {
 	name string
 	sem  chan struct{}
 	logf func(string, ...any)
+	dial func(context.Context, *resolved) (*conn, error) // dialConn; tests replace it
 
 	mu       sync.Mutex
 	cur      *conn
@@ -112,6 +114,7 @@ func Dial(ctx context.Context, opts Options) (*SSH, error) {
 		name: cfg.dest(),
 		sem:  make(chan struct{}, cfg.maxSessions),
 		logf: cfg.logf,
+		dial: dialConn,
 	}
 	if _, err := s.conn(ctx); err != nil {
 		return nil, err
@@ -189,7 +192,7 @@ func (s *SSH) conn(ctx context.Context) (*conn, error) {
 				return nil, err
 			}
 		}
-		d.c, d.err = dialConn(ctx, s.cfg)
+		d.c, d.err = s.dial(ctx, s.cfg)
 		s.finishDial(d)
 		if d.err != nil {
 			return nil, d.err
@@ -260,6 +263,7 @@ func (s *SSH) Run(ctx context.Context, cmd Command) (*Result, error) {
 		}
 		replay = b
 	}
+	refused := 0
 	for attempt := 0; ; attempt++ {
 		if replay != nil {
 			stdin = bytes.NewReader(replay)
@@ -282,10 +286,14 @@ func (s *SSH) Run(ctx context.Context, cmd Command) (*Result, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, ctx.Err())
 		}
-		if errors.Is(err, errSessionRefused) && s.canRetry(attempt) {
-			// The server refused a new session (another client shares our
-			// MaxSessions): nothing ran, so wait a little and retry.
-			if err := sleepCtx(ctx, minBackoff<<min(attempt, 4)); err != nil {
+		if errors.Is(err, errSessionRefused) && refused < maxRefused {
+			// The server refused a new session: nothing ran, so wait a
+			// little and try again. sshd frees a finished session's slot a
+			// moment after the channel closes, so a full semaphore can race
+			// it; that does not count as a failed attempt.
+			refused++
+			attempt--
+			if err := sleepCtx(ctx, jitter(20*time.Millisecond<<min(refused, 6))); err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, err)
 			}
 			continue
@@ -311,6 +319,14 @@ func (s *SSH) Run(ctx context.Context, cmd Command) (*Result, error) {
 
 var errSessionRefused = errors.New("server refused a new session")
 
+// maxRefused bounds the retries of a session the server would not open.
+const maxRefused = 30
+
+// jitter returns a duration in [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
 // runOnce runs the command in one session. started says whether the exec
 // request may have reached the server.
 func (s *SSH) runOnce(ctx context.Context, c *conn, cmd Command, line string, stdin io.Reader) (res *Result, started bool, err error) {
@@ -321,7 +337,9 @@ func (s *SSH) runOnce(ctx context.Context, c *conn, cmd Command, line string, st
 	sess, err := c.client.NewSession()
 	if err != nil {
 		var oce *ssh.OpenChannelError
-		if errors.As(err, &oce) && oce.Reason == ssh.Prohibited {
+		if errors.As(err, &oce) {
+			// "administratively prohibited" or "open failed" (sshd's
+			// MaxSessions): the command never started.
 			return nil, false, fmt.Errorf("%w: %w", errSessionRefused, err)
 		}
 		return nil, false, fmt.Errorf("opening session: %w", err)

@@ -104,7 +104,7 @@ func dialClient(ctx context.Context, cfg *resolved, via *ssh.Client) (*ssh.Clien
 			return nil, fmt.Errorf("ssh handshake with %s: %w", cfg.dest(), ctx.Err())
 		case hk.err != nil:
 			return nil, hk.err
-		case timedOut:
+		case timedOut || errors.Is(err, os.ErrDeadlineExceeded):
 			return nil, fmt.Errorf("ssh handshake with %s: no answer within %v: %w", cfg.dest(), cfg.connectTimeout, err)
 		}
 		return nil, auth.explain(hk.explain(err, addr))
@@ -221,9 +221,10 @@ func (a *authSetup) close() {
 	}
 }
 
-func (a *authSetup) note(s string) {
+// promptFailed remembers a prompt that could not be answered.
+func (a *authSetup) promptFailed(err error) {
 	a.mu.Lock()
-	a.tried = append(a.tried, s)
+	a.promptE = err
 	a.mu.Unlock()
 }
 
@@ -253,6 +254,10 @@ func (a *authSetup) explain(err error) error {
 	if a.promptE != nil {
 		cause = a.promptE
 	}
+	if methods == "" && errors.Is(cause, ErrNoTerminal) {
+		// Not refused: a key the server would take needs a passphrase.
+		return fmt.Errorf("ssh login to %s: %w", a.dest, cause)
+	}
 	return &AuthError{Dest: a.dest, Methods: methods, Tried: append([]string(nil), a.tried...), Err: cause}
 }
 
@@ -279,7 +284,7 @@ func newAuth(cfg *resolved, g *handshakeGuard) (*authSetup, error) {
 		}
 	}
 	for _, path := range cfg.identities {
-		s, desc, err := loadIdentity(path, cfg.prompt, g)
+		s, desc, err := loadIdentity(path, cfg.prompt, g, a.promptFailed)
 		switch {
 		case err != nil && cfg.defaultIDs && errors.Is(err, os.ErrNotExist):
 			continue // defaults that do not exist are not worth a word
@@ -305,9 +310,7 @@ func newAuth(cfg *resolved, g *handshakeGuard) (*authSetup, error) {
 		defer g.resume()
 		ans, err := cfg.prompt.Challenge(a.dest, name, instruction, questions, echos)
 		if err != nil {
-			a.mu.Lock()
-			a.promptE = err
-			a.mu.Unlock()
+			a.promptFailed(err)
 		}
 		return ans, err
 	}))
@@ -317,7 +320,7 @@ func newAuth(cfg *resolved, g *handshakeGuard) (*authSetup, error) {
 // loadIdentity reads a private key. A passphrase-protected key whose public
 // half is known (new OpenSSH format, or a .pub file beside it) is decrypted
 // only when the server accepts it; otherwise the passphrase is asked now.
-func loadIdentity(path string, p Prompt, g *handshakeGuard) (ssh.Signer, string, error) {
+func loadIdentity(path string, p Prompt, g *handshakeGuard, onErr func(error)) (ssh.Signer, string, error) {
 	pem, err := os.ReadFile(path)
 	if err != nil {
 		return nil, "", err
@@ -336,7 +339,7 @@ func loadIdentity(path string, p Prompt, g *handshakeGuard) (ssh.Signer, string,
 			pub, _, _, _, _ = ssh.ParseAuthorizedKey(b)
 		}
 	}
-	ls := &lazySigner{path: path, pem: pem, pub: pub, prompt: p, guard: g}
+	ls := &lazySigner{path: path, pem: pem, pub: pub, prompt: p, guard: g, onErr: onErr}
 	if pub == nil {
 		if err := ls.decrypt(); err != nil {
 			return nil, "", err
@@ -358,6 +361,7 @@ type lazySigner struct {
 	pub    ssh.PublicKey
 	prompt Prompt
 	guard  *handshakeGuard
+	onErr  func(error) // told when decrypting fails
 
 	mu     sync.Mutex
 	signer ssh.Signer
@@ -396,14 +400,22 @@ func (l *lazySigner) decrypt() error {
 func (l *lazySigner) PublicKey() ssh.PublicKey { return l.pub }
 
 func (l *lazySigner) Sign(rand io.Reader, data []byte) (*ssh.Signature, error) {
-	if err := l.decrypt(); err != nil {
+	if err := l.decryptOrReport(); err != nil {
 		return nil, err
 	}
 	return l.signer.Sign(rand, data)
 }
 
+func (l *lazySigner) decryptOrReport() error {
+	err := l.decrypt()
+	if err != nil && l.onErr != nil {
+		l.onErr(err)
+	}
+	return err
+}
+
 func (l *lazySigner) SignWithAlgorithm(rand io.Reader, data []byte, algorithm string) (*ssh.Signature, error) {
-	if err := l.decrypt(); err != nil {
+	if err := l.decryptOrReport(); err != nil {
 		return nil, err
 	}
 	if as, ok := l.signer.(ssh.AlgorithmSigner); ok {

@@ -130,6 +130,9 @@ func (s *SSH) MkdirAll(ctx context.Context, dir string, mode fs.FileMode) error 
 		}
 		for i := len(missing) - 1; i >= 0; i-- {
 			p := missing[i]
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if err := cl.Mkdir(p); err != nil {
 				if fi, serr := cl.Stat(p); serr == nil && fi.IsDir() {
 					continue // made meanwhile (or by a retried call)
@@ -179,6 +182,9 @@ func (s *SSH) WriteFile(ctx context.Context, p string, data []byte, mode fs.File
 		}
 		if err = f.Close(); err != nil {
 			return &fs.PathError{Op: "close", Path: tmp, Err: err}
+		}
+		if err = ctx.Err(); err != nil {
+			return err // cancelled while writing: leave the old file
 		}
 		if err = cl.PosixRename(tmp, p); err != nil {
 			return &fs.PathError{Op: "rename", Path: tmp, Err: err}

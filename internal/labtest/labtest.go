@@ -10,11 +10,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // DefaultPath is where lab/up writes the lab's facts.
@@ -184,4 +187,43 @@ func Script(t testing.TB, name string) string {
 	}
 	t.Skipf("lab script %s not found", name)
 	return ""
+}
+
+// WaitSSH waits up to limit for the lab sshd to accept TCP connections (the
+// lab may be restarting: lab/sshd restart, lab/up) and fails t if it does not.
+func (l Lab) WaitSSH(t testing.TB, limit time.Duration) {
+	t.Helper()
+	addr := net.JoinHostPort(l.SSHHost, strconv.Itoa(l.SSHPort))
+	deadline := time.Now().Add(limit)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lab sshd at %s not reachable within %v: %v (lab/status; lab/sshd start)", addr, limit, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// LockSSHD serialises tests (in any package or process) that stop or
+// restart the lab sshd: it takes an exclusive flock on
+// $TMPDIR/nemorl-lab-sshd.lock, released when t ends.
+func LockSSHD(t testing.TB) {
+	t.Helper()
+	p := filepath.Join(os.TempDir(), "nemorl-lab-sshd.lock")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		t.Fatalf("lab sshd lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		t.Fatalf("lab sshd lock: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	})
 }

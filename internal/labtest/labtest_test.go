@@ -2,6 +2,7 @@ package labtest
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,4 +86,20 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEnvRequired runs Env in a child test process with NEMORL_REQUIRE_LAB=1
+// and no lab: the child must fail, not skip.
+func TestEnvRequired(t *testing.T) {
+	if os.Getenv("LABTEST_CHILD") == "1" {
+		Env(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvRequired$", "-test.v")
+	cmd.Env = append(os.Environ(), "LABTEST_CHILD=1", "NEMORL_REQUIRE_LAB=1",
+		"NEMORL_LAB_ENV="+filepath.Join(t.TempDir(), "absent.env"))
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "lab required (NEMORL_REQUIRE_LAB=1) but absent") {
+		t.Errorf("child: %v\n%s", err, out)
+	}
 }
