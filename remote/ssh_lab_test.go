@@ -63,6 +63,7 @@ func (p noPrompt) Challenge(dest, _, _ string, q []string, _ []bool) ([]string, 
 
 func dialLab(t *testing.T, opts remote.Options) *remote.SSH {
 	t.Helper()
+	labtest.UseSSHD(t) // never overlap another package's sshd restart
 	h, err := remote.Dial(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -212,13 +213,31 @@ func (l Lab) WaitSSH(t testing.TB, limit time.Duration) {
 // restart the lab sshd: it takes an exclusive flock on
 // $TMPDIR/nemorl-lab-sshd.lock, released when t ends.
 func LockSSHD(t testing.TB) {
+	flockSSHD(t, syscall.LOCK_EX)
+	exclusive.Store(true)
+	t.Cleanup(func() { exclusive.Store(false) })
+}
+
+// exclusive is set while this process holds the lock exclusively.
+var exclusive atomic.Bool
+
+// UseSSHD is for tests that need the lab sshd up from start to end: it takes
+// the same lock shared, so they never overlap a test that restarts sshd.
+// Inside a test that holds it exclusively, it does nothing.
+func UseSSHD(t testing.TB) {
+	if !exclusive.Load() {
+		flockSSHD(t, syscall.LOCK_SH)
+	}
+}
+
+func flockSSHD(t testing.TB, how int) {
 	t.Helper()
 	p := filepath.Join(os.TempDir(), "nemorl-lab-sshd.lock")
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		t.Fatalf("lab sshd lock: %v", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		_ = f.Close()
 		t.Fatalf("lab sshd lock: %v", err)
 	}
