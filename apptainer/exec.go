@@ -59,7 +59,7 @@ func (s Spec) Line() (string, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range append(append([]string{}, keys...), s.PassEnv...) {
-		if !isEnvName(k) {
+		if !shell.IsName(k) {
 			return "", fmt.Errorf("environment name %q is not valid", k)
 		}
 	}
@@ -102,19 +102,4 @@ func (s Spec) Line() (string, error) {
 		w = append(w, shell.Quote(a))
 	}
 	return strings.Join(w, " "), nil
-}
-
-func isEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

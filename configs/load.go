@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/nemorl/nemorl-slurm/internal/shell"
 )
 
 // Problem is one thing wrong with a config, located by key path and line.
@@ -357,7 +359,7 @@ func ExpandEnv(s string, lookup func(string) (string, bool)) (string, error) {
 				return "", fmt.Errorf("unterminated ${ in %q", s)
 			}
 			name := s[i+2 : i+2+end]
-			if !isEnvName(name) {
+			if !shell.IsName(name) {
 				return "", fmt.Errorf("${%s}: not a valid environment variable name", name)
 			}
 			val, ok := lookup(name)
@@ -371,19 +373,4 @@ func ExpandEnv(s string, lookup func(string) (string, bool)) (string, error) {
 		b.WriteByte(c)
 	}
 	return b.String(), nil
-}
-
-func isEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/shell"
 )
 
 // DefaultPath is where lab/up writes the lab's facts.
@@ -128,7 +130,7 @@ func Parse(r io.Reader) (map[string]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("line %d: no '=' in %q", n, line)
 		}
-		if !isName(key) {
+		if !shell.IsName(key) {
 			return nil, fmt.Errorf("line %d: bad name %q", n, key)
 		}
 		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') {
@@ -143,21 +145,6 @@ func Parse(r io.Reader) (map[string]string, error) {
 		return nil, err
 	}
 	return vars, nil
-}
-
-func isName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // Script returns the path of a lab script (e.g. "sshd") in this checkout's

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nemorl/nemorl-slurm/internal/shell"
 )
 
 func TestParse(t *testing.T) {
@@ -81,7 +83,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for k := range vars {
-			if !isName(k) {
+			if !shell.IsName(k) {
 				t.Errorf("bad key %q accepted", k)
 			}
 		}

@@ -38,3 +38,20 @@ func isPlain(s string) bool {
 	}
 	return true
 }
+
+// IsName reports whether s is a valid shell variable name:
+// [A-Za-z_][A-Za-z0-9_]*.
+func IsName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -70,3 +70,11 @@ func FuzzQuote(f *testing.F) {
 		}
 	})
 }
+
+func TestIsName(t *testing.T) {
+	for s, want := range map[string]bool{"A": true, "_x1": true, "SLURM_JOB_ID": true, "": false, "1A": false, "A-B": false, "A B": false, "X}": false} {
+		if got := IsName(s); got != want {
+			t.Errorf("IsName(%q) = %v", s, got)
+		}
+	}
+}
