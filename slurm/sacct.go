@@ -61,22 +61,14 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 	var (
 		order []string
 		recs  = map[string][]*record{}
-		errs  []error
 	)
-	for n, line := range bytes.Split(out, []byte("\n")) {
-		l := strings.TrimRight(string(line), "\r")
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		f := strings.SplitN(l, Sep, saNumFields)
-		if len(f) != saNumFields {
-			errs = append(errs, fmt.Errorf("sacct line %d: %d fields, want %d: %.120q", n+1, len(f), saNumFields, l))
-			continue
-		}
+	rows, errs := splitRows("sacct", out, saNumFields)
+	for _, row := range rows {
+		f := row.f
 		raw := strings.TrimSpace(f[saIDRaw])
 		jobID, stepID, isStep := strings.Cut(raw, ".")
 		if !validJobID(jobID) || (isStep && stepID == "") {
-			errs = append(errs, fmt.Errorf("sacct line %d: bad job id %.40q", n+1, raw))
+			errs = append(errs, fmt.Errorf("sacct line %d: bad job id %.40q", row.line, raw))
 			continue
 		}
 		reason := strings.TrimSpace(f[saReason])
@@ -205,4 +197,33 @@ func validJobID(id string) bool {
 		return false
 	}
 	return !ok || isDigits(b)
+}
+
+// row is one delimited output line of sacct or squeue.
+type row struct {
+	line int // 1-based, for messages
+	f    []string
+}
+
+// splitRows splits tool's output into rows of exactly n Sep-delimited
+// fields, skipping blank lines; a line of another width is an error naming
+// its line number, and parsing goes on with the rest.
+func splitRows(tool string, out []byte, n int) ([]row, []error) {
+	var (
+		rows []row
+		errs []error
+	)
+	for i, line := range bytes.Split(out, []byte("\n")) {
+		l := strings.TrimRight(string(line), "\r")
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		f := strings.SplitN(l, Sep, n)
+		if len(f) != n {
+			errs = append(errs, fmt.Errorf("%s line %d: %d fields, want %d: %.120q", tool, i+1, len(f), n, l))
+			continue
+		}
+		rows = append(rows, row{line: i + 1, f: f})
+	}
+	return rows, errs
 }

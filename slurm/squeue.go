@@ -1,7 +1,6 @@
 package slurm
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -45,21 +44,13 @@ func parseSqueue(out []byte, loc *time.Location) ([]JobInfo, error) {
 	var (
 		jobs []JobInfo
 		seen = map[string]int{}
-		errs []error
 	)
-	for n, line := range bytes.Split(out, []byte("\n")) {
-		l := strings.TrimRight(string(line), "\r")
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		f := strings.SplitN(l, Sep, sqNumFields)
-		if len(f) != sqNumFields {
-			errs = append(errs, fmt.Errorf("squeue line %d: %d fields, want %d: %.120q", n+1, len(f), sqNumFields, l))
-			continue
-		}
+	rows, errs := splitRows("squeue", out, sqNumFields)
+	for _, row := range rows {
+		f := row.f
 		id := strings.TrimSpace(f[sqID])
 		if !validJobID(id) {
-			errs = append(errs, fmt.Errorf("squeue line %d: bad job id %.40q", n+1, id))
+			errs = append(errs, fmt.Errorf("squeue line %d: bad job id %.40q", row.line, id))
 			continue
 		}
 		reason := strings.TrimSpace(f[sqReason])
