@@ -3,6 +3,7 @@ package configs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -207,10 +208,9 @@ func TestExpandEnv(t *testing.T) {
 
 func TestSecretNeverFormats(t *testing.T) {
 	s := Secret("sk-abc")
-	for _, f := range []string{"%v", "%s", "%#v", "%+v", "%q"} {
-		got := fmtSprintf(f, s)
+	for i, got := range []string{fmt.Sprintf("%v", s), fmt.Sprint(s), fmt.Sprintf("%#v", s), fmt.Sprintf("%+v", struct{ K Secret }{s}), fmt.Sprintf("%q", s)} {
 		if strings.Contains(got, "sk-abc") {
-			t.Errorf("%s prints the secret: %s", f, got)
+			t.Errorf("format %d prints the secret: %s", i, got)
 		}
 	}
 }
@@ -241,4 +241,19 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("error is not a located config error: %v", err)
 		}
 	})
+}
+
+func TestHomeExpanded(t *testing.T) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	cfg, err := Load("x", mustExample(t, "cluster-example.yaml"), testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := cfg.Cluster.Login
+	if lg.IdentityFile != filepath.Join(home, ".ssh/id_ed25519") || lg.KnownHosts != filepath.Join(home, ".ssh/known_hosts") {
+		t.Errorf("identity_file %q, known_hosts %q: ~/ not expanded", lg.IdentityFile, lg.KnownHosts)
+	}
 }

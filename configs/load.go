@@ -84,6 +84,14 @@ func Load(file string, data []byte, lookup func(string) (string, bool)) (*Config
 		return nil, l.err()
 	}
 	applyDefaults(cfg, l.present)
+	if lg := cfg.Cluster.Login; lg != nil {
+		for key, v := range map[string]*string{"cluster.login.identity_file": &lg.IdentityFile, "cluster.login.known_hosts": &lg.KnownHosts} {
+			var err error
+			if *v, err = expandHome(*v); err != nil {
+				l.add(key, l.line(key), "%v", err)
+			}
+		}
+	}
 	l.problems = append(l.problems, validate(cfg, l.line)...)
 	if len(l.problems) > 0 {
 		return nil, l.err()

@@ -137,8 +137,8 @@ func validate(cfg *Config, line func(string) int) []Problem {
 		if lg.ProxyJump != "" && !reJump.MatchString(lg.ProxyJump) {
 			c.add("cluster.login.proxy_jump", "want [user@]host[:port][,…], got %q", lg.ProxyJump)
 		}
-		lg.IdentityFile = c.localPath("cluster.login.identity_file", lg.IdentityFile)
-		lg.KnownHosts = c.localPath("cluster.login.known_hosts", lg.KnownHosts)
+		c.localPath("cluster.login.identity_file", lg.IdentityFile)
+		c.localPath("cluster.login.known_hosts", lg.KnownHosts)
 	}
 
 	rt := &cfg.Runtime
@@ -254,23 +254,24 @@ func (c *checker) clusterPath(p, v string, required bool) {
 	}
 }
 
-// localPath expands a leading ~/ and checks the result is absolute.
-func (c *checker) localPath(p, v string) string {
-	if v == "" {
-		return v
-	}
-	if strings.HasPrefix(v, "~/") {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			c.add(p, "cannot expand ~: %v", err)
-			return v
-		}
-		v = path.Join(home, v[2:])
-	}
-	if !path.IsAbs(v) {
+// localPath checks a path on this machine (after ~/ expansion) is absolute.
+func (c *checker) localPath(p, v string) {
+	if v != "" && !path.IsAbs(v) {
 		c.add(p, "want an absolute path or ~/…, got %q", v)
 	}
-	return v
+}
+
+// expandHome turns a leading ~/ into the user's home directory; it is done
+// with the defaults, before validation, so validation only checks.
+func expandHome(v string) (string, error) {
+	if !strings.HasPrefix(v, "~/") {
+		return v, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return v, fmt.Errorf("cannot expand ~: %w", err)
+	}
+	return path.Join(home, v[2:]), nil
 }
 
 // scriptSafe rejects, in every string that can reach a script, the

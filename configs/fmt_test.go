@@ -1,5 +1,0 @@
-package configs
-
-import "fmt"
-
-func fmtSprintf(f string, v any) string { return fmt.Sprintf(f, v) }
