@@ -68,7 +68,7 @@ func (s Spec) Line() (string, error) {
 	if !s.Isolated() {
 		// No container: the payload sees the host. Set the same variables
 		// with env(1), clearing the job's environment like --cleanenv.
-		w = append(w, "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME="+"/nonexistent")
+		w = append(w, "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent")
 		for _, k := range keys {
 			w = append(w, shell.Quote(k+"="+s.Env[k]))
 		}

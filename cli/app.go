@@ -98,7 +98,8 @@ func globalFlags() []ucli.Flag {
 // withGlobals adds the global flags to a command's own.
 func withGlobals(flags ...ucli.Flag) []ucli.Flag { return append(flags, globalFlags()...) }
 
-// isSetAnywhere finds a global flag set on the command or before it.
+// setContext finds the context where a global flag was set: on the
+// command or before it.
 func setContext(c *ucli.Context, name string) *ucli.Context {
 	for _, ctx := range c.Lineage() {
 		for _, n := range ctx.LocalFlagNames() {

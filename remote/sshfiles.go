@@ -195,29 +195,24 @@ func (s *SSH) WriteFile(ctx context.Context, p string, data []byte, mode fs.File
 
 // ReadFile reads the whole file.
 func (s *SSH) ReadFile(ctx context.Context, p string) ([]byte, error) {
-	var out []byte
-	err := s.withSFTP(ctx, "read", p, func(cl *sftp.Client) error {
-		f, err := cl.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
+	return s.read(ctx, p, func(f *sftp.File) ([]byte, error) {
 		var buf bytes.Buffer
 		if _, err := f.WriteTo(&buf); err != nil {
-			return err
+			return nil, err
 		}
-		out = buf.Bytes()
-		return nil
+		return buf.Bytes(), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // ReadTail returns at most the last n bytes of the file, seeking past the
 // rest so a large log is not transferred.
 func (s *SSH) ReadTail(ctx context.Context, p string, n int64) ([]byte, error) {
+	return s.read(ctx, p, func(f *sftp.File) ([]byte, error) { return readTail(f, n) })
+}
+
+// read opens p over SFTP (retried like every file operation) and hands it
+// to fn.
+func (s *SSH) read(ctx context.Context, p string, fn func(*sftp.File) ([]byte, error)) ([]byte, error) {
 	var out []byte
 	err := s.withSFTP(ctx, "read", p, func(cl *sftp.Client) error {
 		f, err := cl.Open(p)
@@ -225,7 +220,7 @@ func (s *SSH) ReadTail(ctx context.Context, p string, n int64) ([]byte, error) {
 			return err
 		}
 		defer f.Close()
-		out, err = readTail(f, n)
+		out, err = fn(f)
 		return err
 	})
 	if err != nil {

@@ -26,7 +26,7 @@ func TestLabChain(t *testing.T) {
 		Train:  `test -f "$NEMORL_PATCH"; test -n "$NEMORL_DEADLINE"; echo w > "$NEMORL_OUT/model.safetensors"; echo "train job=$SLURM_JOB_ID"`,
 		Eval:   `test -f "$NEMORL_WEIGHTS"; echo "eval job=$SLURM_JOB_ID"`,
 	})
-	// The lab's job user (root here) must reach the tree: t.TempDir is 0700 root.
+	// Staging writes secrets.env; the author script refuses to run without it.
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("POLICY_API_KEY=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,7 @@ type scriptData struct {
 func (r *renderer) stage(stage string) ([]File, error) {
 	cfg := r.cfg
 	isolated := cfg.Runtime.Kind != configs.RuntimeNone
-	// inside maps a path in the episode to what the payload sees.
+	// A mount makes rel (in the episode) visible to the payload at container.
 	type mount struct {
 		rel, container string
 		ro             bool

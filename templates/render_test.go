@@ -287,12 +287,10 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 			cfg.Stages.Eval.Command = []string{p}
 		}
 	}
-	cfg.Cluster.Workdir = dir
 	tr, err := Render(cfg, Input{Episode: "ep-run", Prompt: []byte("p"), Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr.Dir = filepath.Join(dir, "ep-run")
 	writeTree(t, tr)
 	return tr
 }
