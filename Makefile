@@ -26,14 +26,11 @@ unit: ## tests that need no lab (lab tests skip)
 vet: ## go vet
 	$(GO) vet ./...
 
-demo: build lab-up ## bring the lab up and run one full episode over SSH
-	@if ! $(BIN) --help 2>&1 | grep -q '^ *run '; then \
-	  echo "make demo: not yet — the episode verbs (submit/watch/result/run) land with the episode issue."; \
-	  echo "The lab is up; try: $(BIN) config check --config configs/lab.yaml"; \
-	  echo "               and: $(BIN) render --config configs/lab.yaml --out /tmp/nemorl-render"; \
-	else \
-	  $(BIN) run --config configs/lab.yaml; \
-	fi
+demo: build lab-up ## bring the lab up and run one full episode over SSH (stand-in stages)
+	@ep=ep-$$(date -u +%Y%m%dT%H%M%SZ)-demo$$$$; \
+	  $(BIN) run --config configs/lab.yaml --episode $$ep || exit $$?; \
+	  echo "Slurm's view (sacct) of $$ep:"; \
+	  sacct -a -X -n -P --starttime=now-1hour --format=JobIDRaw,JobName,State,ExitCode | grep -F -- "-$$ep|"
 
 lab-up: ## install (apt-get) and start the local Slurm lab; idempotent, needs root
 	lab/up

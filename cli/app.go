@@ -39,6 +39,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Commands: []*ucli.Command{
 			configCommand(e),
 			renderCommand(e),
+			submitCommand(e),
+			statusCommand(e),
+			watchCommand(e),
+			resultCommand(e),
+			logsCommand(e),
+			cancelCommand(e),
+			runCommand(e),
+			resumeCommand(e),
 			evaluateCommand(e),
 		},
 		OnUsageError: func(_ *ucli.Context, err error, _ bool) error {

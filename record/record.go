@@ -108,17 +108,17 @@ func (*Author) Stage() Stage { return StageAuthor }
 // comes with no usable weights.
 type TrainStatus string
 
-// Train statuses. PolicyFailure tells the ones caused by the policy's code
-// (reward 0, "policy_failure") from those caused by the launcher or the
-// infrastructure (no reward, "infra_failure"). A launcher that crashes
-// prints no record at all, which the collector sees as missing_record.
+// Train statuses. PolicyFailure tells the ones caused by the policy (reward
+// 0, "policy_failure": its patch or its code) from StatusOK. A launcher or
+// infrastructure fault prints no record at all (the launcher crashed, the
+// node died), which the collector sees as missing_record: no reward.
 const (
 	// StatusOK: the trainer exited 0, reported an average reward, saved a
 	// checkpoint, and the export to model.safetensors succeeded.
 	StatusOK TrainStatus = "ok"
 	// StatusPatchFailed: git apply --check refused the patch on the pinned
-	// checkouts. The patch came from our own author stage against the same
-	// pins, so this is infrastructure, not policy.
+	// checkouts. The policy wrote the patch, so the episode is a policy
+	// failure, "patch_rejected".
 	StatusPatchFailed TrainStatus = "patch_failed"
 	// StatusTrainerFailed: the trainer (the policy's code) exited non-zero.
 	StatusTrainerFailed TrainStatus = "trainer_failed"
@@ -148,7 +148,7 @@ func (s TrainStatus) Valid() bool { return trainStatuses[s] }
 // episode gets reward 0), as opposed to StatusOK or an infrastructure fault.
 func (s TrainStatus) PolicyFailure() bool {
 	switch s {
-	case StatusTrainerFailed, StatusTrainerTimeout, StatusNoReward, StatusNoCheckpoint, StatusExportFailed:
+	case StatusPatchFailed, StatusTrainerFailed, StatusTrainerTimeout, StatusNoReward, StatusNoCheckpoint, StatusExportFailed:
 		return true
 	}
 	return false

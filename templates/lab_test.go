@@ -27,7 +27,7 @@ func TestLabChain(t *testing.T) {
 		Eval:   `test -f "$NEMORL_WEIGHTS"; echo "eval job=$SLURM_JOB_ID"`,
 	})
 	// Staging writes secrets.env; the author script refuses to run without it.
-	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("POLICY_API_KEY=x\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("NEMORL_POLICY_API_KEY=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

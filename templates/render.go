@@ -88,7 +88,7 @@ type Input struct {
 // Render renders the episode tree for cfg. It never includes the policy API
 // key: secrets.env is written at staging time only.
 func Render(cfg *configs.Config, in Input) (*Tree, error) {
-	if !validEpisode(in.Episode) {
+	if !ValidEpisode(in.Episode) {
 		return nil, fmt.Errorf("episode id %q: want letters, digits and ._- only", in.Episode)
 	}
 	r := &renderer{cfg: cfg, in: in, dir: path.Join(cfg.Cluster.Workdir, in.Episode)}
@@ -384,7 +384,9 @@ func execute(name string, data scriptData) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func validEpisode(s string) bool {
+// ValidEpisode reports whether s is a usable episode id: letters, digits and
+// ._- only, not starting with . or -, at most 100 bytes.
+func ValidEpisode(s string) bool {
 	if s == "" || len(s) > 100 || s[0] == '.' || s[0] == '-' {
 		return false
 	}

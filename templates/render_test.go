@@ -343,7 +343,7 @@ func TestRunAuthorSecrets(t *testing.T) {
 		t.Fatalf("without secrets.env: exit %d, %s", code, out)
 	}
 	sec := filepath.Join(tr.Dir, "author/secrets.env")
-	if err := os.WriteFile(sec, []byte("POLICY_API_KEY=x\n"), 0o600); err != nil {
+	if err := os.WriteFile(sec, []byte("NEMORL_POLICY_API_KEY=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, code = runScript(t, tr, Author)

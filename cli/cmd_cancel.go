@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nemorl/nemorl-slurm/episode"
+)
+
+func cancelCommand(e *env) *ucli.Command {
+	return &ucli.Command{
+		Name:      "cancel",
+		Usage:     "scancel every job of the episodes; nothing more is submitted for them",
+		ArgsUsage: "EPISODE…",
+		Flags:     withGlobals(),
+		Action:    e.cancel,
+	}
+}
+
+func (e *env) cancel(c *ucli.Context) error {
+	if c.NArg() == 0 {
+		return usageErr("cancel takes one or more episode ids")
+	}
+	ledger, err := openLedger()
+	if err != nil {
+		return err
+	}
+	entries, err := selectEpisodes(ledger, c.Args().Slice(), nil)
+	if err != nil {
+		return err
+	}
+	sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+	if err != nil {
+		return err
+	}
+	cancelled := map[string][]string{}
+	var failed []string
+	for _, s := range sessions {
+		for _, ep := range s.episodes {
+			lock, ok, err := ledger.TryLock(ep)
+			if err != nil {
+				failed = append(failed, err.Error())
+				continue
+			}
+			if !ok {
+				// The owner (run, watch) finishes the episode; cancel
+				// its jobs all the same, it sees them end.
+				e.logf("%s: another nemorl-slurm process watches it; cancelling its jobs anyway", ep)
+			}
+			en, err := ledger.Load(ep)
+			if err == nil {
+				var ids []string
+				ids, err = s.Cancel(c.Context, en, episode.ReasonCancelled)
+				cancelled[ep] = append([]string{}, ids...)
+			}
+			lock.Unlock()
+			if err != nil {
+				failed = append(failed, err.Error())
+			}
+		}
+		s.close()
+	}
+	if globalBool(c, "json") {
+		if err := e.writeJSON(map[string]any{"cancelled": cancelled, "errors": failed}); err != nil {
+			return err
+		}
+	} else {
+		for ep, ids := range cancelled {
+			fmt.Fprintf(e.stdout, "%s: cancelled jobs %s\n", ep, orDash(strings.Join(ids, " ")))
+		}
+	}
+	if len(failed) > 0 {
+		return withCode(ExitInfra, fmt.Errorf("cancel: %s", strings.Join(failed, "; ")), "")
+	}
+	return nil
+}

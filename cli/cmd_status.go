@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"fmt"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nemorl/nemorl-slurm/episode"
+)
+
+func statusCommand(e *env) *ucli.Command {
+	return &ucli.Command{
+		Name:      "status",
+		Usage:     "show the episodes' jobs (default: every unfinished episode) with one sacct",
+		ArgsUsage: "[EPISODE…]",
+		Flags:     withGlobals(),
+		Action:    e.status,
+	}
+}
+
+func (e *env) status(c *ucli.Context) error {
+	ledger, err := openLedger()
+	if err != nil {
+		return err
+	}
+	entries, err := selectEpisodes(ledger, c.Args().Slice(), unfinished)
+	if err != nil {
+		return err
+	}
+	sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+	if err != nil {
+		return err
+	}
+	var rows []episode.Row
+	for _, s := range sessions {
+		_, err := s.Watch(c.Context, s.episodes, episode.WatchOptions{Once: true, MaxPollFailures: 1,
+			Observe: func(r []episode.Row) { rows = append(rows, r...) }})
+		s.close()
+		if err != nil {
+			return withCode(ExitInfra, err, "")
+		}
+	}
+	if globalBool(c, "json") {
+		return e.writeJSON(map[string]any{"episodes": rowsJSON(rows)})
+	}
+	if len(rows) == 0 {
+		e.logf("no unfinished episodes in %s", ledger.Dir)
+		return nil
+	}
+	fmt.Fprint(e.stdout, formatRows(rows))
+	return nil
+}

@@ -1,0 +1,318 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+)
+
+// session is one config's driver with its open connection.
+type session struct {
+	*episode.Driver
+	episodes []string // the episodes this session handles
+}
+
+func (s *session) close() {
+	if s.Host != nil {
+		_ = s.Host.Close()
+	}
+}
+
+func openLedger() (*episode.Ledger, error) {
+	dir, err := episode.DefaultLedgerDir()
+	if err != nil {
+		return nil, err
+	}
+	return episode.OpenLedger(dir)
+}
+
+// explicitConfig returns the config path named by --config or
+// $NEMORL_SLURM_CONFIG, or "".
+func explicitConfig(c *ucli.Context) string {
+	if p := globalString(c, "config"); p != "" {
+		return p
+	}
+	return os.Getenv("NEMORL_SLURM_CONFIG")
+}
+
+// connect loads the config at path and opens its cluster: this machine
+// when cluster.login is absent, else SSH with host keys checked.
+func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, path string) (*session, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
+	}
+	cfg, err := configs.Load(path, data, os.LookupEnv)
+	if err != nil {
+		return nil, withCode(ExitUsage, err, "")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	sum := sha256.Sum256(data)
+	verbose := globalBool(c, "verbose")
+	var host remote.Host
+	if l := cfg.Cluster.Login; l == nil {
+		host = remote.NewLocal()
+	} else {
+		opts := remote.Options{
+			Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
+			KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey,
+		}
+		if verbose {
+			opts.Logf = e.logf
+		}
+		ssh, err := remote.Dial(ctx, opts)
+		if err != nil {
+			return nil, withCode(ExitInfra, fmt.Errorf("connect to the cluster (%s, from %s): %w", l.Host, path, err), "")
+		}
+		host = ssh
+	}
+	d := &episode.Driver{
+		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
+		Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: Version,
+		Logf: func(format string, args ...any) { e.logf(format, args...) },
+	}
+	return &session{Driver: d}, nil
+}
+
+// sessionsFor opens one session per config the episodes were submitted
+// with (or the one --config names), each holding its episodes.
+func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, entries []*episode.Entry) ([]*session, error) {
+	byConfig := map[string][]string{}
+	explicit := explicitConfig(c)
+	for _, en := range entries {
+		p := en.ConfigPath
+		if explicit != "" {
+			p = explicit
+		}
+		byConfig[p] = append(byConfig[p], en.Episode)
+	}
+	paths := make([]string, 0, len(byConfig))
+	for p := range byConfig {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var out []*session
+	for _, p := range paths {
+		s, err := e.connect(ctx, c, ledger, p)
+		if err != nil {
+			for _, o := range out {
+				o.close()
+			}
+			return nil, err
+		}
+		s.episodes = byConfig[p]
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// selectEpisodes returns the named episodes, or with none named every
+// episode of the ledger for which keep is true.
+func selectEpisodes(ledger *episode.Ledger, names []string, keep func(*episode.Entry) bool) ([]*episode.Entry, error) {
+	if len(names) > 0 {
+		var out []*episode.Entry
+		seen := map[string]bool{}
+		for _, n := range names {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			en, err := ledger.Load(n)
+			if err != nil {
+				if errors.Is(err, episode.ErrNotInLedger) {
+					return nil, &Error{Code: ExitUsage, Err: err, Hint: "nemorl-slurm status lists the unfinished episodes; the ledger is " + ledger.Dir}
+				}
+				return nil, err
+			}
+			out = append(out, en)
+		}
+		return out, nil
+	}
+	all, err := ledger.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []*episode.Entry
+	for _, en := range all {
+		if keep(en) {
+			out = append(out, en)
+		}
+	}
+	return out, nil
+}
+
+func unfinished(en *episode.Entry) bool { return !en.Final() }
+
+// progress shows watch rows: a live table redrawn in place on a terminal,
+// otherwise one line per change.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	drawn int
+	last  map[string]string
+	start time.Time
+}
+
+func newProgress(w io.Writer) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	return &progress{w: w, tty: tty, last: map[string]string{}, start: time.Now()}
+}
+
+func (p *progress) update(rows []episode.Row) {
+	if p.tty {
+		if p.drawn > 0 {
+			fmt.Fprintf(p.w, "\x1b[%dA\x1b[J", p.drawn)
+		}
+		table := formatRows(rows)
+		fmt.Fprint(p.w, table)
+		p.drawn = strings.Count(table, "\n")
+		return
+	}
+	for _, r := range rows {
+		line := r.Stage + " " + r.JobID + " " + r.State
+		if p.last[r.Episode] == line {
+			continue
+		}
+		p.last[r.Episode] = line
+		fmt.Fprintf(p.w, "%s %s %s job %s %s%s\n", time.Now().UTC().Format(time.RFC3339), r.Episode, r.Stage, orDash(r.JobID), r.State, outcomeNote(r))
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func outcomeNote(r episode.Row) string {
+	o := r.Outcome
+	if o == nil {
+		return ""
+	}
+	s := " → " + string(o.Outcome)
+	if o.Reward != nil {
+		s += fmt.Sprintf(" reward %g", *o.Reward)
+	}
+	if o.FailureReason != "" {
+		s += " (" + o.FailureReason + ")"
+	}
+	return s
+}
+
+// formatRows renders the table of status and watch.
+func formatRows(rows []episode.Row) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-28s %-6s %-8s %-24s %9s  %s\n", "EPISODE", "STAGE", "JOB", "STATE", "ELAPSED", "OUTCOME")
+	for _, r := range rows {
+		out := "-"
+		if r.Outcome != nil {
+			out = strings.TrimPrefix(outcomeNote(r), " → ")
+		}
+		fmt.Fprintf(&b, "%-28s %-6s %-8s %-24s %9s  %s\n", r.Episode, r.Stage, orDash(r.JobID), r.State, formatElapsed(r.Elapsed), out)
+	}
+	return b.String()
+}
+
+func formatElapsed(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	s := int64(d / time.Second)
+	return fmt.Sprintf("%d:%02d:%02d", s/3600, s%3600/60, s%60)
+}
+
+// rowJSON is a row in --json output.
+type rowJSON struct {
+	Episode        string           `json:"episode"`
+	Stage          string           `json:"stage"`
+	JobID          string           `json:"job_id"`
+	State          string           `json:"state"`
+	ElapsedSeconds int64            `json:"elapsed_seconds"`
+	Outcome        *episode.Outcome `json:"outcome,omitempty"`
+}
+
+func rowsJSON(rows []episode.Row) []rowJSON {
+	out := make([]rowJSON, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, rowJSON{Episode: r.Episode, Stage: r.Stage, JobID: r.JobID, State: r.State,
+			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
+	}
+	return out
+}
+
+// worstExit is the exit code of several outcomes: 4 if any integrity
+// violation, else 3 if any infrastructure failure or unfinished episode,
+// else 0.
+func worstExit(entries []*episode.Entry) int {
+	code := ExitOK
+	for _, en := range entries {
+		c := ExitInfra
+		if en.Outcome != nil {
+			c = en.Outcome.ExitCode()
+		}
+		if c == ExitIntegrity || (c == ExitInfra && code == ExitOK) {
+			code = c
+		}
+	}
+	return code
+}
+
+// summary is the one-line human account of an outcome.
+func summary(o *episode.Outcome) string {
+	s := fmt.Sprintf("%s: %s", o.Episode, o.Outcome)
+	if o.Reward != nil {
+		s += fmt.Sprintf(", reward %g", *o.Reward)
+	}
+	if o.MaskSample {
+		s += ", mask_sample"
+	}
+	if o.FailureReason != "" {
+		s += fmt.Sprintf(" (%s: %s)", o.FailureStage, o.FailureReason)
+	}
+	if o.TrainReward != nil && o.InnerSteps != nil {
+		s += fmt.Sprintf("; train_reward %g after %d inner steps", *o.TrainReward, *o.InnerSteps)
+	}
+	return s
+}
+
+// printOutcome prints an outcome for a human: the summary on stdout, the
+// jobs and the detail under it.
+func (e *env) printOutcome(o *episode.Outcome) {
+	fmt.Fprintln(e.stdout, summary(o))
+	for _, st := range []string{episode.Author, episode.Train, episode.Eval} {
+		j, ok := o.Jobs[st]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "  %-6s job %-8s %-22s exit %s\n", st, j.ID, j.State, j.ExitCode)
+	}
+	if o.Detail != "" {
+		fmt.Fprintf(e.stdout, "  %s\n", o.Detail)
+	}
+	if o.Isolation == "none" {
+		fmt.Fprintln(e.stdout, "  isolation: none (lab only: the stages ran without containers)")
+	}
+}

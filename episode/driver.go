@@ -1,0 +1,356 @@
+package episode
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/templates"
+)
+
+// Stage names, in chain order (the same strings as templates and record).
+const (
+	Author = templates.Author
+	Train  = templates.Train
+	Eval   = templates.Eval
+)
+
+// SecretsFile is the author stage's secrets file, relative to the episode
+// directory. It holds one line, NEMORL_POLICY_API_KEY=<key>; the author job
+// reads and deletes it.
+const SecretsFile = "author/secrets.env"
+
+// ManifestFile is the episode's plan on the cluster.
+const ManifestFile = "manifest.json"
+
+// Driver stages, submits, watches and collects episodes of one config on
+// one cluster.
+type Driver struct {
+	Config *configs.Config
+	// ConfigPath and ConfigSHA256 name the config file; they go into the
+	// ledger and the manifest.
+	ConfigPath, ConfigSHA256 string
+	Host                     remote.Host
+	Slurm                    *slurm.Client
+	Ledger                   *Ledger
+	// Version of nemorl-slurm, written into scripts and manifests.
+	Version string
+	// Logf receives progress lines (stderr); nil discards them.
+	Logf func(format string, args ...any)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (d *Driver) logf(format string, args ...any) {
+	if d.Logf != nil {
+		d.Logf(format, args...)
+	}
+}
+
+func (d *Driver) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// Submit creates episode id (a new one when empty): it writes the ledger
+// entry, stages the episode's tree, manifest and secrets.env on the cluster,
+// and submits the author job. Train and eval are submitted by Advance once
+// the author's patch is verified, so an episode without a patch never
+// submits them. The returned entry is locked by this process until lock is
+// released.
+func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, *Lock, error) {
+	if id == "" {
+		id = NewID(d.now())
+	}
+	tree, err := d.render(id, prompt)
+	if err != nil {
+		return nil, nil, err
+	}
+	e := &Entry{
+		Episode: id, Created: d.now().UTC(), ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
+		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{},
+	}
+	if err := d.Ledger.Create(e, prompt); err != nil {
+		return nil, nil, err
+	}
+	lock, ok, err := d.Ledger.TryLock(id)
+	if err != nil {
+		return e, nil, err
+	}
+	if !ok {
+		return e, nil, fmt.Errorf("episode %s: another nemorl-slurm process holds it", id)
+	}
+	if _, err := d.Host.Stat(ctx, tree.Dir); err == nil {
+		lock.Unlock()
+		return e, nil, fmt.Errorf("episode %s: %s already exists on %s; refusing to overwrite it", id, tree.Dir, d.Host.Name())
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		lock.Unlock()
+		return e, nil, fmt.Errorf("episode %s: stat %s: %w", id, tree.Dir, err)
+	}
+	if err := d.stage(ctx, e, tree); err != nil {
+		lock.Unlock()
+		return e, nil, err
+	}
+	if err := d.submit(ctx, e, Author, ""); err != nil {
+		lock.Unlock()
+		return e, nil, err
+	}
+	return e, lock, nil
+}
+
+func (d *Driver) render(id string, prompt []byte) (*templates.Tree, error) {
+	tree, err := templates.Render(d.Config, templates.Input{Episode: id, Prompt: prompt, Version: d.Version})
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: %w", id, err)
+	}
+	return tree, nil
+}
+
+// stage writes the tree (directories 0700, files with their modes, each
+// upload atomic), secrets.env (0600) and the manifest.
+func (d *Driver) stage(ctx context.Context, e *Entry, tree *templates.Tree) error {
+	h := d.Host
+	for _, f := range tree.Files {
+		p := path.Join(tree.Dir, f.Path)
+		var err error
+		if f.IsDir() {
+			err = h.MkdirAll(ctx, p, 0o700)
+		} else {
+			err = h.WriteFile(ctx, p, f.Data, f.Mode.Perm())
+		}
+		if err != nil {
+			return fmt.Errorf("episode %s: stage %s on %s: %w", e.Episode, p, h.Name(), err)
+		}
+	}
+	key := d.Config.PolicyModel.APIKey.Reveal()
+	if strings.ContainsAny(key, "\x00\r\n") {
+		return fmt.Errorf("episode %s: policy_model.api_key holds a newline or NUL", e.Episode)
+	}
+	if err := h.WriteFile(ctx, path.Join(tree.Dir, SecretsFile), []byte("NEMORL_POLICY_API_KEY="+key+"\n"), 0o600); err != nil {
+		// The error names the path only; never the content.
+		return fmt.Errorf("episode %s: stage %s: %w", e.Episode, SecretsFile, err)
+	}
+	scripts := map[string]string{}
+	for _, s := range templates.Stages {
+		f, _ := tree.Lookup(templates.Script(s))
+		sum := sha256.Sum256(f.Data)
+		scripts[s] = hex.EncodeToString(sum[:])
+	}
+	e.Staged = true
+	if err := d.writeManifest(ctx, e, scripts); err != nil {
+		return err
+	}
+	if err := d.Ledger.Save(e); err != nil {
+		return err
+	}
+	d.logf("%s: staged %s on %s", e.Episode, e.Dir, h.Name())
+	return nil
+}
+
+// Manifest is WORKDIR/EPISODE/manifest.json: what was planned and submitted.
+type Manifest struct {
+	Episode      string            `json:"episode"`
+	Created      time.Time         `json:"created"`
+	Version      string            `json:"version"`
+	Host         string            `json:"host"`
+	Dir          string            `json:"dir"`
+	Isolation    string            `json:"isolation"`
+	ConfigSHA256 string            `json:"config_sha256"`
+	Images       map[string]string `json:"images,omitempty"`
+	Digests      map[string]string `json:"image_digests,omitempty"`
+	Scripts      map[string]string `json:"scripts_sha256"`
+	Jobs         map[string]string `json:"jobs"`
+}
+
+func (d *Driver) writeManifest(ctx context.Context, e *Entry, scripts map[string]string) error {
+	rt := d.Config.Runtime
+	m := Manifest{
+		Episode: e.Episode, Created: e.Created, Version: d.Version, Host: e.Host, Dir: e.Dir,
+		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: scripts, Jobs: map[string]string{},
+	}
+	if rt.Kind != configs.RuntimeNone {
+		m.Images = map[string]string{Author: rt.Images.Author, Train: rt.Images.Train, Eval: rt.Images.Eval}
+		m.Digests = map[string]string{}
+		if rt.Digests.Eval != "" {
+			m.Digests[Eval] = rt.Digests.Eval
+		}
+	}
+	if scripts == nil {
+		// An update after a submission: keep the staged script hashes.
+		if b, err := d.Host.ReadFile(ctx, path.Join(e.Dir, ManifestFile)); err == nil {
+			var old Manifest
+			if json.Unmarshal(b, &old) == nil {
+				m.Scripts = old.Scripts
+			}
+		}
+	}
+	for s, sub := range e.Jobs {
+		if sub.JobID != "" {
+			m.Jobs[s] = sub.JobID
+		}
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("episode %s: manifest: %w", e.Episode, err)
+	}
+	if err := d.Host.WriteFile(ctx, path.Join(e.Dir, ManifestFile), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("episode %s: write %s: %w", e.Episode, ManifestFile, err)
+	}
+	return nil
+}
+
+// submit runs sbatch for stage once, with the crash-safe protocol: the
+// intent is saved before sbatch and the job id after. A stage whose intent
+// is on record but whose id is not (a crash, or a connection lost during
+// sbatch) is first looked up on the cluster by its job name and --comment
+// tag, and adopted when found: a stage is never submitted twice. after is
+// the job it waits for (afterok), or "".
+func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) error {
+	sub := e.Jobs[stage]
+	if sub != nil && sub.JobID != "" {
+		return nil
+	}
+	if sub != nil {
+		adopted, err := d.adopt(ctx, e, stage)
+		if err != nil || adopted {
+			return err
+		}
+	}
+	sub = &Submission{Intent: d.now().UTC()}
+	e.Jobs[stage] = sub
+	if err := d.Ledger.Save(e); err != nil {
+		return err
+	}
+	req := slurm.SubmitRequest{
+		ScriptPath:       path.Join(e.Dir, templates.Script(stage)),
+		Name:             templates.JobName(e.Episode, stage),
+		Comment:          templates.Comment(e.Episode, stage),
+		KillOnInvalidDep: true,
+	}
+	if after != "" {
+		req.AfterOK = []string{after}
+	}
+	res, err := d.Slurm.Submit(ctx, req)
+	if err != nil && after != "" && dependencyGone(err) {
+		// The job waited for has ended and left slurmctld's memory
+		// (MinJobAge); the caller has verified that it completed, so the
+		// order afterok guarantees already holds. sbatch failed, so no job
+		// was made: submitting again cannot make a second one.
+		d.logf("%s: %s: job %s is no longer known to slurmctld; submitting without the dependency (it completed)", e.Episode, stage, after)
+		req.AfterOK = nil
+		res, err = d.Slurm.Submit(ctx, req)
+	}
+	if err != nil {
+		if errors.Is(err, remote.ErrOutcomeUnknown) {
+			if adopted, aerr := d.adopt(ctx, e, stage); aerr == nil && adopted {
+				return nil
+			}
+		}
+		return fmt.Errorf("episode %s: submit %s: %w", e.Episode, stage, err)
+	}
+	sub.JobID, sub.Submitted = res.JobID, d.now().UTC()
+	if err := d.Ledger.Save(e); err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		d.logf("%s: %s: sbatch: %s", e.Episode, stage, w)
+	}
+	d.logf("%s: submitted %s as job %s", e.Episode, stage, res.JobID)
+	return d.writeManifest(ctx, e, nil)
+}
+
+// adopt looks for stage's job on the cluster (after a crash between the
+// intent and the id) and records it when found.
+func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error) {
+	name, tag := templates.JobName(e.Episode, stage), templates.Comment(e.Episode, stage)
+	found, err := d.Slurm.Find(ctx, func(j slurm.JobInfo) bool { return j.Name == name || j.Comment == tag })
+	if err != nil {
+		return false, fmt.Errorf("episode %s: look for the %s job before submitting it again: %w", e.Episode, stage, err)
+	}
+	switch len(found) {
+	case 0:
+		return false, nil
+	case 1:
+	default:
+		var ids []string
+		for _, j := range found {
+			ids = append(ids, j.ID)
+		}
+		return false, fmt.Errorf("episode %s: %d %s jobs on the cluster (%s); expected one: cancel the extra ones with scancel, then resume",
+			e.Episode, len(found), stage, strings.Join(ids, ", "))
+	}
+	sub := e.Jobs[stage]
+	sub.JobID, sub.Submitted, sub.Adopted = found[0].ID, d.now().UTC(), true
+	if err := d.Ledger.Save(e); err != nil {
+		return false, err
+	}
+	d.logf("%s: adopted %s job %s found on the cluster", e.Episode, stage, sub.JobID)
+	return true, d.writeManifest(ctx, e, nil)
+}
+
+// dependencyGone reports an sbatch refusal of a dependency on a job
+// slurmctld no longer knows.
+func dependencyGone(err error) bool {
+	var ce *remote.CommandError
+	return errors.As(err, &ce) && strings.Contains(ce.Stderr, "Job dependency problem")
+}
+
+// Cancel stops an episode for good: it records why (so nothing more is
+// submitted, by this process or a resume), resolves submissions whose job id
+// is not known yet, and scancels every job of the episode.
+func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string) ([]string, error) {
+	if e.Final() {
+		return nil, nil
+	}
+	if e.CancelRequested == "" {
+		e.CancelRequested = reason
+		if err := d.Ledger.Save(e); err != nil {
+			return nil, err
+		}
+	}
+	var ids []string
+	for _, s := range templates.Stages {
+		sub := e.Jobs[s]
+		if sub == nil {
+			continue
+		}
+		if sub.JobID == "" {
+			if _, err := d.adopt(ctx, e, s); err != nil {
+				return nil, err
+			}
+		}
+		if sub.JobID != "" {
+			ids = append(ids, sub.JobID)
+		}
+	}
+	if err := d.Slurm.Cancel(ctx, ids); err != nil {
+		return ids, fmt.Errorf("episode %s: %w", e.Episode, err)
+	}
+	if len(ids) > 0 {
+		d.logf("%s: cancelled jobs %s (%s)", e.Episode, strings.Join(ids, ", "), reason)
+	}
+	return ids, nil
+}
+
+// JobIDs returns the episode's known job ids in chain order.
+func (e *Entry) JobIDs() []string {
+	var ids []string
+	for _, s := range templates.Stages {
+		if id := e.JobID(s); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

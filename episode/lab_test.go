@@ -1,0 +1,151 @@
+package episode
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+)
+
+// sacctCounter counts the sacct processes run through it, and remembers
+// when each started.
+type sacctCounter struct {
+	inner remote.Runner
+	mu    sync.Mutex
+	at    []time.Time
+}
+
+func (c *sacctCounter) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
+	if slices.Contains(cmd.Argv, "sacct") {
+		c.mu.Lock()
+		c.at = append(c.at, time.Now())
+		c.mu.Unlock()
+	}
+	return c.inner.Run(ctx, cmd)
+}
+
+func (c *sacctCounter) calls() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.at)
+}
+
+// labDriver is a Driver for configs/lab.yaml over SSH, its train stage
+// replaced by trainArgv, counting sacct.
+func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
+	t.Helper()
+	lab := labtest.Env(t)
+	labtest.UseSSHD(t)
+	cfg, err := configs.LoadFile("../configs/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trainArgv != nil {
+		cfg.Stages.Train.Command = trainArgv
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	host, err := remote.Dial(ctx, remote.Options{Host: lab.SSHHost, Port: lab.SSHPort, User: lab.User,
+		IdentityFile: lab.Key, KnownHostsFile: lab.KnownHosts, ConfigFile: "none"})
+	if err != nil {
+		t.Fatalf("ssh to the lab: %v", err)
+	}
+	t.Cleanup(func() { _ = host.Close() })
+	ledger, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &sacctCounter{inner: host}
+	return &Driver{Config: cfg, ConfigPath: "../configs/lab.yaml", Host: host, Slurm: slurm.New(counter),
+		Ledger: ledger, Version: "test", Logf: t.Logf}, counter
+}
+
+// TestWatchOneSacctPerPoll watches three episodes at once: every poll is
+// one sacct for all their jobs, and while nothing changes (train sleeps)
+// the interval doubles from poll_min up to poll_max.
+func TestWatchOneSacctPerPoll(t *testing.T) {
+	d, counter := labDriver(t, []string{"/opt/nemorl-lab/stand-ins/train", "--sleep-forever"})
+	ctx := context.Background()
+	var eps []string
+	for range 3 {
+		e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock.Unlock()
+		eps = append(eps, e.Episode)
+	}
+	t.Cleanup(func() {
+		for _, ep := range eps {
+			if e, err := d.Ledger.Load(ep); err == nil {
+				_, _ = d.Cancel(context.Background(), e, ReasonCancelled)
+			}
+		}
+	})
+
+	const pollMin, pollMax = 200 * time.Millisecond, 1600 * time.Millisecond
+	var polls []time.Time
+	var lastRows []Row
+	unchanged := 0
+	wctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	before := len(counter.calls())
+	_, err := d.Watch(wctx, eps, WatchOptions{Act: true, PollMin: pollMin, PollMax: pollMax, Observe: func(rows []Row) {
+		polls = append(polls, time.Now())
+		// Stop after six polls in a row that saw the same rows, all at the
+		// train stage (it sleeps): the interval has then had time to
+		// double from poll_min to poll_max.
+		allTrain := true
+		for _, r := range rows {
+			allTrain = allTrain && r.Stage == Train && r.JobID != ""
+		}
+		if allTrain && sameRows(rows, lastRows) {
+			unchanged++
+		} else {
+			unchanged = 0
+		}
+		lastRows = rows
+		if unchanged >= 6 {
+			cancel()
+		}
+	}})
+	if err == nil || wctx.Err() == nil {
+		t.Fatalf("Watch returned %v before the test stopped it; rows %+v", err, lastRows)
+	}
+	sacct := counter.calls()[before:]
+	// One sacct per poll (the poll that was cancelled may have run its
+	// sacct without reaching Observe).
+	if n, p := len(sacct), len(polls); n != p && n != p+1 {
+		t.Fatalf("%d sacct calls for %d polls of %d episodes; want one per poll", n, p, len(eps))
+	}
+	if len(lastRows) != 3 {
+		t.Fatalf("rows %+v", lastRows)
+	}
+	for _, r := range lastRows {
+		if r.Stage != Train || (r.State != "RUNNING" && r.State != "PENDING") || r.JobID == "" {
+			t.Errorf("row %+v: want the train job running or pending", r)
+		}
+	}
+	// The last gaps, all while nothing changed, grew to poll_max and never
+	// beyond what doubling allows.
+	var gaps []time.Duration
+	for i := 1; i < len(sacct); i++ {
+		gaps = append(gaps, sacct[i].Sub(sacct[i-1]))
+	}
+	if len(gaps) < 4 {
+		t.Fatalf("only %d gaps", len(gaps))
+	}
+	last := gaps[len(gaps)-1]
+	if last < pollMax {
+		t.Errorf("last gap %s, want ≥ poll_max %s once nothing changes (gaps %v)", last, pollMax, gaps)
+	}
+	if first := gaps[0]; first > pollMax {
+		t.Errorf("first gap %s, want about poll_min %s (gaps %v)", first, pollMin, gaps)
+	}
+}

@@ -1,0 +1,252 @@
+package episode
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/templates"
+)
+
+// LedgerFormat is the version of the ledger entry format.
+const LedgerFormat = 1
+
+// Ledger is the local, crash-safe record of every episode this user
+// submitted: one JSON file per episode in Dir, replaced atomically (write a
+// temp file, fsync, rename, fsync the directory) on every change. The
+// intent to run sbatch is written before sbatch runs and the job id right
+// after, so a crash between the two is seen on resume and resolved by
+// looking the job up on the cluster before anything is submitted again.
+type Ledger struct {
+	Dir string
+}
+
+// DefaultLedgerDir is $XDG_STATE_HOME/nemorl-slurm, else
+// ~/.local/state/nemorl-slurm.
+func DefaultLedgerDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "nemorl-slurm"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("ledger: no state directory: set XDG_STATE_HOME or HOME: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "nemorl-slurm"), nil
+}
+
+// OpenLedger makes dir (0700) if needed and returns its ledger.
+func OpenLedger(dir string) (*Ledger, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "episodes"), 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	return &Ledger{Dir: dir}, nil
+}
+
+// Entry is one episode in the ledger.
+type Entry struct {
+	Format  int       `json:"format"`
+	Episode string    `json:"episode"`
+	Created time.Time `json:"created"`
+	// ConfigPath is the absolute path of the config the episode was
+	// submitted with; commands that name no --config use it again.
+	ConfigPath   string `json:"config_path"`
+	ConfigSHA256 string `json:"config_sha256"`
+	// Host is where Slurm commands ran ("local", "nemorl@127.0.0.1:2222").
+	Host string `json:"host"`
+	// Dir is WORKDIR/EPISODE on the cluster.
+	Dir       string `json:"dir"`
+	Isolation string `json:"isolation"`
+	// Staged is set once every file of the episode is on the cluster.
+	Staged bool `json:"staged"`
+	// Jobs holds the submissions, by stage.
+	Jobs map[string]*Submission `json:"jobs"`
+	// CancelRequested names why the episode's jobs were cancelled (by
+	// cancel, a deadline or an interrupt): nothing more is submitted.
+	CancelRequested string `json:"cancel_requested,omitempty"`
+	// Author is the author's verified record, once its patch was checked.
+	Author *record.Author `json:"author_record,omitempty"`
+	// Outcome is set once, when the episode is final.
+	Outcome *Outcome `json:"outcome,omitempty"`
+}
+
+// Submission is one stage's sbatch: the intent, written before sbatch
+// runs, and the job id, written after.
+type Submission struct {
+	Intent    time.Time `json:"intent"`
+	JobID     string    `json:"job_id,omitempty"`
+	Submitted time.Time `json:"submitted,omitzero"`
+	// Adopted is set when the job id was found on the cluster after a
+	// crash rather than returned by sbatch.
+	Adopted bool `json:"adopted,omitempty"`
+}
+
+// Final reports whether the episode has its outcome.
+func (e *Entry) Final() bool { return e.Outcome != nil }
+
+// JobID returns the job id of stage, or "".
+func (e *Entry) JobID(stage string) string {
+	if s := e.Jobs[stage]; s != nil {
+		return s.JobID
+	}
+	return ""
+}
+
+func (l *Ledger) path(ep string) string {
+	return filepath.Join(l.Dir, "episodes", ep+".json")
+}
+
+// Path returns the file of an episode's entry.
+func (l *Ledger) Path(ep string) string { return l.path(ep) }
+
+// PromptPath is where the episode's author prompt is kept, so that staging
+// can be redone after a crash.
+func (l *Ledger) PromptPath(ep string) string {
+	return filepath.Join(l.Dir, "episodes", ep+".prompt.txt")
+}
+
+// ErrNotInLedger is matched by Load's error for an unknown episode.
+var ErrNotInLedger = errors.New("not in the ledger")
+
+// Create writes a new entry and its prompt; it fails if the episode exists.
+func (l *Ledger) Create(e *Entry, prompt []byte) error {
+	if !templates.ValidEpisode(e.Episode) {
+		return fmt.Errorf("ledger: bad episode id %q", e.Episode)
+	}
+	if _, err := os.Stat(l.path(e.Episode)); err == nil {
+		return fmt.Errorf("ledger: episode %s already exists (%s)", e.Episode, l.path(e.Episode))
+	}
+	if err := writeAtomic(l.PromptPath(e.Episode), prompt); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return l.Save(e)
+}
+
+// Save replaces the episode's entry atomically and durably.
+func (l *Ledger) Save(e *Entry) error {
+	e.Format = LedgerFormat
+	b, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return fmt.Errorf("ledger: %s: %w", e.Episode, err)
+	}
+	if err := writeAtomic(l.path(e.Episode), append(b, '\n')); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
+
+// Load reads one episode's entry.
+func (l *Ledger) Load(ep string) (*Entry, error) {
+	if !templates.ValidEpisode(ep) {
+		return nil, fmt.Errorf("bad episode id %q: want ep-… (letters, digits and ._- only)", ep)
+	}
+	b, err := os.ReadFile(l.path(ep))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("episode %s: %w (%s)", ep, ErrNotInLedger, l.Dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("ledger: %s: %w", l.path(ep), err)
+	}
+	if e.Format != LedgerFormat || e.Episode != ep {
+		return nil, fmt.Errorf("ledger: %s: format %d episode %q, want format %d episode %q", l.path(ep), e.Format, e.Episode, LedgerFormat, ep)
+	}
+	if e.Jobs == nil {
+		e.Jobs = map[string]*Submission{}
+	}
+	return &e, nil
+}
+
+// List returns every entry, oldest first (episode ids sort by time).
+func (l *Ledger) List() ([]*Entry, error) {
+	names, err := filepath.Glob(filepath.Join(l.Dir, "episodes", "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	sort.Strings(names)
+	var out []*Entry
+	for _, n := range names {
+		e, err := l.Load(strings.TrimSuffix(filepath.Base(n), ".json"))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Lock is an exclusive claim on one episode: only its holder submits jobs
+// or writes the outcome. Other processes may still read and display.
+type Lock struct{ f *os.File }
+
+// TryLock claims the episode without waiting; ok is false when another
+// process holds it. The claim ends with Unlock or with the process.
+func (l *Ledger) TryLock(ep string) (lock *Lock, ok bool, err error) {
+	f, err := os.OpenFile(filepath.Join(l.Dir, "episodes", ep+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("ledger: lock %s: %w", ep, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("ledger: lock %s: %w", ep, err)
+	}
+	return &Lock{f: f}, true, nil
+}
+
+// Unlock releases the claim.
+func (k *Lock) Unlock() {
+	if k != nil && k.f != nil {
+		_ = k.f.Close()
+		k.f = nil
+	}
+}
+
+// writeAtomic writes data to a temp file next to path, fsyncs it, renames it
+// over path and fsyncs the directory.
+func writeAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o600); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,123 @@
+package episode
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/record"
+)
+
+func TestLedgerRoundTrip(t *testing.T) {
+	l, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{NewID(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), NewID(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))}
+	for _, id := range ids {
+		e := &Entry{Episode: id, Dir: "/w/" + id, Jobs: map[string]*Submission{}}
+		if err := l.Create(e, []byte("prompt of "+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Create(&Entry{Episode: ids[0]}, nil); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("second Create of %s: %v, want already exists", ids[0], err)
+	}
+	e, err := l.Load(ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Jobs[Author] = &Submission{Intent: time.Now().UTC(), JobID: "101"}
+	e.Author = &record.Author{PatchSHA256: record.EmptySHA256}
+	e.Outcome = &Outcome{Episode: ids[0], Outcome: PolicyFailure, Reward: ptr(0.0), FailureReason: ReasonNoPatch}
+	if err := l.Save(e); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Load(ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.JobID(Author) != "101" || !got.Final() || got.Outcome.FailureReason != ReasonNoPatch || *got.Outcome.Reward != 0 || got.Author.PatchSHA256 != record.EmptySHA256 {
+		t.Fatalf("reloaded entry differs: %+v", got)
+	}
+	if p, _ := os.ReadFile(l.PromptPath(ids[1])); string(p) != "prompt of "+ids[1] {
+		t.Fatalf("prompt kept as %q", p)
+	}
+	all, err := l.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Episode != ids[1] || all[1].Episode != ids[0] {
+		t.Fatalf("List order: got %v, want oldest first", []string{all[0].Episode, all[1].Episode})
+	}
+	// Saves leave no temp files behind, and entries are private.
+	files, _ := filepath.Glob(filepath.Join(l.Dir, "episodes", ".*"))
+	if len(files) != 0 {
+		t.Fatalf("temp files left: %v", files)
+	}
+	fi, err := os.Stat(l.Path(ids[0]))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("entry mode %v, %v; want 0600", fi.Mode(), err)
+	}
+}
+
+func TestLedgerLoadErrors(t *testing.T) {
+	l, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Load("ep-nope"); !errors.Is(err, ErrNotInLedger) {
+		t.Fatalf("unknown episode: %v", err)
+	}
+	if _, err := l.Load("../etc/passwd"); err == nil || !strings.Contains(err.Error(), "bad episode id") {
+		t.Fatalf("path-like id: %v", err)
+	}
+	if err := os.WriteFile(l.Path("ep-broken"), []byte("{\"format\": 1, \"episode\": "), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Load("ep-broken"); err == nil || !strings.Contains(err.Error(), l.Path("ep-broken")) {
+		t.Fatalf("truncated entry: %v, want an error naming the file", err)
+	}
+	if err := os.WriteFile(l.Path("ep-other"), []byte(`{"format": 1, "episode": "ep-else"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Load("ep-other"); err == nil || !strings.Contains(err.Error(), `"ep-else"`) {
+		t.Fatalf("entry naming another episode: %v", err)
+	}
+}
+
+// TestLedgerLock: one holder at a time (flock is per open file, so a second
+// claim in the same process is refused too), free again after Unlock.
+func TestLedgerLock(t *testing.T) {
+	l, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok, err := l.TryLock("ep-x")
+	if err != nil || !ok {
+		t.Fatalf("first claim: %v %v", ok, err)
+	}
+	if _, ok, err := l.TryLock("ep-x"); err != nil || ok {
+		t.Fatalf("second claim while held: ok=%v err=%v, want refused", ok, err)
+	}
+	if _, ok, err := l.TryLock("ep-y"); err != nil || !ok {
+		t.Fatalf("claim of another episode: ok=%v err=%v", ok, err)
+	}
+	a.Unlock()
+	b, ok, err := l.TryLock("ep-x")
+	if err != nil || !ok {
+		t.Fatalf("claim after Unlock: ok=%v err=%v", ok, err)
+	}
+	b.Unlock()
+}
+
+func TestOutcomeExitCodes(t *testing.T) {
+	for kind, want := range map[Kind]int{Scored: 0, PolicyFailure: 0, InfraFailure: 3, IntegrityViolation: 4} {
+		if got := (&Outcome{Outcome: kind}).ExitCode(); got != want {
+			t.Errorf("%s: exit %d, want %d", kind, got, want)
+		}
+	}
+}

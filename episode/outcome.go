@@ -1,0 +1,117 @@
+package episode
+
+import (
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/slurm"
+)
+
+// Kind is an episode's outcome.
+type Kind string
+
+// The four outcomes (DESIGN.md "Outcome JSON").
+const (
+	// Scored: the eval record was verified; Reward is the episode's reward.
+	Scored Kind = "scored"
+	// PolicyFailure: the policy's work failed in a way the policy owns
+	// (no patch, a patch that does not apply, a trainer that crashed);
+	// reward 0.
+	PolicyFailure Kind = "policy_failure"
+	// InfraFailure: no reward can be given (node failure, preemption, a
+	// missing record, cancellation, a lost connection); mask the sample.
+	InfraFailure Kind = "infra_failure"
+	// IntegrityViolation: a record was rejected (forged, duplicated,
+	// inconsistent, bound to other weights or another job); no reward.
+	IntegrityViolation Kind = "integrity_violation"
+)
+
+// Policy failure reasons.
+const (
+	ReasonNoPatch       = "no_patch"
+	ReasonPatchRejected = "patch_rejected"
+	ReasonTrainFailed   = "train_failed"
+)
+
+// Infrastructure failure reasons besides the Slurm failures
+// (slurm.Failure: node_failure, timeout, cancelled, …) and the record
+// reason missing_record.
+const (
+	ReasonDeadline       = "deadline"        // run --deadline passed: the jobs were cancelled
+	ReasonInterrupted    = "interrupted"     // run got SIGINT or SIGTERM: the jobs were cancelled
+	ReasonCancelled      = "cancelled"       // nemorl-slurm cancel
+	ReasonConnectionLost = "connection_lost" // the cluster could not be reached beyond retries
+	ReasonJobLost        = "job_lost"        // Slurm forgot a job before reporting its end
+	ReasonTimesUnknown   = "times_unknown"   // sacct never reported the start and end times needed
+)
+
+// Integrity reasons besides the record.Reason values.
+const (
+	ReasonEvalInputsTampered = "eval_inputs_tampered" // the eval job refused its image or inputs (exit 65)
+	ReasonEvalBeforeTrainEnd = "eval_started_before_train_ended"
+)
+
+// Outcome is an episode's verified result (result, run --json).
+type Outcome struct {
+	Episode string `json:"episode"`
+	Outcome Kind   `json:"outcome"`
+	// Reward is null for infra_failure and integrity_violation.
+	Reward        *float64 `json:"reward"`
+	MaskSample    bool     `json:"mask_sample"`
+	FailureReason string   `json:"failure_reason"`
+	// FailureStage names the stage that decided a failure.
+	FailureStage string `json:"failure_stage,omitempty"`
+	// Detail explains a failure in one line.
+	Detail string `json:"detail,omitempty"`
+
+	AIME25Exact      *float64 `json:"aime25_exact,omitempty"`
+	AIME25AvgAt8     *float64 `json:"aime25_avg_at_8,omitempty"`
+	TrainReward      *float64 `json:"train_reward,omitempty"`
+	InnerSteps       *int     `json:"inner_steps,omitempty"`
+	Completed        int      `json:"completed"`
+	PatchSHA256      string   `json:"patch_sha256,omitempty"`
+	CheckpointSHA256 string   `json:"checkpoint_sha256,omitempty"`
+	WandbURL         string   `json:"wandb_url,omitempty"`
+	Isolation        string   `json:"isolation"`
+	Dir              string   `json:"dir"`
+
+	Jobs map[string]JobSummary `json:"jobs"`
+	// Decided is when the outcome was decided.
+	Decided time.Time `json:"decided"`
+}
+
+// JobSummary is a stage job as sacct last showed it.
+type JobSummary struct {
+	ID       string    `json:"id"`
+	State    string    `json:"state"`
+	ExitCode string    `json:"exit_code"`
+	Start    time.Time `json:"start,omitzero"`
+	End      time.Time `json:"end,omitzero"`
+	Elapsed  string    `json:"elapsed,omitempty"`
+	NodeList string    `json:"node_list,omitempty"`
+}
+
+func summarize(j slurm.JobInfo) JobSummary {
+	s := JobSummary{ID: j.ID, State: j.State.Raw, ExitCode: j.ExitCode.Raw, Start: j.Start, End: j.End, NodeList: j.NodeList}
+	if s.State == "" {
+		s.State = "UNKNOWN"
+	}
+	if j.Elapsed > 0 {
+		s.Elapsed = j.Elapsed.String()
+	}
+	return s
+}
+
+// ExitCode maps an outcome to the process exit code of DESIGN.md: 0 done
+// (scored, or a policy failure with its reward), 3 infrastructure failure,
+// 4 integrity violation.
+func (o *Outcome) ExitCode() int {
+	switch o.Outcome {
+	case Scored, PolicyFailure:
+		return 0
+	case IntegrityViolation:
+		return 4
+	}
+	return 3
+}
+
+func ptr[T any](v T) *T { return &v }

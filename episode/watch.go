@@ -1,0 +1,440 @@
+package episode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/templates"
+)
+
+// Limits of patience with Slurm's account of a job.
+const (
+	// JobLostAfter: a submitted job that neither sacct nor squeue knows
+	// for this long is lost (infra_failure job_lost). Unknown is not
+	// failed: sacct lags submissions and ends by seconds.
+	JobLostAfter = 10 * time.Minute
+	// TimesUnknownAfter: an ended eval whose start (or train's end) sacct
+	// has not reported for this long cannot be checked (times_unknown).
+	TimesUnknownAfter = 5 * time.Minute
+	// DependentCancelWait: after train failed, how long to wait for Slurm to
+	// cancel the eval job waiting on it before classifying without it.
+	DependentCancelWait = 2 * time.Minute
+)
+
+// ErrConnectionLost is matched by Watch's error when the cluster could not
+// be queried MaxPollFailures times in a row.
+var ErrConnectionLost = remote.ErrConnectionLost
+
+// Row is one episode's line in the live table.
+type Row struct {
+	Episode string `json:"episode"`
+	Stage   string `json:"stage"`
+	JobID   string `json:"job_id,omitempty"`
+	// State is Slurm's state of the stage's job, or the outcome once final.
+	State   string        `json:"state"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	Outcome *Outcome      `json:"-"`
+}
+
+// WatchOptions tune Watch.
+type WatchOptions struct {
+	// Act lets Watch submit, collect and finalize the episodes it can
+	// lock; without it, Watch only observes.
+	Act bool
+	// Observe is called after every poll with one row per episode.
+	Observe func([]Row)
+	// PollMin and PollMax bound the interval between polls; it doubles
+	// from PollMin to PollMax while nothing changes. Zero: the config's.
+	PollMin, PollMax time.Duration
+	// MaxPollFailures is how many polls in a row may fail (the cluster
+	// unreachable beyond the transport's own retries) before Watch gives
+	// up with ErrConnectionLost. Zero means 5.
+	MaxPollFailures int
+	// Once makes Watch poll one time and return.
+	Once bool
+}
+
+type watchState struct {
+	entries map[string]*Entry
+	order   []string
+	locks   map[string]*Lock
+	since   map[string]time.Time // first time a wait began, by key
+}
+
+func (st *watchState) waited(key string, now time.Time) time.Duration {
+	t, ok := st.since[key]
+	if !ok {
+		st.since[key] = now
+		return 0
+	}
+	return now.Sub(t)
+}
+
+// Watch polls the episodes (one sacct for all their jobs per poll) until
+// every one is final, ctx ends, or the cluster stays unreachable. It
+// returns the entries as last seen. With opt.Act it advances the episodes
+// it can lock: submits train and eval once the author's patch is verified,
+// resolves submissions interrupted by a crash, and collects, verifies and
+// records each outcome.
+func (d *Driver) Watch(ctx context.Context, episodes []string, opt WatchOptions) (map[string]*Entry, error) {
+	st := &watchState{entries: map[string]*Entry{}, locks: map[string]*Lock{}, since: map[string]time.Time{}}
+	defer func() {
+		for _, l := range st.locks {
+			l.Unlock()
+		}
+	}()
+	for _, ep := range episodes {
+		e, err := d.Ledger.Load(ep)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := st.entries[ep]; !dup {
+			st.order = append(st.order, ep)
+		}
+		st.entries[ep] = e
+	}
+	pollMin, pollMax := opt.PollMin, opt.PollMax
+	if pollMin <= 0 {
+		pollMin = d.Config.Episodes.PollMin.Duration
+	}
+	if pollMax < pollMin {
+		pollMax = max(d.Config.Episodes.PollMax.Duration, pollMin)
+	}
+	maxFail := opt.MaxPollFailures
+	if maxFail <= 0 {
+		maxFail = 5
+	}
+	interval, failures := pollMin, 0
+	var last []Row
+	for {
+		rows, err := d.poll(ctx, st, opt.Act)
+		if ctx.Err() != nil {
+			return st.entries, ctx.Err()
+		}
+		if err != nil {
+			failures++
+			d.logf("poll %d/%d failed: %v", failures, maxFail, err)
+			if failures >= maxFail {
+				return st.entries, fmt.Errorf("%w: %d polls in a row failed; the jobs keep running, resume re-attaches: %w", ErrConnectionLost, failures, err)
+			}
+		} else {
+			failures = 0
+			if opt.Observe != nil {
+				opt.Observe(rows)
+			}
+		}
+		done := true
+		for _, e := range st.entries {
+			done = done && e.Final()
+		}
+		if done || opt.Once {
+			return st.entries, nil
+		}
+		if err == nil && !sameRows(rows, last) {
+			interval = pollMin
+		} else {
+			interval = min(interval*2, pollMax)
+		}
+		last = rows
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st.entries, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func sameRows(a, b []Row) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Episode != b[i].Episode || a[i].Stage != b[i].Stage || a[i].JobID != b[i].JobID || a[i].State != b[i].State {
+			return false
+		}
+	}
+	return true
+}
+
+// poll runs one round: claim what can be claimed, one Query for every job
+// of every unfinished episode, advance the claimed episodes, and build the
+// rows.
+func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, error) {
+	var ids []string
+	for _, ep := range st.order {
+		e := st.entries[ep]
+		if e.Final() {
+			continue
+		}
+		if st.locks[ep] == nil {
+			if act {
+				lock, ok, err := d.Ledger.TryLock(ep)
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					st.locks[ep] = lock
+				}
+			}
+			// Another process may have moved it on: read it again.
+			fresh, err := d.Ledger.Load(ep)
+			if err != nil {
+				return nil, err
+			}
+			st.entries[ep], e = fresh, fresh
+			if e.Final() {
+				continue
+			}
+		}
+		ids = append(ids, e.JobIDs()...)
+	}
+	infos := map[string]slurm.JobInfo{}
+	if len(ids) > 0 {
+		var err error
+		infos, err = d.Slurm.Query(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if act {
+		d.advanceAll(ctx, st, infos)
+	}
+	rows := make([]Row, 0, len(st.order))
+	for _, ep := range st.order {
+		rows = append(rows, rowOf(st.entries[ep], infos))
+	}
+	return rows, nil
+}
+
+// advanceAll advances every claimed, unfinished episode, at most
+// episodes.concurrency at once.
+func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[string]slurm.JobInfo) {
+	n := max(d.Config.Episodes.Concurrency, 1)
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards st.since
+	for _, ep := range st.order {
+		e := st.entries[ep]
+		if e.Final() || st.locks[ep] == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			waited := func(key string) time.Duration {
+				mu.Lock()
+				defer mu.Unlock()
+				return st.waited(e.Episode+"/"+key, d.now())
+			}
+			if err := d.advance(ctx, e, infos, waited); err != nil && ctx.Err() == nil {
+				d.logf("%s: %v (will retry)", e.Episode, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// advance takes one episode as far as the jobs' states allow. waited
+// reports how long a named wait has lasted, counted from its first call.
+func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo, waited func(string) time.Duration) error {
+	if e.Final() {
+		return nil
+	}
+	finish := func(o *Outcome) error { return d.finish(e, o) }
+	cancelled := func(stage string) error {
+		return finish(d.base(e, infos).fail(InfraFailure, stage, e.CancelRequested, "the episode was cancelled: "+e.CancelRequested))
+	}
+	// lost finalizes a job Slurm forgot, after JobLostAfter.
+	lost := func(stage string) error {
+		id := e.JobID(stage)
+		j := infos[id]
+		if j.State.Class != slurm.Unknown {
+			return nil
+		}
+		if w := waited("unknown-" + id); w > JobLostAfter {
+			return finish(d.base(e, infos).fail(InfraFailure, stage, ReasonJobLost,
+				fmt.Sprintf("%s job %s: neither sacct nor squeue has known it for %s", stage, id, w.Round(time.Second))))
+		}
+		return nil
+	}
+
+	if !e.Staged {
+		if e.CancelRequested != "" {
+			return cancelled(Author)
+		}
+		if err := d.restage(ctx, e); err != nil {
+			return err
+		}
+	}
+	if e.JobID(Author) == "" {
+		if e.CancelRequested != "" && e.Jobs[Author] == nil {
+			return cancelled(Author)
+		}
+		return d.submit(ctx, e, Author, "")
+	}
+	ai := infos[e.JobID(Author)]
+	if !ai.State.Terminal() {
+		return lost(Author)
+	}
+	if e.Jobs[Train] == nil {
+		switch {
+		case e.CancelRequested != "":
+			return cancelled(Author)
+		case ai.State.Class != slurm.Succeeded:
+			o := d.base(e, infos).jobFailed(Author, ai)
+			// A record of another stage in the author's output is
+			// tampering, whatever the job's state.
+			if _, err := d.scan(ctx, e, Author); record.ReasonOf(err) == record.ReasonForeignRecord {
+				o = d.base(e, infos).rejected(Author, err)
+			}
+			return finish(o)
+		}
+		if e.Author == nil {
+			o, err := d.collectAuthor(ctx, e, infos)
+			if err != nil {
+				return err
+			}
+			if o != nil {
+				return finish(o)
+			}
+			if err := d.Ledger.Save(e); err != nil {
+				return err
+			}
+		}
+	}
+	if e.JobID(Train) == "" {
+		if err := d.submit(ctx, e, Train, ai.ID); err != nil {
+			return err
+		}
+	}
+	ti := infos[e.JobID(Train)]
+	if e.JobID(Eval) == "" {
+		switch {
+		case e.CancelRequested != "" && e.Jobs[Eval] == nil:
+			// Nothing more is submitted; classify once train has ended.
+		case ti.State.Terminal() && ti.State.Class != slurm.Succeeded && e.Jobs[Eval] == nil:
+			// Train failed before eval was submitted: eval would never run.
+		default:
+			return d.submit(ctx, e, Eval, e.JobID(Train))
+		}
+	}
+	if !ti.State.Terminal() {
+		return lost(Train)
+	}
+	if id := e.JobID(Eval); id != "" {
+		ei := infos[id]
+		if !ei.State.Terminal() {
+			if ti.State.Class == slurm.Succeeded || waited("dependent-"+id) < DependentCancelWait {
+				return lost(Eval)
+			}
+		}
+	}
+	o, err := d.classify(ctx, e, infos)
+	if err != nil {
+		return err
+	}
+	if o == nil {
+		if w := waited("times"); w > TimesUnknownAfter {
+			return finish(d.base(e, infos).fail(InfraFailure, Eval, ReasonTimesUnknown,
+				fmt.Sprintf("sacct has not reported train's end and eval's start for %s: the order of the jobs cannot be checked", w.Round(time.Second))))
+		}
+		return nil
+	}
+	return finish(o)
+}
+
+// finish records the outcome in the ledger.
+func (d *Driver) finish(e *Entry, o *Outcome) error {
+	e.Outcome = o
+	if err := d.Ledger.Save(e); err != nil {
+		e.Outcome = nil
+		return err
+	}
+	msg := fmt.Sprintf("%s: %s", e.Episode, o.Outcome)
+	if o.Reward != nil {
+		msg += fmt.Sprintf(" reward %g", *o.Reward)
+	}
+	if o.FailureReason != "" {
+		msg += fmt.Sprintf(" (%s: %s)", o.FailureStage, o.FailureReason)
+	}
+	d.logf("%s", msg)
+	return nil
+}
+
+// restage stages an episode again after a crash before its staging was
+// complete, from the prompt the ledger kept.
+func (d *Driver) restage(ctx context.Context, e *Entry) error {
+	prompt, err := os.ReadFile(d.Ledger.PromptPath(e.Episode))
+	if err != nil {
+		return fmt.Errorf("episode %s: restage: %w", e.Episode, err)
+	}
+	tree, err := d.render(e.Episode, prompt)
+	if err != nil {
+		return err
+	}
+	return d.stage(ctx, e, tree)
+}
+
+// rowOf shows the episode's current stage: the first submitted stage whose
+// job has not completed, else the last one.
+func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
+	r := Row{Episode: e.Episode, Stage: "-", State: "STAGING", Outcome: e.Outcome}
+	if e.Staged {
+		r.State = "STAGED"
+	}
+	for _, s := range templates.Stages {
+		sub := e.Jobs[s]
+		if sub == nil {
+			break
+		}
+		r.Stage, r.JobID, r.Elapsed = s, sub.JobID, 0
+		if sub.JobID == "" {
+			r.State = "SUBMITTING"
+			break
+		}
+		j, ok := infos[sub.JobID]
+		switch {
+		case ok && j.State.Raw != "":
+			r.State, r.Elapsed = j.State.Raw, j.Elapsed
+		case e.Outcome != nil && e.Outcome.Jobs[s].State != "":
+			r.State = e.Outcome.Jobs[s].State
+		default:
+			r.State = "UNKNOWN"
+		}
+		if r.State != "COMPLETED" {
+			break
+		}
+	}
+	return r
+}
+
+// Result returns the episode's outcome when it is final, polling the
+// cluster once (and advancing the episode, when no other process holds it)
+// if it is not. While the episode runs, it returns ErrNotFinished and the
+// episode's current row.
+func (d *Driver) Result(ctx context.Context, ep string) (*Entry, Row, error) {
+	var row Row
+	entries, err := d.Watch(ctx, []string{ep}, WatchOptions{Act: true, Once: true, MaxPollFailures: 1,
+		Observe: func(r []Row) { row = r[0] }})
+	if err != nil {
+		return nil, row, err
+	}
+	if e := entries[ep]; !e.Final() {
+		return e, row, ErrNotFinished
+	}
+	return entries[ep], row, nil
+}
+
+// ErrNotFinished is returned by Result for an episode still running.
+var ErrNotFinished = errors.New("episode not finished")
