@@ -47,6 +47,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			cancelCommand(e),
 			runCommand(e),
 			resumeCommand(e),
+			imagesCommand(e),
 			evaluateCommand(e),
 		},
 		OnUsageError: func(_ *ucli.Context, err error, _ bool) error {

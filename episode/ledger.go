@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/internal/atomicfile"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/templates"
 )
@@ -123,7 +124,7 @@ func (l *Ledger) Create(e *Entry, prompt []byte) error {
 	if _, err := os.Stat(l.path(e.Episode)); err == nil {
 		return fmt.Errorf("ledger: episode %s already exists (%s)", e.Episode, l.path(e.Episode))
 	}
-	if err := writeAtomic(l.PromptPath(e.Episode), prompt); err != nil {
+	if err := atomicfile.Write(l.PromptPath(e.Episode), prompt, 0o600); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return l.Save(e)
@@ -136,7 +137,7 @@ func (l *Ledger) Save(e *Entry) error {
 	if err != nil {
 		return fmt.Errorf("ledger: %s: %w", e.Episode, err)
 	}
-	if err := writeAtomic(l.path(e.Episode), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(l.path(e.Episode), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
@@ -212,41 +213,4 @@ func (k *Lock) Unlock() {
 		_ = k.f.Close()
 		k.f = nil
 	}
-}
-
-// writeAtomic writes data to a temp file next to path, fsyncs it, renames it
-// over path and fsyncs the directory.
-func writeAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o600); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nemorl/nemorl-slurm/apptainer"
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/internal/atomicfile"
+	"github.com/nemorl/nemorl-slurm/remote"
+)
+
+func imagesCommand(e *env) *ucli.Command {
+	return &ucli.Command{
+		Name:  "images",
+		Usage: "the three Apptainer images: pin their digests, inspect a SIF",
+		Subcommands: []*ucli.Command{
+			{
+				Name:      "lock",
+				Usage:     "sha256 the config's three images on the cluster and write runtime.digests into the config file",
+				ArgsUsage: " ",
+				Flags:     withGlobals(),
+				Action:    e.imagesLock,
+			},
+			{
+				Name:      "inspect",
+				Usage:     "print a SIF file's architecture, labels, definition and partitions (and its sha256 digest)",
+				ArgsUsage: "FILE.sif…",
+				Flags:     withGlobals(),
+				Action:    e.imagesInspect,
+			},
+		},
+	}
+}
+
+func (e *env) imagesInspect(c *ucli.Context) error {
+	if c.NArg() == 0 {
+		return usageErr("images inspect takes one or more SIF files")
+	}
+	var out []*imageReport
+	for _, p := range c.Args().Slice() {
+		img, err := apptainer.Inspect(p)
+		if err != nil {
+			return withCode(ExitUsage, err, "is it a SIF image (apptainer build)?")
+		}
+		d, err := apptainer.FileDigest(p)
+		if err != nil {
+			return err
+		}
+		out = append(out, &imageReport{Image: img, Digest: d})
+	}
+	if globalBool(c, "json") {
+		return e.writeJSON(map[string]any{"images": out})
+	}
+	for _, r := range out {
+		fmt.Fprintf(e.stdout, "%s\n  digest   %s\n  arch     %s\n  id       %s\n  created  %s\n  size     %d bytes, SIF %s, signed %t\n",
+			r.Path, r.Digest, r.Arch, r.ID, r.Created.Format("2006-01-02T15:04:05Z"), r.Size, r.Version, r.Signed)
+		keys := make([]string, 0, len(r.Labels))
+		for k := range r.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(e.stdout, "  label    %s = %s\n", k, r.Labels[k])
+		}
+		for _, p := range r.Partitions {
+			fmt.Fprintf(e.stdout, "  part     %d %s %s %s %d bytes\n", p.ID, p.Type, p.FS, p.Arch, p.Size)
+		}
+		if r.Definition != "" {
+			fmt.Fprintf(e.stdout, "  definition:\n    %s\n", strings.ReplaceAll(strings.TrimRight(r.Definition, "\n"), "\n", "\n    "))
+		}
+	}
+	return nil
+}
+
+type imageReport struct {
+	*apptainer.Image
+	Digest string `json:"digest"`
+}
+
+// imagesLock hashes the images where the jobs will read them (on the
+// cluster) and pins the digests in the config file, changing only those
+// lines.
+func (e *env) imagesLock(c *ucli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr("images lock takes no arguments")
+	}
+	path := explicitConfig(c)
+	if path == "" {
+		path = configs.DefaultPath()
+	}
+	ledger, err := openLedger()
+	if err != nil {
+		return err
+	}
+	s, err := e.connect(c.Context, c, ledger, path)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	rt := s.Config.Runtime
+	if rt.Kind == configs.RuntimeNone {
+		return usageErr("%s: runtime.kind is none: there are no images to lock", path)
+	}
+	images := map[string]string{"author": rt.Images.Author, "train": rt.Images.Train, "eval": rt.Images.Eval}
+	digests := map[string]string{}
+	for _, stage := range []string{"author", "train", "eval"} {
+		p := images[stage]
+		res, err := s.Host.Run(c.Context, remote.Command{Argv: []string{"sha256sum", "--", p}, Idempotent: true})
+		if err != nil {
+			return withCode(ExitInfra, fmt.Errorf("runtime.images.%s: %w", stage, err), "")
+		}
+		sum, _, _ := strings.Cut(string(res.Stdout), " ")
+		d := "sha256:" + sum
+		if len(sum) != 64 {
+			return withCode(ExitInfra, fmt.Errorf("runtime.images.%s: sha256sum printed %q", stage, bytes.TrimSpace(res.Stdout)), "")
+		}
+		digests[stage] = d
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	updated, err := configs.SetDigests(path, data, digests)
+	if err != nil {
+		return withCode(ExitUsage, err, "")
+	}
+	if _, err := configs.Load(path, updated, os.LookupEnv); err != nil {
+		return fmt.Errorf("images lock: the updated config would not load (nothing written): %w", err)
+	}
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode()
+	}
+	if err := atomicfile.Write(path, updated, mode); err != nil {
+		return err
+	}
+	old := map[string]string{"author": rt.Digests.Author, "train": rt.Digests.Train, "eval": rt.Digests.Eval}
+	if globalBool(c, "json") {
+		return e.writeJSON(map[string]any{"config": path, "digests": digests, "previous": old})
+	}
+	for _, stage := range []string{"author", "train", "eval"} {
+		note := "unchanged"
+		if old[stage] != digests[stage] {
+			note = "was " + orDash(old[stage])
+		}
+		fmt.Fprintf(e.stdout, "%-6s %s  %s (%s)\n", stage, digests[stage], images[stage], note)
+	}
+	e.logf("wrote runtime.digests to %s", path)
+	return nil
+}

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/internal/siftest"
+)
+
+func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(append([]string{"nemorl-slurm"}, args...), strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestImagesInspect(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "train.sif")
+	siftest.Write(t, p, "Bootstrap: docker\nFrom: nvcr.io/nvidia/pytorch:25.01-py3\n", `{"org.nemorl.stage": "train"}`)
+	code, out, errs := runMain(t, "images", "inspect", "--json", p)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var doc struct {
+		Images []struct {
+			Path, Arch, Digest, Definition string
+			Labels                         map[string]string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	data, _ := os.ReadFile(p)
+	sum := sha256.Sum256(data)
+	im := doc.Images[0]
+	if len(doc.Images) != 1 || im.Arch != "amd64" || im.Labels["org.nemorl.stage"] != "train" ||
+		im.Digest != "sha256:"+hex.EncodeToString(sum[:]) || !strings.Contains(im.Definition, "pytorch:25.01") {
+		t.Fatalf("inspect: %+v", doc)
+	}
+	notSIF := filepath.Join(dir, "x.sif")
+	os.WriteFile(notSIF, []byte("not a sif"), 0o644)
+	if code, out, errs := runMain(t, "images", "inspect", notSIF); code != ExitUsage || out != "" || !strings.Contains(errs, notSIF) {
+		t.Fatalf("not a SIF: exit %d stdout %q stderr %q", code, out, errs)
+	}
+}
+
+// TestImagesLockLab hashes three image files on the lab over SSH and pins
+// them in a config file, changing only the digest lines.
+func TestImagesLockLab(t *testing.T) {
+	lab := labtest.Env(t)
+	labtest.UseSSHD(t)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	imgDir, err := os.MkdirTemp(lab.Workdir, "images-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(imgDir) })
+	if err := os.Chmod(imgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, s := range []string{"author", "train", "eval"} {
+		data := []byte("image of the " + s + " stage\n")
+		if err := os.WriteFile(filepath.Join(imgDir, s+".sif"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		want[s] = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	lab0, err := os.ReadFile("../configs/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgText := strings.Replace(string(lab0), "runtime:\n  kind: none                 # no isolation: lab only\n",
+		"runtime:\n  kind: apptainer  # keep this comment\n  images:\n    author: "+imgDir+"/author.sif\n    train: "+imgDir+"/train.sif\n    eval: "+imgDir+"/eval.sif\n  digests:\n    eval: sha256:"+strings.Repeat("0", 64)+"  # placeholder\n", 1)
+	if cfgText == string(lab0) {
+		t.Fatal("configs/lab.yaml changed: the test's runtime replacement no longer applies")
+	}
+	cfgPath := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runMain(t, "images", "lock", "--config", cfgPath)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for s, d := range want {
+		if !strings.Contains(out, s) || !strings.Contains(out, d) {
+			t.Errorf("output lacks %s %s:\n%s", s, d, out)
+		}
+	}
+	cfg, err := configs.LoadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Runtime.Digests
+	if got.Author != want["author"] || got.Train != want["train"] || got.Eval != want["eval"] {
+		t.Fatalf("digests %+v, want %v", got, want)
+	}
+	after, _ := os.ReadFile(cfgPath)
+	if !strings.Contains(string(after), "# keep this comment") || !strings.Contains(string(after), want["eval"]+"  # placeholder") {
+		t.Fatalf("comments lost:\n%s", after)
+	}
+	if fi, _ := os.Stat(cfgPath); fi.Mode().Perm() != 0o640 {
+		t.Fatalf("config mode %v, want 0640 kept", fi.Mode())
+	}
+	// The lab config has no images: a clear usage error, nothing written.
+	if code, _, errs := runMain(t, "images", "lock", "--config", "../configs/lab.yaml"); code != ExitUsage || !strings.Contains(errs, "runtime.kind is none") {
+		t.Fatalf("lab config: exit %d: %s", code, errs)
+	}
+}
