@@ -26,6 +26,9 @@ type Spec struct {
 	Kind   string // configs.RuntimeApptainer, RuntimeSingularity or RuntimeNone
 	Binary string // apptainer or singularity (or an absolute path)
 	Image  string // SIF on the cluster; unused with RuntimeNone
+	// ImageVar, when set, names a batch-shell variable holding the image
+	// path instead (the eval job's node-local, checked copy).
+	ImageVar string
 	GPU    bool   // --nv (train and eval only)
 	Binds  []Bind
 	// Env is set inside the container to fixed values.
@@ -58,6 +61,9 @@ func (s Spec) Line() (string, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	if s.ImageVar != "" && !shell.IsName(s.ImageVar) {
+		return "", fmt.Errorf("image variable %q is not a valid name", s.ImageVar)
+	}
 	for _, k := range append(append([]string{}, keys...), s.PassEnv...) {
 		if !shell.IsName(k) {
 			return "", fmt.Errorf("environment name %q is not valid", k)
@@ -97,7 +103,11 @@ func (s Spec) Line() (string, error) {
 	for _, k := range s.PassEnv {
 		w = append(w, "--env", fmt.Sprintf(`"%s=${%s:-}"`, k, k))
 	}
-	w = append(w, shell.Quote(s.Image))
+	if s.ImageVar != "" {
+		w = append(w, `"$`+s.ImageVar+`"`)
+	} else {
+		w = append(w, shell.Quote(s.Image))
+	}
 	for _, a := range s.Argv {
 		w = append(w, shell.Quote(a))
 	}

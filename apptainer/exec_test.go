@@ -26,6 +26,13 @@ func TestLineApptainer(t *testing.T) {
 	if strings.Contains(got, "--nv") {
 		t.Errorf("--nv without GPU: %s", got)
 	}
+	// ImageVar: the image is the batch shell's variable, expanded when the
+	// line runs, never the configured path.
+	s.ImageVar = "NEMORL_EVAL_IMAGE"
+	got, _ = s.Line()
+	if !strings.Contains(got, ` "$NEMORL_EVAL_IMAGE" /bin/bash `) || strings.Contains(got, "/img/eval.sif") {
+		t.Errorf("ImageVar: %s", got)
+	}
 }
 
 func TestLineNone(t *testing.T) {
@@ -47,6 +54,7 @@ func TestLineRejects(t *testing.T) {
 		"relative bind": {Kind: "apptainer", Binary: "apptainer", Image: "/i", Argv: []string{"x"}, Binds: []Bind{{Host: "a", Container: "/c"}}},
 		"bad env name":  {Kind: "none", Argv: []string{"x"}, Env: map[string]string{"A-B": "1"}},
 		"bad pass name": {Kind: "none", Argv: []string{"x"}, PassEnv: []string{"X}; id; {"}},
+		"bad image var": {Kind: "apptainer", Binary: "apptainer", ImageVar: "X; id", Argv: []string{"x"}},
 	} {
 		if _, err := s.Line(); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -133,7 +133,7 @@ type scriptData struct {
 	InnerDeadlineSeconds int
 	PatchFile            string
 	// eval
-	Image, EvalDigest, WeightsFile string
+	Image, EvalDigest, WeightsFile, ImageVar string
 	PinnedInputs                   []string
 }
 
@@ -259,6 +259,9 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		env["NEMORL_OUT"] = see("eval/work")
 	}
 	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, Env: env, PassEnv: pass, Argv: argv}
+	if stage == Eval {
+		spec.ImageVar = EvalImageVar // the node-local copy the script checked
+	}
 	if isolated {
 		for _, m := range mounts {
 			spec.Binds = append(spec.Binds, apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro})
@@ -279,7 +282,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		data.InnerDeadlineSeconds = configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds)
 		data.PatchFile = r.host("author/change.diff")
 	case Eval:
-		data.Image, data.EvalDigest = image, cfg.Runtime.Digests.Eval
+		data.Image, data.EvalDigest, data.ImageVar = image, cfg.Runtime.Digests.Eval, EvalImageVar
 		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
 		for _, f := range bundle {
 			sum := sha256.Sum256(f.Data)
@@ -346,6 +349,11 @@ func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds in
 	)
 	return append(o, cl.ExtraSbatch...)
 }
+
+// EvalImageVar is the eval script's variable holding the node-local copy of
+// the eval image: the copy is what is hashed and what runs, so replacing or
+// rewriting the shared image after the check changes nothing.
+const EvalImageVar = "NEMORL_EVAL_IMAGE"
 
 // JobName is the Slurm job name of a stage.
 func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }

@@ -2,6 +2,8 @@ package templates
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"os"
 	"os/exec"
@@ -410,4 +412,48 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestRunEvalImageCopy runs the isolated eval script with a stand-in
+// apptainer that swaps the shared image as soon as it starts: the image it
+// was given is the node-local copy that was checked, so the swap changes
+// nothing; and an image that differs from the digest is refused (exit 65).
+func TestRunEvalImageCopy(t *testing.T) {
+	dir := t.TempDir()
+	shared := filepath.Join(dir, "eval.sif")
+	good := []byte("the pinned eval image\n")
+	if err := os.WriteFile(shared, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(good)
+	fake := filepath.Join(dir, "apptainer")
+	script := `#!/bin/bash
+img=
+for a in "$@"; do case $a in */eval.sif) img=$a ;; esac; done
+echo "forged image" > ` + shared + `
+echo "image-arg=$img"
+echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
+`
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadExample(t, "cluster-example.yaml")
+	cfg.Cluster.Workdir = filepath.Join(dir, "work")
+	cfg.Runtime.Binary = fake
+	cfg.Runtime.Images.Eval = shared
+	cfg.Runtime.Digests.Eval = "sha256:" + hex.EncodeToString(sum[:])
+	tr := render(t, cfg)
+	writeTree(t, tr)
+	if err := os.WriteFile(filepath.Join(tr.Dir, "train/checkpoint/model.safetensors"), []byte("w"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runScript(t, tr, Eval)
+	if code != 0 || !strings.Contains(out, "image-ran="+hex.EncodeToString(sum[:])) || strings.Contains(out, "image-arg="+shared+"\n") {
+		t.Fatalf("exit %d; want the checked node-local copy run:\n%s", code, out)
+	}
+	// The shared image is now the forged one: the next eval refuses it.
+	out, code = runScript(t, tr, Eval)
+	if code != 65 || !strings.Contains(out, "refusing to evaluate") || strings.Contains(out, "image-ran=") {
+		t.Fatalf("forged image: exit %d:\n%s", code, out)
+	}
 }
