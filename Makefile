@@ -12,7 +12,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
 build: ## build bin/nemorl-slurm
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nemorl-slurm
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nemorl-slurm
 
 test: lab-up ## install and start the lab, then gofmt, vet and every test with -race (lab tests required)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -29,8 +29,8 @@ type Spec struct {
 	// ImageVar, when set, names a batch-shell variable holding the image
 	// path instead (the eval job's node-local, checked copy).
 	ImageVar string
-	GPU    bool   // --nv (train and eval only)
-	Binds  []Bind
+	GPU      bool // --nv (train and eval only)
+	Binds    []Bind
 	// Env is set inside the container to fixed values.
 	Env map[string]string
 	// PassEnv names job variables passed through by value at run time

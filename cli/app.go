@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -48,6 +49,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			runCommand(e),
 			resumeCommand(e),
 			imagesCommand(e),
+			payloadCommand(e),
 			evaluateCommand(e),
 		},
 		OnUsageError: func(_ *ucli.Context, err error, _ bool) error {
@@ -63,7 +65,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// missing required flag, bad argument).
 	inAction := false
 	markActions(app.Commands, &inAction)
-	if err := app.Run(args); err != nil {
+	if err := app.Run(interspersed(app, args)); err != nil {
 		var uerr ucli.ExitCoder
 		if errors.As(err, &uerr) {
 			return uerr.ExitCode()
@@ -80,6 +82,83 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	return ExitOK
+}
+
+// interspersed moves the flags that follow a command's arguments before
+// them (urfave/cli stops reading flags at the first argument), so that
+// `logs EP --stage eval` and `result EP --json` work as documented. A flag
+// that takes a value keeps it; "--" ends the flags as usual.
+func interspersed(app *ucli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	cmds, flags := app.Commands, app.Flags
+	i, inCommand := 1, false
+	// Walk the command path (skipping flags before it).
+	for i < len(args) {
+		a := args[i]
+		if strings.HasPrefix(a, "-") {
+			if takesValue(flags, a) {
+				i++
+			}
+			i++
+			continue
+		}
+		var found *ucli.Command
+		for _, c := range cmds {
+			if c.HasName(a) {
+				found = c
+			}
+		}
+		if found == nil {
+			break
+		}
+		i++
+		inCommand = true
+		cmds, flags = found.Subcommands, found.Flags
+		if len(cmds) == 0 {
+			break
+		}
+	}
+	if !inCommand {
+		return args
+	}
+	var lead, pos []string
+	for j := i; j < len(args); j++ {
+		a := args[j]
+		switch {
+		case a == "--":
+			pos = append(pos, args[j:]...)
+			j = len(args)
+		case strings.HasPrefix(a, "-") && a != "-":
+			lead = append(lead, a)
+			if takesValue(flags, a) && j+1 < len(args) {
+				lead = append(lead, args[j+1])
+				j++
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	return append(append(append([]string{}, args[:i]...), lead...), pos...)
+}
+
+// takesValue reports whether arg ("--name" or "-n", without "=value") is
+// a flag of flags that needs the next argument as its value.
+func takesValue(flags []ucli.Flag, arg string) bool {
+	if strings.Contains(arg, "=") {
+		return false
+	}
+	name := strings.TrimLeft(arg, "-")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*ucli.BoolFlag)
+				return !isBool
+			}
+		}
+	}
+	return false
 }
 
 func markActions(cmds []*ucli.Command, in *bool) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	ucli "github.com/urfave/cli/v2"
 )
 
 func TestMain(m *testing.M) {
@@ -92,6 +93,26 @@ func TestExitCodesDocumented(t *testing.T) {
 	for _, c := range []int{ExitOK, ExitInternal, ExitUsage, ExitInfra, ExitIntegrity} {
 		if !bytes.Contains(readme, []byte("| "+strconv.Itoa(c)+" |")) {
 			t.Errorf("README has no row for exit code %d", c)
+		}
+	}
+}
+
+// TestInterspersed: flags after a command's arguments are read as flags,
+// values stay with their flags, and "--" still ends the flags.
+func TestInterspersed(t *testing.T) {
+	app := &ucli.App{Flags: globalFlags(), Commands: []*ucli.Command{logsCommand(nil), configCommand(nil), evaluateCommand(nil)}}
+	for _, c := range []struct{ in, want string }{
+		{"logs EP --stage eval --json", "logs --stage eval --json EP"},
+		{"--config c.yaml logs EP --tail 5", "--config c.yaml logs --tail 5 EP"},
+		{"logs --stage=eval EP -v", "logs --stage=eval -v EP"},
+		{"logs EP -- --stage", "logs EP -- --stage"},
+		{"config check --json", "config check --json"},
+		{"evaluate check-weights w.safetensors --arch tiny-qwen2", "evaluate check-weights --arch tiny-qwen2 w.safetensors"},
+		{"nosuch EP --json", "nosuch EP --json"},
+	} {
+		got := strings.Join(interspersed(app, append([]string{"nemorl-slurm"}, strings.Fields(c.in)...))[1:], " ")
+		if got != c.want {
+			t.Errorf("%q: got %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -45,14 +45,15 @@ func (e *env) cancel(c *ucli.Context) error {
 				continue
 			}
 			if !ok {
-				// The owner (run, watch) finishes the episode; cancel
-				// its jobs all the same, it sees them end.
-				e.logf("%s: another nemorl-slurm process watches it; cancelling its jobs anyway", ep)
+				// The owner (run, watch) sees the cancel marker at its
+				// next poll, cancels what it submitted since and
+				// records the outcome.
+				e.logf("%s: another nemorl-slurm process watches it; it will record the cancellation", ep)
 			}
 			en, err := ledger.Load(ep)
 			if err == nil {
 				var ids []string
-				ids, err = s.Cancel(c.Context, en, episode.ReasonCancelled)
+				ids, err = s.Cancel(c.Context, en, episode.ReasonCancelled, ok)
 				cancelled[ep] = append([]string{}, ids...)
 			}
 			lock.Unlock()

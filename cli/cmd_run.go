@@ -72,7 +72,13 @@ func (e *env) run(c *ucli.Context) error {
 		if lerr != nil {
 			return lerr
 		}
-		if _, cerr := s.Cancel(bg, cur, reason); cerr != nil {
+		lock, owner, lerr := s.Ledger.TryLock(ep)
+		if lerr != nil {
+			return lerr
+		}
+		_, cerr := s.Cancel(bg, cur, reason, owner)
+		lock.Unlock()
+		if cerr != nil {
 			return withCode(ExitInfra, fmt.Errorf("%s: %s, and cancelling the jobs failed: %w", ep, reason, cerr),
 				"scancel them by hand: nemorl-slurm cancel "+ep)
 		}

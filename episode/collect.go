@@ -17,9 +17,15 @@ import (
 // batch script.
 const TailBytes = 1 << 20
 
-// EvalRefusedExit is the eval script's exit status when the eval image or
-// the evaluator inputs differ from those pinned at submission.
-const EvalRefusedExit = 65
+// Exit statuses of the eval job that are verdicts, not accidents.
+const (
+	// EvalRefusedExit: the eval image or the evaluator inputs differ from
+	// those pinned at submission (the eval script's check).
+	EvalRefusedExit = 65
+	// EvalRejectedExit: the trusted checks rejected the weights or the
+	// rollouts (nemorl-slurm evaluate check-weights / score exit 4).
+	EvalRejectedExit = 4
+)
 
 // scan reads the tail of stage's output file and returns its one record.
 // A missing output file is a missing record. Errors that are not a
@@ -177,6 +183,10 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 		if ei.State.Failure == slurm.FailureExitCode && ei.ExitCode.Code == EvalRefusedExit {
 			return o.fail(IntegrityViolation, Eval, ReasonEvalInputsTampered,
 				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", ei.ID, EvalRefusedExit)), nil
+		}
+		if ei.State.Failure == slurm.FailureExitCode && ei.ExitCode.Code == EvalRejectedExit {
+			return o.fail(IntegrityViolation, Eval, ReasonEvalRejected,
+				fmt.Sprintf("eval job %s rejected the weights or the rollouts (exit %d): see nemorl-slurm logs %s --stage eval", ei.ID, EvalRejectedExit, e.Episode)), nil
 		}
 		return o.jobFailed(Eval, ei), nil
 	}

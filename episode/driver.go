@@ -307,15 +307,24 @@ func dependencyGone(err error) bool {
 	return errors.As(err, &ce) && strings.Contains(ce.Stderr, "Job dependency problem")
 }
 
-// Cancel stops an episode for good: it records why (so nothing more is
-// submitted, by this process or a resume), resolves submissions whose job id
-// is not known yet, and scancels every job of the episode.
-func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string) ([]string, error) {
+// Cancel stops an episode for good. It records why in a cancel marker next
+// to the ledger entry (so nothing more is submitted, by this process, by the
+// process that owns the episode, or by a resume) and scancels every job of
+// the episode that is known. The owner — the process holding the episode's
+// lock — also records it in the entry and first looks up submissions whose
+// job id is not known yet; a process that does not own the episode leaves
+// the entry alone: the owner sees the marker at its next poll and cancels
+// what it submitted since.
+func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool) ([]string, error) {
 	if e.Final() {
 		return nil, nil
 	}
-	if e.CancelRequested == "" {
-		e.CancelRequested = reason
+	first, err := d.Ledger.RequestCancel(e.Episode, reason)
+	if err != nil {
+		return nil, err
+	}
+	e.CancelRequested = first
+	if owner {
 		if err := d.Ledger.Save(e); err != nil {
 			return nil, err
 		}
@@ -326,7 +335,7 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string) ([]string,
 		if sub == nil {
 			continue
 		}
-		if sub.JobID == "" {
+		if sub.JobID == "" && owner {
 			if _, err := d.adopt(ctx, e, s); err != nil {
 				return nil, err
 			}
@@ -339,7 +348,7 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string) ([]string,
 		return ids, fmt.Errorf("episode %s: %w", e.Episode, err)
 	}
 	if len(ids) > 0 {
-		d.logf("%s: cancelled jobs %s (%s)", e.Episode, strings.Join(ids, ", "), reason)
+		d.logf("%s: cancelled jobs %s (%s)", e.Episode, strings.Join(ids, ", "), first)
 	}
 	return ids, nil
 }

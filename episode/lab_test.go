@@ -84,7 +84,7 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 	t.Cleanup(func() {
 		for _, ep := range eps {
 			if e, err := d.Ledger.Load(ep); err == nil {
-				_, _ = d.Cancel(context.Background(), e, ReasonCancelled)
+				_, _ = d.Cancel(context.Background(), e, ReasonCancelled, true)
 			}
 		}
 	})

@@ -113,6 +113,33 @@ func (l *Ledger) PromptPath(ep string) string {
 	return filepath.Join(l.Dir, "episodes", ep+".prompt.txt")
 }
 
+// cancelPath is the episode's cancel marker: written by whoever cancels,
+// honoured by whoever owns the episode.
+func (l *Ledger) cancelPath(ep string) string {
+	return filepath.Join(l.Dir, "episodes", ep+".cancel")
+}
+
+// RequestCancel records that the episode is to be cancelled, for reason,
+// unless it already is; it returns the reason on record (the first one).
+func (l *Ledger) RequestCancel(ep, reason string) (string, error) {
+	if r := l.CancelRequest(ep); r != "" {
+		return r, nil
+	}
+	if err := atomicfile.Write(l.cancelPath(ep), []byte(reason+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("ledger: %w", err)
+	}
+	return reason, nil
+}
+
+// CancelRequest returns the reason the episode was cancelled for, or "".
+func (l *Ledger) CancelRequest(ep string) string {
+	b, err := os.ReadFile(l.cancelPath(ep))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // ErrNotInLedger is matched by Load's error for an unknown episode.
 var ErrNotInLedger = errors.New("not in the ledger")
 
@@ -164,6 +191,9 @@ func (l *Ledger) Load(ep string) (*Entry, error) {
 	}
 	if e.Jobs == nil {
 		e.Jobs = map[string]*Submission{}
+	}
+	if e.CancelRequested == "" && !e.Final() {
+		e.CancelRequested = l.CancelRequest(ep)
 	}
 	return &e, nil
 }

@@ -48,6 +48,7 @@ const (
 const (
 	ReasonEvalInputsTampered = "eval_inputs_tampered" // the eval job refused its image or inputs (exit 65)
 	ReasonEvalBeforeTrainEnd = "eval_started_before_train_ended"
+	ReasonEvalRejected       = "eval_rejected" // the evaluator's checks rejected the weights or rollouts (exit 4)
 )
 
 // Outcome is an episode's verified result (result, run --json).

@@ -206,6 +206,20 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 		}
 	}
 	if act {
+		// A cancel asked for by another process (nemorl-slurm cancel) while
+		// this one owns the episode: honour it before anything is
+		// submitted, and scancel whatever was submitted meanwhile.
+		for ep, lock := range st.locks {
+			e := st.entries[ep]
+			if lock == nil || e.Final() || e.CancelRequested != "" {
+				continue
+			}
+			if r := d.Ledger.CancelRequest(ep); r != "" {
+				if _, err := d.Cancel(ctx, e, r, true); err != nil {
+					return nil, err
+				}
+			}
+		}
 		d.advanceAll(ctx, st, infos)
 	}
 	rows := make([]Row, 0, len(st.order))

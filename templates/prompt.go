@@ -20,9 +20,9 @@ func DefaultPrompt(cfg *configs.Config) ([]byte, error) {
 	var b bytes.Buffer
 	err := promptTmpl.Execute(&b, map[string]any{
 		"NemoRL": configs.NemoRLCommit, "Gym": configs.GymCommit, "Model": configs.BaseModel,
-		"TrainSeconds":    cfg.Stages.Train.TrainSeconds,
+		"TrainMinutes":    cfg.Stages.Train.TrainSeconds / 60,
 		"InnerDeadline":   configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds),
-		"ResearchSeconds": cfg.Stages.Author.ResearchSeconds,
+		"ResearchMinutes": cfg.Stages.Author.ResearchSeconds / 60,
 		"MaxTurns":        cfg.Stages.Author.MaxTurns,
 	})
 	if err != nil {

@@ -23,8 +23,17 @@ import (
 //go:embed sbatch/*.tmpl
 var sbatchFS embed.FS
 
-//go:embed payload/*.sh
+//go:embed payload/*.sh payload/*.py
 var payloadFS embed.FS
+
+// payloadFiles are each stage's built-in payload files, staged in its
+// bundle when the stage's command is not replaced; the first is the entry
+// point.
+var payloadFiles = map[string][]string{
+	Author: {"author.sh", "author_proxy.py"},
+	Train:  {"train.sh", "export_dcp.py"},
+	Eval:   {"eval.sh", "eval_prepare.py"},
+}
 
 // The three stages, in chain order.
 const (
@@ -134,7 +143,7 @@ type scriptData struct {
 	PatchFile            string
 	// eval
 	Image, EvalDigest, WeightsFile, ImageVar string
-	PinnedInputs                   []string
+	PinnedInputs                             []string
 }
 
 func (r *renderer) stage(stage string) ([]File, error) {
@@ -210,6 +219,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		}
 		settings := map[string]any{
 			"benchmark":              "aime25",
+			"architecture":           "qwen2.5-1.5b-instruct",
 			"problems":               configs.AIME25Problems,
 			"samples_per_problem":    configs.AIME25Samples,
 			"temperature":            configs.EvalTemperature,
@@ -232,13 +242,17 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	// configured replacement.
 	argv := res.Command
 	if len(argv) == 0 {
-		p, err := payloadFS.ReadFile("payload/" + stage + ".sh")
-		if err != nil {
-			return nil, fmt.Errorf("built-in payload: %w", err)
+		for i, name := range payloadFiles[stage] {
+			p, err := payloadFS.ReadFile("payload/" + name)
+			if err != nil {
+				return nil, fmt.Errorf("built-in payload: %w", err)
+			}
+			rel := stage + "/bundle/" + name
+			bundle = append(bundle, File{Path: rel, Mode: 0o600, Data: p})
+			if i == 0 {
+				argv = []string{"/bin/bash", r.inside(isolated, rel, stage)}
+			}
 		}
-		rel := stage + "/bundle/" + stage + ".sh"
-		bundle = append(bundle, File{Path: rel, Mode: 0o700, Data: p})
-		argv = []string{"/bin/bash", r.inside(isolated, rel, stage)}
 	}
 
 	// Paths the payload is told about, as it sees them.

@@ -1,0 +1,288 @@
+// Command imagestandin plays, for the payload tests, the programs of the
+// three images that cannot run here: Claude Code (claude), the policy proxy
+// and the NeMo RL venv's Python (author_proxy.py, vLLM's server, the GRPO
+// trainer, export_dcp.py, eval_prepare.py) and NeMo Gym's gym. It is linked
+// under those names in a stand-in image root; it decides what to play from
+// the name it was run as and its arguments, and appends each command line,
+// shell-quoted, to $NEMORL_STANDIN_LOG; run as nemorl-slurm, it logs and
+// execs the real binary ($NEMORL_STANDIN_REAL_BIN). It is a STAND-IN: nothing it prints
+// is a real transcript, training or evaluation.
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/nemorl/nemorl-slurm/evaluate"
+	"github.com/nemorl/nemorl-slurm/internal/shell"
+)
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	args := os.Args[1:]
+	// wait-http runs while a server starts in the background: logging it
+	// would make the order of the log lines a race.
+	if !(name == "nemorl-slurm" && len(args) > 1 && args[1] == "wait-http") {
+		logf("%s", shell.Join(append([]string{name}, args...)))
+	}
+	switch name {
+	case "claude":
+		claude(args)
+	case "gym":
+		gymEval(args)
+	case "python":
+		python(args)
+	case "nemorl-slurm":
+		// The real binary, logged like the rest.
+		real := os.Getenv("NEMORL_STANDIN_REAL_BIN")
+		if real == "" {
+			fail("stand-in: NEMORL_STANDIN_REAL_BIN is not set")
+		}
+		if err := syscall.Exec(real, append([]string{real}, args...), os.Environ()); err != nil {
+			fail("stand-in: exec %s: %v", real, err)
+		}
+	default:
+		fail("stand-in: unknown program %s", name)
+	}
+}
+
+func logf(format string, a ...any) {
+	p := os.Getenv("NEMORL_STANDIN_LOG")
+	if p == "" {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		fail("stand-in: log: %v", err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, format+"\n", a...)
+}
+
+func fail(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", a...)
+	os.Exit(70)
+}
+
+// flag returns the value after name in args.
+func flag(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	fail("stand-in: no %s in %q", name, args)
+	return ""
+}
+
+func python(args []string) {
+	if len(args) >= 2 && args[0] == "-m" && args[1] == "vllm.entrypoints.openai.api_server" {
+		serve(flag(args, "--port"), "/health")
+		return
+	}
+	if len(args) == 0 {
+		fail("stand-in python: no script")
+	}
+	switch filepath.Base(args[0]) {
+	case "author_proxy.py":
+		if os.Getenv("NEMORL_POLICY_API_KEY") == "" {
+			fail("stand-in proxy: NEMORL_POLICY_API_KEY is not set")
+		}
+		logf("proxy: the policy key reached the proxy")
+		fmt.Println("READY " + flag(args, "--port"))
+		serve(flag(args, "--port"), "")
+	case "run_grpo_nemo_gym.py":
+		trainer(args)
+	case "export_dcp.py":
+		export(flag(args, "--dcp"), flag(args, "--out"))
+	case "eval_prepare.py":
+		prepare(flag(args, "--questions"), flag(args, "--rows"), flag(args, "--config"))
+	default:
+		fail("stand-in python: unknown script %s", args[0])
+	}
+}
+
+// serve answers HTTP on 127.0.0.1:port until killed; path "" answers
+// everything, else only path (200).
+func serve(port, path string) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		fail("stand-in server: %v", err)
+	}
+	_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if path != "" && r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "stand-in ok")
+	}))
+}
+
+// claude edits recipe.yaml in its working directory, as a policy would, and
+// prints a short stream-json transcript.
+func claude(args []string) {
+	for _, v := range []string{"ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "DISABLE_COMPACT"} {
+		logf("claude env %s=%s", v, os.Getenv(v))
+	}
+	if os.Getenv("NEMORL_POLICY_API_KEY") != "" {
+		fail("stand-in claude: the policy key leaked into Claude Code's environment")
+	}
+	f, err := os.OpenFile("recipe.yaml", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		fail("stand-in claude: %v", err)
+	}
+	fmt.Fprintln(f, "# tuned by the stand-in policy")
+	f.Close()
+	model := flag(args, "--model")
+	for _, ev := range []string{
+		`{"type":"system","subtype":"init","model":"` + model + `","session_id":"s-1"}`,
+		`{"type":"assistant","message":{"id":"m1","model":"` + model + `","content":[{"type":"text","text":"I will tune recipe.yaml."},{"type":"tool_use","id":"tu_1","name":"Bash","input":{"command":"echo tuned >> recipe.yaml"}}],"usage":{"input_tokens":100,"output_tokens":20}}}`,
+		`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"tu_1","content":"","is_error":false}]}}`,
+		`{"type":"assistant","message":{"id":"m2","model":"` + model + `","content":[{"type":"text","text":"Done."}],"usage":{"input_tokens":130,"output_tokens":5}}}`,
+		`{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","usage":{"input_tokens":230,"output_tokens":25}}`,
+	} {
+		fmt.Println(ev)
+	}
+}
+
+// trainer prints two rewards and leaves step_2 and step_3 checkpoints.
+func trainer(args []string) {
+	dir := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "+"), "checkpointing.checkpoint_dir="); ok {
+			dir = v
+		}
+	}
+	if dir == "" {
+		fail("stand-in trainer: no checkpointing.checkpoint_dir override")
+	}
+	for _, step := range []string{"step_2", "step_3"} {
+		if err := os.MkdirAll(filepath.Join(dir, step, "policy", "weights"), 0o700); err != nil {
+			fail("stand-in trainer: %v", err)
+		}
+	}
+	fmt.Println("• Avg Reward: 0.25")
+	fmt.Println("• Avg Reward: 0.375")
+}
+
+// export writes a real safetensors file of evaluate.TinyQwen2 (bf16, zeros
+// but for a marker): check-weights accepts it with --arch tiny-qwen2.
+func export(dcp, out string) {
+	if _, err := os.Stat(dcp); err != nil {
+		fail("stand-in export: %v", err)
+	}
+	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var data []byte
+	for _, t := range evaluate.TinyQwen2().Tensors {
+		n := int64(2)
+		shape := []int64{}
+		for _, d := range t.Shape {
+			n *= d
+			shape = append(shape, d)
+		}
+		header[t.Name] = map[string]any{"dtype": "BF16", "shape": shape, "data_offsets": []int64{int64(len(data)), int64(len(data)) + n}}
+		data = append(data, make([]byte, n)...)
+	}
+	copy(data, []byte{0x80, 0x3f}) // 1.0 in bf16: not all zeros
+	h, _ := json.Marshal(header)
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, uint64(len(h)))
+	b.Write(h)
+	b.Write(data)
+	if err := os.WriteFile(out, b.Bytes(), 0o600); err != nil {
+		fail("stand-in export: %v", err)
+	}
+}
+
+// prepare writes the rows and the Gym config as eval_prepare.py does (the
+// token budget is a stand-in number).
+func prepare(questions, rows, config string) {
+	qs := readQuestions(questions)
+	var b bytes.Buffer
+	for _, q := range qs {
+		row := map[string]any{"question": q, "expected_answer": "0", "responses_create_params": map[string]any{
+			"input": []map[string]string{{"role": "user", "content": evaluate.DefaultPrompt + q}}, "max_output_tokens": 32000}}
+		line, _ := json.Marshal(row)
+		b.Write(append(line, '\n'))
+	}
+	if err := os.WriteFile(rows, b.Bytes(), 0o600); err != nil {
+		fail("stand-in prepare: %v", err)
+	}
+	cfg := fmt.Sprintf(`{"math_with_judge_simple_agent": {"responses_api_agents": {"simple_agent": {"datasets": [{"jsonl_fpath": %q}]}}}}`, rows)
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		fail("stand-in prepare: %v", err)
+	}
+}
+
+func readQuestions(path string) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail("stand-in: %v", err)
+	}
+	var qs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var row struct{ Question string }
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			fail("stand-in: %s: %v", path, err)
+		}
+		qs = append(qs, row.Question)
+	}
+	return qs
+}
+
+// gymEval answers every row 8 times; question i gets i%9 (at most 8) right.
+func gymEval(args []string) {
+	var cfg struct {
+		M struct {
+			A struct {
+				S struct {
+					Datasets []struct {
+						Path string `json:"jsonl_fpath"`
+					} `json:"datasets"`
+				} `json:"simple_agent"`
+			} `json:"responses_api_agents"`
+		} `json:"math_with_judge_simple_agent"`
+	}
+	raw, err := os.ReadFile(flag(args, "--config"))
+	if err != nil || json.Unmarshal(raw, &cfg) != nil || len(cfg.M.A.S.Datasets) != 1 {
+		fail("stand-in gym: config %v", err)
+	}
+	rowsData, err := os.ReadFile(cfg.M.A.S.Datasets[0].Path)
+	if err != nil {
+		fail("stand-in gym: %v", err)
+	}
+	var out bytes.Buffer
+	for i, line := range strings.Split(strings.TrimSpace(string(rowsData)), "\n") {
+		var row map[string]any
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			fail("stand-in gym: %v", err)
+		}
+		for s := range 8 {
+			reward := 0.0
+			if s < i%9 {
+				reward = 1
+			}
+			r := map[string]any{"responses_create_params": row["responses_create_params"], "reward": reward,
+				"_ng_task_index": i, "_ng_rollout_index": s, "response": "stand-in answer"}
+			b, _ := json.Marshal(r)
+			out.Write(append(b, '\n'))
+		}
+	}
+	if err := os.WriteFile(flag(args, "--output"), out.Bytes(), 0o600); err != nil {
+		fail("stand-in gym: %v", err)
+	}
+}
