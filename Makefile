@@ -29,8 +29,11 @@ vet: ## go vet
 demo: build lab-up ## bring the lab up and run one full episode over SSH (stand-in stages)
 	@ep=ep-$$(date -u +%Y%m%dT%H%M%SZ)-demo$$$$; \
 	  $(BIN) run --config configs/lab.yaml --episode $$ep || exit $$?; \
-	  echo "Slurm's view (sacct) of $$ep:"; \
-	  sacct -a -X -n -P --starttime=now-1hour --format=JobIDRaw,JobName,State,ExitCode | grep -F -- "-$$ep|"
+	  echo "Slurm's accounting (sacct) of $$ep:"; \
+	  for i in $$(seq 30); do \
+	    rows=$$(sacct -a -X -n -P --starttime=now-1hour --format=JobIDRaw,JobName,State,ExitCode | grep -F -- "-$$ep|"); \
+	    [ "$$(printf '%s\n' "$$rows" | grep -c COMPLETED)" -ge 3 ] && break; sleep 1; \
+	  done; printf '%s\n' "$$rows"
 
 lab-up: ## install (apt-get) and start the local Slurm lab; idempotent, needs root
 	lab/up

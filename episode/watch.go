@@ -424,7 +424,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 		case e.Outcome != nil && e.Outcome.Jobs[s].State != "":
 			r.State = e.Outcome.Jobs[s].State
 		default:
-			r.State = "UNKNOWN"
+			r.State = "SUBMITTED" // Slurm has not reported it yet
 		}
 		if r.State != "COMPLETED" {
 			break
