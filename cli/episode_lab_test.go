@@ -1223,7 +1223,7 @@ func (x *labCLI) testCancelBeforeTrainWhileWatched(t *testing.T) {
 	}
 
 	o := watchedOutcome(t, w.wait(t, 2*time.Minute), ep)
-	wantFailure(t, o, "infra_failure", "cancelled", "author")
+	wantFailure(t, o, "infra_failure", "cancelled", "train") // the author had completed; train never started
 	if e := readLedger(t, state, ep); e.CancelRequested != "cancelled" {
 		t.Errorf("ledger cancel_requested %q, want cancelled", e.CancelRequested)
 	}

@@ -266,8 +266,8 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		return nil
 	}
 	finish := func(o *Outcome) error { return d.finish(e, o) }
-	cancelled := func(stage string) error {
-		return finish(d.base(e, infos).fail(InfraFailure, stage, e.CancelRequested, "the episode was cancelled: "+e.CancelRequested))
+	cancelled := func() error {
+		return finish(d.base(e, infos).fail(InfraFailure, stageOfCancel(e, infos), e.CancelRequested, "the episode was cancelled: "+e.CancelRequested))
 	}
 	// lost finalizes a job Slurm forgot, after JobLostAfter.
 	lost := func(stage string) error {
@@ -285,15 +285,17 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 
 	if !e.Staged {
 		if e.CancelRequested != "" {
-			return cancelled(Author)
+			return cancelled()
 		}
 		if err := d.restage(ctx, e); err != nil {
 			return err
 		}
 	}
+	// Once a cancel is on record nothing is submitted (an interrupted
+	// submission was already looked up and adopted by Cancel).
 	if e.JobID(Author) == "" {
-		if e.CancelRequested != "" && e.Jobs[Author] == nil {
-			return cancelled(Author)
+		if e.CancelRequested != "" {
+			return cancelled()
 		}
 		return d.submit(ctx, e, Author, "")
 	}
@@ -304,7 +306,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	if e.Jobs[Train] == nil {
 		switch {
 		case e.CancelRequested != "":
-			return cancelled(Author)
+			return cancelled()
 		case ai.State.Class != slurm.Succeeded:
 			o := d.base(e, infos).jobFailed(Author, ai)
 			// A record of another stage in the author's output is
@@ -328,6 +330,9 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		}
 	}
 	if e.JobID(Train) == "" {
+		if e.CancelRequested != "" {
+			return cancelled()
+		}
 		if err := d.submit(ctx, e, Train, ai.ID); err != nil {
 			return err
 		}
@@ -335,7 +340,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	ti := infos[e.JobID(Train)]
 	if e.JobID(Eval) == "" {
 		switch {
-		case e.CancelRequested != "" && e.Jobs[Eval] == nil:
+		case e.CancelRequested != "":
 			// Nothing more is submitted; classify once train has ended.
 		case ti.State.Terminal() && ti.State.Class != slurm.Succeeded && e.Jobs[Eval] == nil:
 			// Train failed before eval was submitted: eval would never run.
