@@ -2,6 +2,8 @@ package episode
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -40,8 +42,16 @@ func (c *sacctCounter) calls() []time.Time {
 // replaced by trainArgv, counting sacct.
 func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
 	t.Helper()
-	lab := labtest.Env(t)
+	labtest.Env(t)
 	labtest.UseSSHD(t)
+	return dialLab(t, trainArgv, 0)
+}
+
+// dialLab connects to the lab; retries is remote.Options.MaxRetries.
+func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *sacctCounter) {
+	t.Helper()
+	lab := labtest.Env(t)
+	lab.WaitSSH(t, time.Minute)
 	cfg, err := configs.LoadFile("../configs/lab.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +62,7 @@ func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	host, err := remote.Dial(ctx, remote.Options{Host: lab.SSHHost, Port: lab.SSHPort, User: lab.User,
-		IdentityFile: lab.Key, KnownHostsFile: lab.KnownHosts, ConfigFile: "none"})
+		IdentityFile: lab.Key, KnownHostsFile: lab.KnownHosts, ConfigFile: "none", MaxRetries: retries})
 	if err != nil {
 		t.Fatalf("ssh to the lab: %v", err)
 	}
@@ -66,11 +76,13 @@ func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
 		Ledger: ledger, Version: "test", Logf: t.Logf}, counter
 }
 
+var sleepingTrain = []string{"/opt/nemorl-lab/stand-ins/train", "--sleep-forever"}
+
 // TestWatchOneSacctPerPoll watches three episodes at once: every poll is
 // one sacct for all their jobs, and while nothing changes (train sleeps)
 // the interval doubles from poll_min up to poll_max.
 func TestWatchOneSacctPerPoll(t *testing.T) {
-	d, counter := labDriver(t, []string{"/opt/nemorl-lab/stand-ins/train", "--sleep-forever"})
+	d, counter := labDriver(t, sleepingTrain)
 	ctx := context.Background()
 	var eps []string
 	for range 3 {
@@ -147,5 +159,52 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 	}
 	if first := gaps[0]; first > pollMax {
 		t.Errorf("first gap %s, want about poll_min %s (gaps %v)", first, pollMin, gaps)
+	}
+}
+
+// TestWatchConnectionLost stops the lab sshd under a watch: after
+// MaxPollFailures failed polls Watch gives up with ErrConnectionLost, the
+// episode stays unfinished in the ledger (no outcome is made up), and a
+// later watch picks it up again once sshd is back.
+func TestWatchConnectionLost(t *testing.T) {
+	labtest.Env(t)
+	labtest.LockSSHD(t)
+	// No transport retries: the polls fail at once (the retries themselves
+	// are remote's tests).
+	d, _ := dialLab(t, sleepingTrain, -1)
+	ctx := context.Background()
+	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	t.Cleanup(func() {
+		_ = exec.Command(labtest.Script(t, "sshd"), "start").Run()
+		if e, err := d.Ledger.Load(e.Episode); err == nil {
+			_, _ = d.Cancel(context.Background(), e, ReasonCancelled, true)
+		}
+	})
+	if out, err := exec.Command(labtest.Script(t, "sshd"), "stop").CombinedOutput(); err != nil {
+		t.Fatalf("lab/sshd stop: %v\n%s", err, out)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = d.Watch(wctx, []string{e.Episode}, WatchOptions{Act: true, PollMin: 100 * time.Millisecond, PollMax: 200 * time.Millisecond, MaxPollFailures: 2})
+	if !errors.Is(err, ErrConnectionLost) {
+		t.Fatalf("Watch with sshd stopped: %v (after %s), want ErrConnectionLost", err, time.Since(start))
+	}
+	t.Logf("gave up after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	got, lerr := d.Ledger.Load(e.Episode)
+	if lerr != nil || got.Final() || got.JobID(Author) != e.JobID(Author) {
+		t.Fatalf("ledger after the lost connection: final=%v author=%q (%v); want unfinished, same author job", got.Final(), got.JobID(Author), lerr)
+	}
+	if out, err := exec.Command(labtest.Script(t, "sshd"), "start").CombinedOutput(); err != nil {
+		t.Fatalf("lab/sshd start: %v\n%s", err, out)
+	}
+	var rows []Row
+	_, err = d.Watch(wctx, []string{e.Episode}, WatchOptions{Act: true, Once: true, Observe: func(r []Row) { rows = r }})
+	if err != nil || len(rows) != 1 || rows[0].JobID == "" {
+		t.Fatalf("watch after sshd came back: %v, rows %+v", err, rows)
 	}
 }
