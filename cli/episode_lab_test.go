@@ -86,6 +86,7 @@ func TestEpisodeLab(t *testing.T) {
 	t.Run("EvalNoRecord", x.testEvalNoRecord)
 	t.Run("Integrity", x.testIntegrity)
 	t.Run("Deadline", x.testDeadline)
+	t.Run("Interrupt", x.testInterrupt)
 	t.Run("CrashResume", x.testCrashResume)
 	t.Run("SubmitWatch", x.testSubmitWatch)
 	t.Run("SubmitWatchCancel", x.testSubmitWatchCancel)
@@ -1091,6 +1092,30 @@ func (x *labCLI) waitTrainRunning(t *testing.T, state, ep string, alive *bgRun) 
 		return ""
 	})
 	return id
+}
+
+// testInterrupt: SIGINT to run while its train job runs (and ignores TERM)
+// cancels the episode's jobs, reports infra_failure (interrupted) and exits 3.
+func (x *labCLI) testInterrupt(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, "train", "--sleep-forever"), newEpisode(t, "interrupt")
+	r := x.start(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep)
+	eventually(t, quickTimeout, 50*time.Millisecond, func() string {
+		if _, err := os.Stat(ledgerPath(state, ep)); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	x.waitTrainRunning(t, state, ep, r)
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	res := r.wait(t, 90*time.Second).want(t, ExitInfra)
+	o := outcomeOf(t, res)
+	wantFailure(t, o, "infra_failure", "interrupted", "train")
+	states := map[string]string{"author": "COMPLETED", "train": "CANCELLED", "eval": "CANCELLED"}
+	wantJobs(t, o, states)
+	waitSacct(t, ep, sacctWant{states: states, ids: idsOf(o)})
 }
 
 // testSubmitWatchCancel: cancel stops an episode another process watches;
