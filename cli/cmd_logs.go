@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"fmt"
 	"path"
 	"slices"
@@ -64,6 +66,10 @@ func (e *env) logs(c *ucli.Context) error {
 	defer s.close()
 	p := path.Join(en.Dir, templates.Output(stage))
 	tail, err := s.Host.ReadTail(c.Context, p, min(int64(n)*4096, episode.TailBytes))
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: the %s stage has no output yet (%s)", en.Episode, stage, p),
+			Hint: "its job has not started: nemorl-slurm status " + en.Episode}
+	}
 	if err != nil {
 		return withCode(ExitInfra, fmt.Errorf("%s: %s output %s on %s: %w", en.Episode, stage, p, s.Host.Name(), err), "")
 	}
