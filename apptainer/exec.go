@@ -19,6 +19,9 @@ type Bind struct {
 	Host      string // absolute host path
 	Container string // absolute path inside the container
 	ReadOnly  bool
+	// HostVar, when set, names a batch-shell variable holding the host
+	// path instead (a node-local, checked copy); Host is then unused.
+	HostVar string
 }
 
 // Spec is what one stage needs to run.
@@ -33,6 +36,9 @@ type Spec struct {
 	Binds    []Bind
 	// Env is set inside the container to fixed values.
 	Env map[string]string
+	// EnvVars sets variables to the value of a batch-shell variable when
+	// the line runs (name → shell variable), e.g. a node-local path.
+	EnvVars map[string]string
 	// PassEnv names job variables passed through by value at run time
 	// (SLURM_JOB_ID, CUDA_VISIBLE_DEVICES). --cleanenv drops everything else.
 	PassEnv []string
@@ -50,12 +56,28 @@ func (s Spec) Line() (string, error) {
 		return "", fmt.Errorf("stage command is empty")
 	}
 	for _, b := range s.Binds {
-		for _, p := range []string{b.Host, b.Container} {
+		paths := []string{b.Container}
+		if b.HostVar != "" {
+			if !shell.IsName(b.HostVar) || strings.ContainsAny(b.Container, "\"$`\\") {
+				return "", fmt.Errorf("bind of variable %q to %q: want a valid name and a plain path", b.HostVar, b.Container)
+			}
+		} else {
+			paths = append(paths, b.Host)
+		}
+		for _, p := range paths {
 			if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, ":,\n") {
 				return "", fmt.Errorf("bind path %q: want an absolute clean path without ':' or ','", p)
 			}
 		}
 	}
+	varKeys := make([]string, 0, len(s.EnvVars))
+	for k, v := range s.EnvVars {
+		if !shell.IsName(k) || !shell.IsName(v) {
+			return "", fmt.Errorf("environment %q from variable %q: not valid names", k, v)
+		}
+		varKeys = append(varKeys, k)
+	}
+	sort.Strings(varKeys)
 	keys := make([]string, 0, len(s.Env))
 	for k := range s.Env {
 		keys = append(keys, k)
@@ -78,6 +100,9 @@ func (s Spec) Line() (string, error) {
 		for _, k := range keys {
 			w = append(w, shell.Quote(k+"="+s.Env[k]))
 		}
+		for _, k := range varKeys {
+			w = append(w, fmt.Sprintf(`"%s=$%s"`, k, s.EnvVars[k]))
+		}
 		for _, k := range s.PassEnv {
 			w = append(w, fmt.Sprintf(`"%s=${%s:-}"`, k, k))
 		}
@@ -91,14 +116,21 @@ func (s Spec) Line() (string, error) {
 		w = append(w, "--nv")
 	}
 	for _, b := range s.Binds {
-		spec := b.Host + ":" + b.Container
+		spec := b.Container
 		if b.ReadOnly {
 			spec += ":ro"
 		}
-		w = append(w, "--bind", shell.Quote(spec))
+		if b.HostVar != "" {
+			w = append(w, "--bind", fmt.Sprintf(`"$%s:%s"`, b.HostVar, spec))
+		} else {
+			w = append(w, "--bind", shell.Quote(b.Host+":"+spec))
+		}
 	}
 	for _, k := range keys {
 		w = append(w, "--env", shell.Quote(k+"="+s.Env[k]))
+	}
+	for _, k := range varKeys {
+		w = append(w, "--env", fmt.Sprintf(`"%s=$%s"`, k, s.EnvVars[k]))
 	}
 	for _, k := range s.PassEnv {
 		w = append(w, "--env", fmt.Sprintf(`"%s=${%s:-}"`, k, k))

@@ -143,7 +143,9 @@ type scriptData struct {
 	PatchFile            string
 	// eval
 	Image, EvalDigest, WeightsFile, ImageVar string
-	PinnedInputs                             []string
+	BundleVar                                string
+	BundleFiles                              []string // host paths, to copy
+	PinnedInputs                             []string // "sha256  name", names relative to the bundle
 }
 
 func (r *renderer) stage(stage string) ([]File, error) {
@@ -274,11 +276,20 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	}
 	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, Env: env, PassEnv: pass, Argv: argv}
 	if stage == Eval {
-		spec.ImageVar = EvalImageVar // the node-local copy the script checked
+		// The node-local copies the script checked, not the shared files.
+		spec.ImageVar = EvalImageVar
+		if !isolated {
+			delete(spec.Env, "NEMORL_BUNDLE")
+			spec.EnvVars = map[string]string{"NEMORL_BUNDLE": EvalBundleVar}
+		}
 	}
 	if isolated {
 		for _, m := range mounts {
-			spec.Binds = append(spec.Binds, apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro})
+			b := apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro}
+			if stage == Eval && m.rel == "eval/bundle" {
+				b.Host, b.HostVar = "", EvalBundleVar
+			}
+			spec.Binds = append(spec.Binds, b)
 		}
 	}
 	line, err := spec.Line()
@@ -298,10 +309,13 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	case Eval:
 		data.Image, data.EvalDigest, data.ImageVar = image, cfg.Runtime.Digests.Eval, EvalImageVar
 		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
+		data.BundleVar = EvalBundleVar
 		for _, f := range bundle {
 			sum := sha256.Sum256(f.Data)
-			data.PinnedInputs = append(data.PinnedInputs, hex.EncodeToString(sum[:])+"  "+r.host(f.Path))
+			data.BundleFiles = append(data.BundleFiles, r.host(f.Path))
+			data.PinnedInputs = append(data.PinnedInputs, hex.EncodeToString(sum[:])+"  "+path.Base(f.Path))
 		}
+		sort.Strings(data.BundleFiles)
 		sort.Strings(data.PinnedInputs)
 	}
 	script, err := execute(stage+".sbatch.tmpl", data)
@@ -368,6 +382,11 @@ func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds in
 // the eval image: the copy is what is hashed and what runs, so replacing or
 // rewriting the shared image after the check changes nothing.
 const EvalImageVar = "NEMORL_EVAL_IMAGE"
+
+// EvalBundleVar is the eval script's variable holding the node-local copy of
+// the eval bundle (the evaluator inputs), checked against the sums pinned in
+// the script and the only copy the payload sees.
+const EvalBundleVar = "NEMORL_EVAL_BUNDLE"
 
 // JobName is the Slurm job name of a stage.
 func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }

@@ -152,7 +152,8 @@ func TestBinds(t *testing.T) {
 	want := map[string][]string{
 		Author: {ep + "/author:/nemorl/author"},
 		Train:  {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", ep + "/train/checkpoint:/nemorl/out"},
-		Eval:   {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", ep + "/eval/bundle:/nemorl/bundle:ro", ep + "/eval/work:/nemorl/out"},
+		// The eval bundle is the script's checked node-local copy.
+		Eval: {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", `"$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`, ep + "/eval/work:/nemorl/out"},
 	}
 	for stage, binds := range want {
 		f, _ := tr.Lookup(Script(stage))
@@ -335,6 +336,28 @@ func TestRunEval(t *testing.T) {
 	out, code = runScript(t, tr, Eval)
 	if code != 65 || !strings.Contains(out, "refusing to evaluate") || strings.Contains(out, "weights=") {
 		t.Fatalf("tampered evaluator inputs: exit %d, %s", code, out)
+	}
+}
+
+// TestRunEvalBundleCopy: the eval payload reads the node-local copy of its
+// bundle that the script checked; rewriting the shared bundle while it runs
+// changes nothing it sees, and an extra file dropped into the shared bundle
+// never reaches it.
+func TestRunEvalBundleCopy(t *testing.T) {
+	tr := stageRun(t, map[string]string{Eval: `shared=$(dirname "$NEMORL_OUT")/bundle
+echo '{"samples_per_problem": 1}' > "$shared/eval.json"
+echo "bundle=$NEMORL_BUNDLE"
+echo "seen=$(cat "$NEMORL_BUNDLE/eval.json" | tr -d ' \n' | cut -c1-40)"
+ls "$NEMORL_BUNDLE"`})
+	if err := os.WriteFile(filepath.Join(tr.Dir, "train/checkpoint/model.safetensors"), []byte("w"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tr.Dir, "eval/bundle/extra.py"), []byte("print('planted')\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runScript(t, tr, Eval)
+	if code != 0 || strings.Contains(out, "bundle="+filepath.Join(tr.Dir, "eval/bundle")) || !strings.Contains(out, `seen={"architecture":"qwen2.5-1.5b-instruct"`) || strings.Contains(out, "extra.py") {
+		t.Fatalf("exit %d; want the checked copy, unchanged, without the planted file:\n%s", code, out)
 	}
 }
 
