@@ -35,6 +35,34 @@ func TestLineApptainer(t *testing.T) {
 	}
 }
 
+// TestLineVariables: a bind from a variable and a variable's value in the
+// environment are expanded by the batch shell when the line runs.
+func TestLineVariables(t *testing.T) {
+	s := Spec{Kind: "apptainer", Binary: "apptainer", Image: "/i.sif",
+		Binds:   []Bind{{HostVar: "NEMORL_EVAL_BUNDLE", Container: "/nemorl/bundle", ReadOnly: true}},
+		EnvVars: map[string]string{"B": "NEMORL_EVAL_BUNDLE"}, Argv: []string{"x"}}
+	got, err := s.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, `--bind "$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`) || !strings.Contains(got, `--env "B=$NEMORL_EVAL_BUNDLE"`) {
+		t.Errorf("apptainer: %s", got)
+	}
+	s.Kind = "none"
+	if got, _ = s.Line(); !strings.Contains(got, ` "B=$NEMORL_EVAL_BUNDLE" x`) {
+		t.Errorf("none: %s", got)
+	}
+	for name, bad := range map[string]Spec{
+		"bad bind variable": {Kind: "apptainer", Binary: "apptainer", Image: "/i", Argv: []string{"x"}, Binds: []Bind{{HostVar: "A B", Container: "/c"}}},
+		"quote in target":   {Kind: "apptainer", Binary: "apptainer", Image: "/i", Argv: []string{"x"}, Binds: []Bind{{HostVar: "A", Container: "/c\"$(id)"}}},
+		"bad env variable":  {Kind: "none", Argv: []string{"x"}, EnvVars: map[string]string{"A": "$(id)"}},
+	} {
+		if _, err := bad.Line(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
 func TestLineNone(t *testing.T) {
 	s := Spec{Kind: "none", Env: map[string]string{"NEMORL_STAGE": "train"}, PassEnv: []string{"CUDA_VISIBLE_DEVICES"}, Argv: []string{"/opt/stand-in"}}
 	got, err := s.Line()
