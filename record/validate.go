@@ -12,8 +12,12 @@ const EmptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 const MaxURLBytes = 2048
 
 // IsSHA256Hex reports whether s is 64 lowercase hex digits.
-func IsSHA256Hex(s string) bool {
-	if len(s) != 64 {
+func IsSHA256Hex(s string) bool { return IsLowerHex(s, 64) }
+
+// IsLowerHex reports whether s is exactly n lowercase hex digits (64: a
+// sha256, 40: a git commit).
+func IsLowerHex(s string, n int) bool {
+	if len(s) != n {
 		return false
 	}
 	for i := range len(s) {

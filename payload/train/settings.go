@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/record"
 )
 
 // Settings is the train bundle's train.json, rendered by templates (the
@@ -77,29 +78,16 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("prompts_per_step %d: want at least 1", s.PromptsPerStep)
 	case s.GenerationsPerPrompt < 1:
 		return fmt.Errorf("generations_per_prompt %d: want at least 1", s.GenerationsPerPrompt)
-	case !isCommit(s.Pins.NemoRL):
+	case !isCommitID(s.Pins.NemoRL):
 		return fmt.Errorf("pins.nemo_rl %q: want a 40-hex commit", s.Pins.NemoRL)
-	case !isCommit(s.Pins.Gym):
+	case !isCommitID(s.Pins.Gym):
 		return fmt.Errorf("pins.gym %q: want a 40-hex commit", s.Pins.Gym)
 	case s.Pins.BaseModel == "" || !hydraPlain(s.Pins.BaseModel):
 		return fmt.Errorf("pins.base_model %q: want a model id of letters, digits and ./_-", s.Pins.BaseModel)
-	case !isCommit(s.Pins.BaseModelRevision):
+	case !isCommitID(s.Pins.BaseModelRevision):
 		return fmt.Errorf("pins.base_model_revision %q: want a 40-hex commit", s.Pins.BaseModelRevision)
 	}
 	return nil
-}
-
-func isCommit(s string) bool {
-	if len(s) != 40 {
-		return false
-	}
-	for i := range len(s) {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // hydraPlain reports whether s can be a Hydra override value as it is,
@@ -116,3 +104,5 @@ func hydraPlain(s string) bool {
 	}
 	return true
 }
+
+func isCommitID(s string) bool { return record.IsLowerHex(s, 40) }
