@@ -23,11 +23,7 @@ func (e *env) cancel(c *ucli.Context) error {
 	if c.NArg() == 0 {
 		return usageErr("cancel takes one or more episode ids")
 	}
-	ledger, err := openLedger()
-	if err != nil {
-		return err
-	}
-	entries, err := selectEpisodes(ledger, c.Args().Slice(), nil)
+	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}

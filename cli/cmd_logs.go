@@ -3,8 +3,8 @@ package cli
 import (
 	"bytes"
 	"errors"
-	"io/fs"
 	"fmt"
+	"io/fs"
 	"path"
 	"slices"
 
@@ -39,11 +39,7 @@ func (e *env) logs(c *ucli.Context) error {
 	if stage != "" && !slices.Contains(templates.Stages, stage) {
 		return usageErr("--stage %q: want author, train or eval", stage)
 	}
-	ledger, err := openLedger()
-	if err != nil {
-		return err
-	}
-	entries, err := selectEpisodes(ledger, c.Args().Slice(), nil)
+	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}

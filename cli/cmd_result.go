@@ -23,11 +23,7 @@ func (e *env) result(c *ucli.Context) error {
 	if c.NArg() != 1 {
 		return usageErr("result takes one episode id")
 	}
-	ledger, err := openLedger()
-	if err != nil {
-		return err
-	}
-	entries, err := selectEpisodes(ledger, c.Args().Slice(), nil)
+	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}

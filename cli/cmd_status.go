@@ -19,11 +19,7 @@ func statusCommand(e *env) *ucli.Command {
 }
 
 func (e *env) status(c *ucli.Context) error {
-	ledger, err := openLedger()
-	if err != nil {
-		return err
-	}
-	entries, err := selectEpisodes(ledger, c.Args().Slice(), unfinished)
+	ledger, entries, err := ledgerEntries(c.Args().Slice(), unfinished)
 	if err != nil {
 		return err
 	}

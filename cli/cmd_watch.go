@@ -56,11 +56,7 @@ func keepUnfinished(c *ucli.Context) func(*episode.Entry) bool {
 // advancing those no other process holds. SIGINT stops watching; the jobs
 // keep running.
 func (e *env) watchVerb(c *ucli.Context, names []string) error {
-	ledger, err := openLedger()
-	if err != nil {
-		return err
-	}
-	entries, err := selectEpisodes(ledger, names, keepUnfinished(c))
+	ledger, entries, err := ledgerEntries(names, keepUnfinished(c))
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,17 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.
 	return out, nil
 }
 
+// ledgerEntries opens the ledger and selects episodes from it
+// (selectEpisodes).
+func ledgerEntries(names []string, keep func(*episode.Entry) bool) (*episode.Ledger, []*episode.Entry, error) {
+	ledger, err := openLedger()
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, err := selectEpisodes(ledger, names, keep)
+	return ledger, entries, err
+}
+
 // selectEpisodes returns the named episodes, or with none named every
 // episode of the ledger for which keep is true.
 func selectEpisodes(ledger *episode.Ledger, names []string, keep func(*episode.Entry) bool) ([]*episode.Entry, error) {
