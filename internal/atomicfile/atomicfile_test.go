@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,5 +31,29 @@ func TestWrite(t *testing.T) {
 	// and the old content kept.
 	if err := Write(filepath.Join(dir, "missing", "x"), []byte("y"), 0o600); err == nil {
 		t.Fatal("write into a missing directory succeeded")
+	}
+}
+
+// TestWriteFuncFillError: an error of fill comes back as is, the old
+// content stays, and no temp file is left.
+func TestWriteFuncFillError(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := Write(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := WriteFunc(p, 0o600, func(w io.Writer) error {
+		io.WriteString(w, "half of the new")
+		return boom
+	})
+	if err != boom {
+		t.Fatalf("err %v, want the fill error as is", err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "old" {
+		t.Fatalf("content %q after a failed fill", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("%d entries, want 1", len(entries))
 	}
 }

@@ -1,7 +1,6 @@
 package author
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/internal/atomicfile"
 	"github.com/nemorl/nemorl-slurm/record"
 )
 
@@ -387,40 +387,6 @@ func (c *headerCounter) Write(p []byte) (int, error) {
 
 // writeFile writes path through a temporary file in its directory (mode
 // 0600, synced) renamed into place. An error of fill is returned as is.
-func writeFile(path string, fill func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := fill(bw); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+func writeFile(path string, fill func(io.Writer) error) error {
+	return atomicfile.WriteFunc(path, 0o600, fill)
 }
