@@ -3,7 +3,10 @@ package episode
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"slices"
 	"sync"
 	"testing"
@@ -206,5 +209,44 @@ func TestWatchConnectionLost(t *testing.T) {
 	_, err = d.Watch(wctx, []string{e.Episode}, WatchOptions{Act: true, Once: true, Observe: func(r []Row) { rows = r }})
 	if err != nil || len(rows) != 1 || rows[0].JobID == "" {
 		t.Fatalf("watch after sshd came back: %v, rows %+v", err, rows)
+	}
+}
+
+// TestSubmitRefused: a stage sbatch refuses for good (here the staged train
+// script names a partition the cluster does not have) ends the episode as
+// infra_failure / submit_refused instead of being retried at every poll.
+func TestSubmitRefused(t *testing.T) {
+	d, _ := labDriver(t, nil)
+	ctx := context.Background()
+	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	script := filepath.Join(e.Dir, "train", "train.sbatch")
+	b, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(string(b), "#SBATCH --partition="+d.Config.Cluster.Partition+"\n", "#SBATCH --partition=nosuch\n", 1)
+	if bad == string(b) {
+		t.Fatalf("no partition line in %s", script)
+	}
+	if err := os.WriteFile(script, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	got, err := d.Watch(wctx, []string{e.Episode}, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := got[e.Episode].Outcome
+	if o == nil || o.Outcome != InfraFailure || o.FailureReason != ReasonSubmitRefused || o.FailureStage != Train ||
+		!strings.Contains(o.Detail, "nosuch") || !o.MaskSample || o.Reward != nil {
+		t.Fatalf("outcome %+v", o)
+	}
+	if id := got[e.Episode].JobID(Train); id != "" {
+		t.Fatalf("a train job %s exists", id)
 	}
 }

@@ -42,6 +42,7 @@ const (
 	ReasonConnectionLost = "connection_lost" // the cluster could not be reached beyond retries
 	ReasonJobLost        = "job_lost"        // Slurm forgot a job before reporting its end
 	ReasonTimesUnknown   = "times_unknown"   // sacct never reported the start and end times needed
+	ReasonSubmitRefused  = "submit_refused"  // sbatch refused a stage for good (partition, account, GRES, a missing script)
 )
 
 // Integrity reasons besides the record.Reason values.

@@ -266,6 +266,21 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		return nil
 	}
 	finish := func(o *Outcome) error { return d.finish(e, o) }
+	// submit submits stage; a refusal sbatch will repeat for ever (a wrong
+	// partition, a script that is gone) ends the episode, anything else is
+	// tried again at the next poll.
+	submit := func(stage, after string) error {
+		err := d.submit(ctx, e, stage, after)
+		if why, refused := slurm.SubmitRefused(err); refused {
+			// The episode ends here: nothing of it may keep a node busy.
+			if cerr := d.Slurm.Cancel(ctx, e.JobIDs()); cerr != nil {
+				return cerr
+			}
+			return finish(d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
+				fmt.Sprintf("sbatch refused the %s job: %s", stage, why)))
+		}
+		return err
+	}
 	cancelled := func() error {
 		return finish(d.base(e, infos).fail(InfraFailure, stageOfCancel(e, infos), e.CancelRequested, "the episode was cancelled: "+e.CancelRequested))
 	}
@@ -297,7 +312,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		if e.CancelRequested != "" {
 			return cancelled()
 		}
-		return d.submit(ctx, e, Author, "")
+		return submit(Author, "")
 	}
 	ai := infos[e.JobID(Author)]
 	if !ai.State.Terminal() {
@@ -333,7 +348,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		if e.CancelRequested != "" {
 			return cancelled()
 		}
-		if err := d.submit(ctx, e, Train, ai.ID); err != nil {
+		if err := submit(Train, ai.ID); err != nil || e.Final() {
 			return err
 		}
 	}
@@ -345,7 +360,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		case ti.State.Terminal() && ti.State.Class != slurm.Succeeded && e.Jobs[Eval] == nil:
 			// Train failed before eval was submitted: eval would never run.
 		default:
-			return d.submit(ctx, e, Eval, e.JobID(Train))
+			return submit(Eval, e.JobID(Train))
 		}
 	}
 	if !ti.State.Terminal() {

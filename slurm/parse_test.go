@@ -1,11 +1,14 @@
 package slurm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/remote"
 )
 
 // labIDs maps the roles in testdata/lab/ids.txt (ok=333 …) to job ids.
@@ -296,4 +299,26 @@ func TestParseSacctTransientAllocation(t *testing.T) {
 	got := parseFile(t, ParseSacct, "testdata/synthetic/sacct_transient_allocation.txt")
 	check(t, "transient", "408", got["408"], want{"CANCELLED", Failed, FailureDependency, "0:0", -1, false, true, 0})
 	check(t, "transient", "407", got["407"], want{"FAILED", Failed, FailureExitCode, "3:0", -1, true, true, 1})
+}
+
+func TestSubmitRefused(t *testing.T) {
+	ce := func(stderr string) error {
+		return fmt.Errorf("slurm: submit: %w", &remote.CommandError{Host: "h", Command: "sbatch x", ExitStatus: 1, Stderr: stderr})
+	}
+	for stderr, want := range map[string]bool{
+		"sbatch: error: invalid partition specified: nosuch\nsbatch: error: Batch job submission failed: Invalid partition name specified": true,
+		"sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified":                           true,
+		"sbatch: error: Batch job submission failed: Requested node configuration is not available":                                        true,
+		"sbatch: error: Unable to open file /w/ep/train/train.sbatch":                                                                      true,
+		"sbatch: error: QOSMaxSubmitJobPerUserLimit\nsbatch: error: Batch job submission failed: Job violates accounting/QOS policy":       false,
+		"sbatch: error: Batch job submission failed: Socket timed out on send/recv operation":                                              false,
+		"sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)":                                 false,
+	} {
+		if _, got := SubmitRefused(ce(stderr)); got != want {
+			t.Errorf("%q: refused=%v, want %v", stderr, got, want)
+		}
+	}
+	if _, got := SubmitRefused(fmt.Errorf("x: %w", remote.ErrConnectionLost)); got {
+		t.Error("a lost connection counted as a refusal")
+	}
 }

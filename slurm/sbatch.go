@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/nemorl/nemorl-slurm/remote"
 )
 
 // SubmitRequest is one sbatch call. Exactly one of ScriptPath, Script and
@@ -175,4 +177,38 @@ func lines(b []byte) []string {
 		}
 	}
 	return out
+}
+
+// permanentSbatch are sbatch refusals that will not change if the same
+// script is submitted again: a wrong partition, account, QOS, GRES or time
+// limit, or a script that is gone. Anything else (submit limits, a busy or
+// unreachable slurmctld, a lost connection) may pass later.
+var permanentSbatch = []string{
+	"Invalid partition name",
+	"invalid partition specified",
+	"Invalid account",
+	"Invalid qos specification",
+	"Invalid generic resource",
+	"Invalid gres specification",
+	"Requested node configuration is not available",
+	"Requested time limit is invalid",
+	"Invalid feature specification",
+	"Unable to open file",
+	"Batch script is empty",
+	"Node count specification invalid",
+}
+
+// SubmitRefused reports whether err, from Submit, is sbatch refusing the
+// job for a reason a later try cannot fix; it returns that reason.
+func SubmitRefused(err error) (string, bool) {
+	var ce *remote.CommandError
+	if !errors.As(err, &ce) {
+		return "", false
+	}
+	for _, p := range permanentSbatch {
+		if strings.Contains(strings.ToLower(ce.Stderr), strings.ToLower(p)) {
+			return ce.Stderr, true
+		}
+	}
+	return "", false
 }
