@@ -91,6 +91,7 @@ func TestEpisodeLab(t *testing.T) {
 	t.Run("SubmitWatch", x.testSubmitWatch)
 	t.Run("SubmitWatchCancel", x.testSubmitWatchCancel)
 	t.Run("CancelBeforeTrainWhileWatched", x.testCancelBeforeTrainWhileWatched)
+	t.Run("Clean", x.testClean)
 	t.Run("ResultUnknown", x.testResultUnknown)
 	t.Run("ResultUnfinished", x.testResultUnfinished)
 }
@@ -1115,6 +1116,49 @@ func (x *labCLI) testInterrupt(t *testing.T) {
 	states := map[string]string{"author": "COMPLETED", "train": "CANCELLED", "eval": "CANCELLED"}
 	wantJobs(t, o, states)
 	waitSacct(t, ep, sacctWant{states: states, ids: idsOf(o)})
+}
+
+// testClean: clean removes a finished episode's directory from the cluster
+// and keeps its outcome in the ledger; it refuses an unfinished episode and
+// removes nothing then.
+func (x *labCLI) testClean(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, "author", "--no-patch"), newEpisode(t, "clean")
+	x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep).want(t, ExitOK)
+	dir := x.lab.Workdir + "/" + ep
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("episode dir before clean: %v", err)
+	}
+	before := x.run(t, state, quickTimeout, "result", "--json", ep).want(t, ExitOK)
+
+	r := x.run(t, state, quickTimeout, "clean", ep, "--json").want(t, ExitOK)
+	var doc struct {
+		Cleaned []string `json:"cleaned"`
+		Errors  []string `json:"errors"`
+	}
+	oneJSON(t, r, &doc)
+	if len(doc.Cleaned) != 1 || doc.Cleaned[0] != ep || len(doc.Errors) != 0 {
+		t.Fatalf("clean --json: %s", r)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("episode dir after clean: %v, want gone", err)
+	}
+	after := x.run(t, state, quickTimeout, "result", "--json", ep).want(t, ExitOK)
+	if string(after.stdout) != string(before.stdout) {
+		t.Errorf("the outcome changed with clean:\n%s\n%s", before.stdout, after.stdout)
+	}
+
+	// An unfinished episode: refused, nothing removed.
+	cfg2, ep2 := x.config(t, "author", "--sleep-forever"), newEpisode(t, "clean-running")
+	x.submit(t, state, cfg2, ep2)
+	t.Cleanup(func() { x.run(t, state, quickTimeout, "cancel", ep2) })
+	u := x.run(t, state, quickTimeout, "clean", ep2).want(t, ExitUsage)
+	if !strings.Contains(u.stderr, "not finished") {
+		t.Errorf("clean of an unfinished episode: %s", u)
+	}
+	if _, err := os.Stat(x.lab.Workdir + "/" + ep2); err != nil {
+		t.Errorf("unfinished episode dir after a refused clean: %v", err)
+	}
 }
 
 // testSubmitWatchCancel: cancel stops an episode another process watches;

@@ -74,6 +74,8 @@ type Entry struct {
 	CancelRequested string `json:"cancel_requested,omitempty"`
 	// Author is the author's verified record, once its patch was checked.
 	Author *record.Author `json:"author_record,omitempty"`
+	// Cleaned is when clean removed the episode's directory on the cluster.
+	Cleaned time.Time `json:"cleaned,omitzero"`
 	// Outcome is set once, when the episode is final.
 	Outcome *Outcome `json:"outcome,omitempty"`
 }

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/remote"
+)
+
+func cleanCommand(e *env) *ucli.Command {
+	return &ucli.Command{
+		Name:      "clean",
+		Usage:     "remove finished episodes' directories from the cluster (weights, logs, transcripts); the ledger keeps their outcomes",
+		ArgsUsage: "EPISODE…",
+		Flags:     withGlobals(),
+		Action:    e.clean,
+	}
+}
+
+// clean removes WORKDIR/EPISODE of final episodes, after checking that the
+// directory is the episode's (its manifest names it). An unfinished episode
+// is refused: its jobs may still write there.
+func (e *env) clean(c *ucli.Context) error {
+	if c.NArg() == 0 {
+		return usageErr("clean takes one or more episode ids")
+	}
+	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
+	if err != nil {
+		return err
+	}
+	for _, en := range entries {
+		if !en.Final() {
+			return &Error{Code: ExitUsage, Err: fmt.Errorf("episode %s is not finished; nothing was removed", en.Episode),
+				Hint: "wait for it (nemorl-slurm watch " + en.Episode + ") or cancel it first"}
+		}
+	}
+	sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+	if err != nil {
+		return err
+	}
+	cleaned := []string{}
+	var failed []string
+	for _, s := range sessions {
+		for _, ep := range s.episodes {
+			en, err := ledger.Load(ep)
+			if err == nil && en.Cleaned.IsZero() {
+				if err = removeEpisodeDir(c, s, en); err == nil {
+					en.Cleaned = time.Now().UTC()
+					err = ledger.Save(en)
+				}
+			}
+			if err != nil {
+				failed = append(failed, err.Error())
+				continue
+			}
+			cleaned = append(cleaned, ep)
+			e.logf("%s: removed %s on %s", ep, en.Dir, s.Host.Name())
+		}
+		s.close()
+	}
+	if globalBool(c, "json") {
+		if err := e.writeJSON(map[string]any{"cleaned": cleaned, "errors": failed}); err != nil {
+			return err
+		}
+	} else {
+		for _, ep := range cleaned {
+			fmt.Fprintln(e.stdout, ep)
+		}
+	}
+	if len(failed) > 0 {
+		return withCode(ExitInfra, errors.New("clean: "+strings.Join(failed, "; ")), "")
+	}
+	return nil
+}
+
+func removeEpisodeDir(c *ucli.Context, s *session, en *episode.Entry) error {
+	want := path.Join(s.Config.Cluster.Workdir, en.Episode)
+	if en.Dir != want {
+		return fmt.Errorf("%s: the ledger names %s, the config's workdir gives %s; remove it by hand", en.Episode, en.Dir, want)
+	}
+	b, err := s.Host.ReadFile(c.Context, path.Join(en.Dir, episode.ManifestFile))
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", en.Episode, path.Join(en.Dir, episode.ManifestFile), err)
+	}
+	var m episode.Manifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Episode != en.Episode {
+		return fmt.Errorf("%s: %s does not name this episode; nothing removed", en.Episode, path.Join(en.Dir, episode.ManifestFile))
+	}
+	if _, err := s.Host.Run(c.Context, remote.Command{Argv: []string{"rm", "-rf", "--one-file-system", "--", en.Dir}, Idempotent: true}); err != nil {
+		return fmt.Errorf("%s: %w", en.Episode, err)
+	}
+	return nil
+}
