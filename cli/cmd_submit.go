@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -70,10 +71,14 @@ func (e *env) submitEpisode(c *ucli.Context) (*session, *episode.Entry, error) {
 	if err != nil {
 		s.close()
 		if en == nil {
-			if strings.Contains(err.Error(), "already exists") || strings.Contains(err.Error(), "episode id") {
+			var pe *episode.PreflightError
+			switch {
+			case errors.As(err, &pe):
+				return nil, nil, &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %w", path, err), Hint: "fix the config: nothing was staged or submitted"}
+			case strings.Contains(err.Error(), "already exists") || strings.Contains(err.Error(), "episode id"):
 				return nil, nil, withCode(ExitUsage, err, "")
 			}
-			return nil, nil, err
+			return nil, nil, withCode(ExitInfra, err, "")
 		}
 		return nil, nil, &Error{Code: ExitInfra, Err: err, Hint: "nothing was lost: nemorl-slurm resume retries episode " + en.Episode}
 	}

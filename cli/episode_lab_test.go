@@ -92,6 +92,7 @@ func TestEpisodeLab(t *testing.T) {
 	t.Run("SubmitWatchCancel", x.testSubmitWatchCancel)
 	t.Run("CancelBeforeTrainWhileWatched", x.testCancelBeforeTrainWhileWatched)
 	t.Run("Clean", x.testClean)
+	t.Run("Preflight", x.testPreflight)
 	t.Run("ResultUnknown", x.testResultUnknown)
 	t.Run("ResultUnfinished", x.testResultUnfinished)
 }
@@ -1116,6 +1117,29 @@ func (x *labCLI) testInterrupt(t *testing.T) {
 	states := map[string]string{"author": "COMPLETED", "train": "CANCELLED", "eval": "CANCELLED"}
 	wantJobs(t, o, states)
 	waitSacct(t, ep, sacctWant{states: states, ids: idsOf(o)})
+}
+
+// testPreflight: a stage command the cluster does not have is a config
+// error at submit (exit 2, naming the key), before anything is staged,
+// recorded or submitted.
+func (x *labCLI) testPreflight(t *testing.T) {
+	t.Parallel()
+	state, ep := t.TempDir(), newEpisode(t, "preflight")
+	cfg := filepath.Join(t.TempDir(), "lab.yaml")
+	data := strings.Replace(x.base, "command: ["+labStandIns+"/train]", "command: ["+labStandIns+"/no-such-stand-in]", 1)
+	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := x.run(t, state, quickTimeout, "submit", "--config", cfg, "--episode", ep).want(t, ExitUsage)
+	if !strings.Contains(r.stderr, "stages.train.command[0]") || !strings.Contains(r.stderr, "no-such-stand-in") || len(r.stdout) != 0 {
+		t.Errorf("submit with a missing stage command: %s", r)
+	}
+	if _, err := os.Stat(ledgerPath(state, ep)); !os.IsNotExist(err) {
+		t.Errorf("ledger entry after a refused submit: %v", err)
+	}
+	if _, err := os.Stat(x.lab.Workdir + "/" + ep); !os.IsNotExist(err) {
+		t.Errorf("episode dir after a refused submit: %v", err)
+	}
 }
 
 // testClean: clean removes a finished episode's directory from the cluster

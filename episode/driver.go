@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,6 +79,9 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := d.Preflight(ctx); err != nil {
+		return nil, nil, err
+	}
 	e := &Entry{
 		Episode: id, Created: d.now().UTC(), ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
 		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{},
@@ -108,6 +112,55 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 		return e, nil, err
 	}
 	return e, lock, nil
+}
+
+// PreflightError is a config value that names a file the cluster does not
+// have: found before anything is staged or submitted, not an hour later.
+type PreflightError struct {
+	Key, Path, Host string
+	Err             error
+}
+
+func (e *PreflightError) Error() string {
+	return fmt.Sprintf("%s: %s on %s: %v", e.Key, e.Path, e.Host, e.Err)
+}
+
+func (e *PreflightError) Unwrap() error { return e.Err }
+
+// Preflight checks, on the cluster, the files the jobs will need that the
+// config names: the three images (with a container runtime) and the
+// stages' replacement commands given by absolute path.
+func (d *Driver) Preflight(ctx context.Context) error {
+	cfg := d.Config
+	check := map[string]string{}
+	if cfg.Runtime.Kind != configs.RuntimeNone {
+		check["runtime.images.author"] = cfg.Runtime.Images.Author
+		check["runtime.images.train"] = cfg.Runtime.Images.Train
+		check["runtime.images.eval"] = cfg.Runtime.Images.Eval
+	}
+	for key, argv := range map[string][]string{"stages.author.command[0]": cfg.Stages.Author.Command,
+		"stages.train.command[0]": cfg.Stages.Train.Command, "stages.eval.command[0]": cfg.Stages.Eval.Command} {
+		if len(argv) > 0 && path.IsAbs(argv[0]) && cfg.Runtime.Kind == configs.RuntimeNone {
+			check[key] = argv[0]
+		}
+	}
+	keys := make([]string, 0, len(check))
+	for k := range check {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fi, err := d.Host.Stat(ctx, check[k])
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+			return &PreflightError{Key: k, Path: check[k], Host: d.Host.Name(), Err: err}
+		case err != nil:
+			return fmt.Errorf("preflight: %s %s: %w", k, check[k], err)
+		case fi.IsDir():
+			return &PreflightError{Key: k, Path: check[k], Host: d.Host.Name(), Err: errors.New("is a directory")}
+		}
+	}
+	return nil
 }
 
 func (d *Driver) render(id string, prompt []byte) (*templates.Tree, error) {
