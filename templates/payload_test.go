@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,9 +71,9 @@ func imageRoot(t *testing.T, dir string) string {
 	return root
 }
 
-// runPayload runs a stage's built-in payload under bash with the variables
+// payloadCmd is a stage's built-in payload under bash with the variables
 // the exec line gives it, plus the stand-in image root.
-func runPayload(t *testing.T, tr *Tree, stage, root, log string, env map[string]string) (stdout, stderr string, code int) {
+func payloadCmd(t *testing.T, tr *Tree, stage, root, log string, env map[string]string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, stage, "bundle", stage+".sh"))
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "TMPDIR=" + t.TempDir(),
@@ -81,6 +82,13 @@ func runPayload(t *testing.T, tr *Tree, stage, root, log string, env map[string]
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	return cmd
+}
+
+// runPayload runs a stage's payload to its end.
+func runPayload(t *testing.T, tr *Tree, stage, root, log string, env map[string]string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := payloadCmd(t, tr, stage, root, log, env)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -92,15 +100,13 @@ func runPayload(t *testing.T, tr *Tree, stage, root, log string, env map[string]
 	return out.String(), errb.String(), code
 }
 
-// TestPayloads runs the three built-in payloads one after the other on a
-// rendered episode, with the image's programs played by stand-ins: each
-// prints a record that passes the collector's checks, the chain binds
-// (patch → weights → score), and the command lines every payload runs are
-// the golden ones (testdata/golden/payload-commands.txt; -update rewrites).
-func TestPayloads(t *testing.T) {
+// payloadEpisode renders the lab config with the built-in payloads into a
+// temp workdir, stages secrets.env, and lays out the stand-in image root.
+func payloadEpisode(t *testing.T) (tr *Tree, root, log string, at func(string) string) {
+	t.Helper()
 	dir := t.TempDir()
-	root := imageRoot(t, dir)
-	log := filepath.Join(dir, "commands.log")
+	root = imageRoot(t, dir)
+	log = filepath.Join(dir, "commands.log")
 	cfg := loadExample(t, "lab.yaml")
 	cfg.Cluster.Workdir = filepath.Join(dir, "work")
 	cfg.Stages.Author.Command, cfg.Stages.Train.Command, cfg.Stages.Eval.Command = nil, nil, nil
@@ -109,10 +115,16 @@ func TestPayloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeTree(t, tr)
-	at := func(rel string) string { return filepath.Join(tr.Dir, rel) }
+	at = func(rel string) string { return filepath.Join(tr.Dir, rel) }
 	if err := os.WriteFile(at("author/secrets.env"), []byte("NEMORL_POLICY_API_KEY="+testKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return tr, root, log, at
+}
+
+func TestPayloads(t *testing.T) {
+	tr, root, log, at := payloadEpisode(t)
+	cfg := loadExample(t, "lab.yaml")
 
 	// author
 	out, errs, code := runPayload(t, tr, Author, root, log, map[string]string{
@@ -229,4 +241,92 @@ func normalizeCommands(s string, paths map[string]string) string {
 	s = reCommit.ReplaceAllString(s, "COMMIT")
 	s = reSaveBy.ReplaceAllString(s, "checkpoint_must_save_by=DD:HH:MM:SS")
 	return s
+}
+
+// TestPayloadAuthorTimeout: Claude Code that never ends is stopped at
+// research_seconds; the author record says so (timed out, timeout's status
+// 124) and the patch is what the policy had written by then (nothing).
+func TestPayloadAuthorTimeout(t *testing.T) {
+	tr, root, log, at := payloadEpisode(t)
+	settings := at("author/bundle/author.json")
+	b, _ := os.ReadFile(settings)
+	b = regexp.MustCompile(`"research_seconds": [0-9]+`).ReplaceAll(b, []byte(`"research_seconds": 2`))
+	if err := os.WriteFile(settings, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, errs, code := runPayload(t, tr, Author, root, log, map[string]string{"NEMORL_STANDIN_MODE": "claude-hangs",
+		"NEMORL_OUT": at("author"), "NEMORL_BUNDLE": at("author/bundle"), "NEMORL_PROMPT": at("author/prompt.txt"), "NEMORL_SECRETS": at("author/secrets.env")})
+	if code != 0 || time.Since(start) > 30*time.Second {
+		t.Fatalf("author exit %d after %s\n%s%s", code, time.Since(start), out, errs)
+	}
+	rec, err := record.Scan(record.StageAuthor, []byte(out))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	a := rec.(*record.Author)
+	if !a.TimedOut || a.ExitStatus != 124 || a.PatchBytes != 0 {
+		t.Fatalf("author record %+v, want timed out (124) with no patch", a)
+	}
+}
+
+// TestPayloadTrainTerm: TERM to the train payload (Slurm's, near the time
+// limit) reaches the launcher, which stops the trainer and still prints its
+// record (trainer_timeout, exit 1, so eval is cancelled); the work dir goes.
+func TestPayloadTrainTerm(t *testing.T) {
+	tr, root, log, at := payloadEpisode(t)
+	// A real patch, from the author payload.
+	if out, errs, code := runPayload(t, tr, Author, root, log, map[string]string{
+		"NEMORL_OUT": at("author"), "NEMORL_BUNDLE": at("author/bundle"), "NEMORL_PROMPT": at("author/prompt.txt"), "NEMORL_SECRETS": at("author/secrets.env")}); code != 0 {
+		t.Fatalf("author exit %d\n%s%s", code, out, errs)
+	}
+	cmd := payloadCmd(t, tr, Train, root, log, map[string]string{"NEMORL_STANDIN_MODE": "trainer-hangs",
+		"NEMORL_PATCH": at("author/change.diff"), "NEMORL_BUNDLE": at("train/bundle"), "NEMORL_OUT": at("train/checkpoint"),
+		"NEMORL_DEADLINE": strconv.FormatInt(time.Now().Add(30*time.Second).Unix(), 10)})
+	tmp := strings.TrimPrefix(cmd.Env[2], "TMPDIR=")
+	var out, errs syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), "run_grpo_nemo_gym.py") {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			b, _ := os.ReadFile(log)
+			t.Fatalf("the trainer never started\nlog:\n%s\nstdout:\n%s\nstderr:\n%s", b, out.String(), errs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the payload did not end after TERM\n%s", errs.String())
+	}
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1\n%s%s", err, out.String(), errs.String())
+	}
+	rec, rerr := record.Scan(record.StageTrain, []byte(out.String()))
+	if rerr != nil {
+		t.Fatalf("%v\n%s", rerr, out.String())
+	}
+	if tr := rec.(*record.Train); tr.Status != record.StatusTrainerTimeout || tr.TrainReward != 0.125 {
+		t.Fatalf("train record %+v, want trainer_timeout with the reward seen so far", tr)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "nemorl-train.*")); len(left) != 0 {
+		t.Fatalf("work dir left behind: %v", left)
+	}
 }

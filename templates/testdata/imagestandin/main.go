@@ -4,9 +4,11 @@
 // trainer, export_dcp.py, eval_prepare.py) and NeMo Gym's gym. It is linked
 // under those names in a stand-in image root; it decides what to play from
 // the name it was run as and its arguments, and appends each command line,
-// shell-quoted, to $NEMORL_STANDIN_LOG; run as nemorl-slurm, it logs and
-// execs the real binary ($NEMORL_STANDIN_REAL_BIN). It is a STAND-IN: nothing it prints
-// is a real transcript, training or evaluation.
+// shell-quoted, to $NEMORL_STANDIN_LOG. Run as nemorl-slurm, it logs and
+// execs the real binary ($NEMORL_STANDIN_REAL_BIN).
+// NEMORL_STANDIN_MODE=claude-hangs or trainer-hangs makes that program never
+// end. It is a STAND-IN: nothing it prints is a real transcript, training or
+// evaluation.
 package main
 
 import (
@@ -132,6 +134,10 @@ func serve(port, path string) {
 // claude edits recipe.yaml in its working directory, as a policy would, and
 // prints a short stream-json transcript.
 func claude(args []string) {
+	if os.Getenv("NEMORL_STANDIN_MODE") == "claude-hangs" {
+		fmt.Println(`{"type":"system","subtype":"init","model":"stand-in","session_id":"s-hang"}`)
+		select {} // until timeout(1) kills it
+	}
 	for _, v := range []string{"ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "DISABLE_COMPACT"} {
 		logf("claude env %s=%s", v, os.Getenv(v))
 	}
@@ -158,6 +164,10 @@ func claude(args []string) {
 
 // trainer prints two rewards and leaves step_2 and step_3 checkpoints.
 func trainer(args []string) {
+	if os.Getenv("NEMORL_STANDIN_MODE") == "trainer-hangs" {
+		fmt.Println("• Avg Reward: 0.125")
+		select {} // until the launcher stops it
+	}
 	dir := ""
 	for _, a := range args {
 		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "+"), "checkpointing.checkpoint_dir="); ok {
