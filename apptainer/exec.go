@@ -32,6 +32,11 @@ type Spec struct {
 	// ImageVar, when set, names a batch-shell variable holding the image
 	// path instead (the eval job's node-local, checked copy).
 	ImageVar string
+	// WorkdirVar, when set, names a batch-shell variable holding a
+	// node-local directory for --workdir: with --containall the container's
+	// /tmp and /var/tmp are made there instead of in Apptainer's in-memory
+	// session directory (64 MiB by default).
+	WorkdirVar string
 	GPU      bool // --nv (train and eval only)
 	Binds    []Bind
 	// Env is set inside the container to fixed values.
@@ -86,6 +91,9 @@ func (s Spec) Line() (string, error) {
 	if s.ImageVar != "" && !shell.IsName(s.ImageVar) {
 		return "", fmt.Errorf("image variable %q is not a valid name", s.ImageVar)
 	}
+	if s.WorkdirVar != "" && !shell.IsName(s.WorkdirVar) {
+		return "", fmt.Errorf("workdir variable %q is not a valid name", s.WorkdirVar)
+	}
 	for _, k := range append(append([]string{}, keys...), s.PassEnv...) {
 		if !shell.IsName(k) {
 			return "", fmt.Errorf("environment name %q is not valid", k)
@@ -112,6 +120,9 @@ func (s Spec) Line() (string, error) {
 		return strings.Join(w, " "), nil
 	}
 	w = append(w, shell.Quote(s.Binary), "exec", "--containall", "--cleanenv", "--no-home", "--writable-tmpfs")
+	if s.WorkdirVar != "" {
+		w = append(w, "--workdir", `"$`+s.WorkdirVar+`"`)
+	}
 	if s.GPU {
 		w = append(w, "--nv")
 	}

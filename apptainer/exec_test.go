@@ -38,18 +38,19 @@ func TestLineApptainer(t *testing.T) {
 // TestLineVariables: a bind from a variable and a variable's value in the
 // environment are expanded by the batch shell when the line runs.
 func TestLineVariables(t *testing.T) {
-	s := Spec{Kind: "apptainer", Binary: "apptainer", Image: "/i.sif",
+	s := Spec{Kind: "apptainer", Binary: "apptainer", Image: "/i.sif", WorkdirVar: "nemorl_scratch",
 		Binds:   []Bind{{HostVar: "NEMORL_EVAL_BUNDLE", Container: "/nemorl/bundle", ReadOnly: true}},
 		EnvVars: map[string]string{"B": "NEMORL_EVAL_BUNDLE"}, Argv: []string{"x"}}
 	got, err := s.Line()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(got, `--bind "$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`) || !strings.Contains(got, `--env "B=$NEMORL_EVAL_BUNDLE"`) {
+	if !strings.Contains(got, `--bind "$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`) || !strings.Contains(got, `--env "B=$NEMORL_EVAL_BUNDLE"`) ||
+		!strings.Contains(got, `--writable-tmpfs --workdir "$nemorl_scratch" `) {
 		t.Errorf("apptainer: %s", got)
 	}
 	s.Kind = "none"
-	if got, _ = s.Line(); !strings.Contains(got, ` "B=$NEMORL_EVAL_BUNDLE" x`) {
+	if got, _ = s.Line(); !strings.Contains(got, ` "B=$NEMORL_EVAL_BUNDLE" x`) || strings.Contains(got, "workdir") {
 		t.Errorf("none: %s", got)
 	}
 	for name, bad := range map[string]Spec{

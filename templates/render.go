@@ -134,6 +134,7 @@ func (r *renderer) host(rel string) string { return path.Join(r.dir, rel) }
 type scriptData struct {
 	Episode, Stage, Version, Runtime string
 	Isolated                         bool
+	ScratchVar                       string
 	Sbatch                           []string
 	StageDir                         string
 	GraceSeconds                     int
@@ -274,7 +275,8 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		env["NEMORL_BUNDLE"] = see("eval/bundle")
 		env["NEMORL_OUT"] = see("eval/work")
 	}
-	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, Env: env, PassEnv: pass, Argv: argv}
+	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, Env: env, PassEnv: pass, Argv: argv,
+		WorkdirVar: ScratchVar}
 	if stage == Eval {
 		// The node-local copies the script checked, not the shared files.
 		spec.ImageVar = EvalImageVar
@@ -299,7 +301,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 
 	data := scriptData{
 		Episode: r.in.Episode, Stage: stage, Version: r.in.Version, Runtime: cfg.Runtime.Kind,
-		Isolated: isolated, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
+		Isolated: isolated, ScratchVar: ScratchVar, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
 		Sbatch: r.sbatchOptions(stage, res, seconds, gpu),
 	}
 	switch stage {
@@ -377,6 +379,12 @@ func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds in
 	)
 	return append(o, cl.ExtraSbatch...)
 }
+
+// ScratchVar is every script's variable holding its private node-local
+// scratch directory, removed when the job ends. In a container it is
+// --workdir: the container's /tmp and /var/tmp are there, on the node's disk,
+// not in Apptainer's small in-memory session directory.
+const ScratchVar = "nemorl_scratch"
 
 // EvalImageVar is the eval script's variable holding the node-local copy of
 // the eval image: the copy is what is hashed and what runs, so replacing or

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -301,13 +302,20 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 func runScript(t *testing.T, tr *Tree, stage string) (string, int) {
 	t.Helper()
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(stage)))
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "POLICY_API_KEY=" + testKey}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "POLICY_API_KEY=" + testKey, "TMPDIR=" + tr.Dir + "/.node-tmp"}
+	if err := os.MkdirAll(tr.Dir+"/.node-tmp", 0o700); err != nil {
+		t.Fatal(err)
+	}
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
+	}
+	// The job's node-local scratch goes with it, whatever the exit.
+	if left, _ := os.ReadDir(tr.Dir + "/.node-tmp"); len(left) != 0 {
+		t.Errorf("%s job left %d entries in TMPDIR (%s…)", stage, len(left), left[0].Name())
 	}
 	return string(out), code
 }
@@ -455,6 +463,7 @@ img=
 for a in "$@"; do case $a in */eval.sif) img=$a ;; esac; done
 echo "forged image" > ` + shared + `
 echo "image-arg=$img"
+while [ $# -gt 0 ]; do [ "$1" = --workdir ] && { echo "workdir=$2"; touch "$2/container-tmp-file"; }; shift; done
 echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 `
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
@@ -473,6 +482,15 @@ echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 	out, code := runScript(t, tr, Eval)
 	if code != 0 || !strings.Contains(out, "image-ran="+hex.EncodeToString(sum[:])) || strings.Contains(out, "image-arg="+shared+"\n") {
 		t.Fatalf("exit %d; want the checked node-local copy run:\n%s", code, out)
+	}
+	// The container's /tmp is the job's node-local scratch (--workdir),
+	// and it is gone with the job.
+	workdir := regexp.MustCompile(`workdir=(\S+)`).FindStringSubmatch(out)
+	if workdir == nil || !strings.HasPrefix(workdir[1], filepath.Join(tr.Dir, ".node-tmp", "nemorl-eval.")) {
+		t.Fatalf("--workdir: %v\n%s", workdir, out)
+	}
+	if _, err := os.Stat(workdir[1]); !os.IsNotExist(err) {
+		t.Fatalf("scratch %s left after the job: %v", workdir[1], err)
 	}
 	// The shared image is now the forged one: the next eval refuses it.
 	out, code = runScript(t, tr, Eval)
