@@ -37,8 +37,8 @@ type Spec struct {
 	// /tmp and /var/tmp are made there instead of in Apptainer's in-memory
 	// session directory (64 MiB by default).
 	WorkdirVar string
-	GPU      bool // --nv (train and eval only)
-	Binds    []Bind
+	GPU        bool // --nv (train and eval only)
+	Binds      []Bind
 	// Env is set inside the container to fixed values.
 	Env map[string]string
 	// EnvVars sets variables to the value of a batch-shell variable when
