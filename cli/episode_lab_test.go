@@ -1095,11 +1095,14 @@ func (x *labCLI) waitTrainRunning(t *testing.T, state, ep string, alive *bgRun) 
 	return id
 }
 
-// testInterrupt: SIGINT to run while its train job runs (and ignores TERM)
-// cancels the episode's jobs, reports infra_failure (interrupted) and exits 3.
+// testInterrupt: SIGINT to run while its train job runs cancels the
+// episode's jobs, reports infra_failure (interrupted) and exits 3. The train
+// stand-in behaves as the real launcher does on TERM: it prints a
+// trainer_timeout record and exits 1; the cancel, not the policy, ended
+// it, so the outcome must not be a policy failure with reward 0.
 func (x *labCLI) testInterrupt(t *testing.T) {
 	t.Parallel()
-	state, cfg, ep := t.TempDir(), x.config(t, "train", "--sleep-forever"), newEpisode(t, "interrupt")
+	state, cfg, ep := t.TempDir(), x.config(t, "train", "--stopped-by-term"), newEpisode(t, "interrupt")
 	r := x.start(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep)
 	eventually(t, quickTimeout, 50*time.Millisecond, func() string {
 		if _, err := os.Stat(ledgerPath(state, ep)); err != nil {

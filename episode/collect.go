@@ -157,15 +157,22 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 	case record.ReasonOf(err) != record.ReasonMissingRecord:
 		return o.rejected(Train, err), nil
 	}
+	// A train job the cluster ended (a cancel, a preemption, a node that
+	// died, its time limit) is infrastructure, whatever the launcher wrote
+	// as it was stopped: only a job that ended by itself (its exit status,
+	// or memory the policy's code used) lets its record blame the policy.
+	if e.CancelRequested != "" && ei.State.Class != slurm.Succeeded {
+		return o.fail(InfraFailure, stageOfCancel(e, infos), e.CancelRequested, "the episode's jobs were cancelled: "+e.CancelRequested), nil
+	}
+	if ti.State.Class == slurm.Failed && ti.State.Failure != slurm.FailureExitCode && ti.State.Failure != slurm.FailureOutOfMemory {
+		return o.jobFailed(Train, ti), nil
+	}
 	if tr != nil && tr.Status.PolicyFailure() {
 		reason := ReasonTrainFailed
 		if tr.Status == record.StatusPatchFailed {
 			reason = ReasonPatchRejected
 		}
 		return o.fail(PolicyFailure, Train, reason, fmt.Sprintf("train record status %q (trainer exit status %d)", tr.Status, tr.TrainerExitStatus)), nil
-	}
-	if e.CancelRequested != "" && ei.State.Class != slurm.Succeeded {
-		return o.fail(InfraFailure, stageOfCancel(e, infos), e.CancelRequested, "the episode's jobs were cancelled: "+e.CancelRequested), nil
 	}
 	if ti.State.Class != slurm.Succeeded {
 		if tr == nil && ti.State.Class == slurm.Failed && ti.State.Failure == slurm.FailureExitCode {
