@@ -27,12 +27,15 @@ func (e *env) cancel(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+	sessions, skipped, err := e.sessionsFor(c.Context, c, ledger, entries)
 	if err != nil {
 		return err
 	}
 	cancelled := map[string][]string{}
 	var failed []string
+	for ep, err := range skipped {
+		failed = append(failed, ep+": "+err.Error())
+	}
 	for _, s := range sessions {
 		for _, ep := range s.episodes {
 			lock, ok, err := ledger.TryLock(ep)

@@ -41,12 +41,15 @@ func (e *env) clean(c *ucli.Context) error {
 				Hint: "wait for it (nemorl-slurm watch " + en.Episode + ") or cancel it first"}
 		}
 	}
-	sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+	sessions, skipped, err := e.sessionsFor(c.Context, c, ledger, entries)
 	if err != nil {
 		return err
 	}
 	cleaned := []string{}
 	var failed []string
+	for ep, err := range skipped {
+		failed = append(failed, ep+": "+err.Error())
+	}
 	for _, s := range sessions {
 		for _, ep := range s.episodes {
 			en, err := ledger.Load(ep)

@@ -54,7 +54,7 @@ func (e *env) logs(c *ucli.Context) error {
 			return usageErr("episode %s has no job yet", en.Episode)
 		}
 	}
-	sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+	sessions, _, err := e.sessionsFor(c.Context, c, ledger, entries)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func (e *env) result(c *ucli.Context) error {
 	}
 	en := entries[0]
 	if !en.Final() {
-		sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+		sessions, _, err := e.sessionsFor(c.Context, c, ledger, entries)
 		if err != nil {
 			return err
 		}

@@ -23,7 +23,7 @@ func (e *env) status(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	sessions, err := e.sessionsFor(c.Context, c, ledger, entries)
+	sessions, skipped, err := e.sessionsFor(c.Context, c, ledger, entries)
 	if err != nil {
 		return err
 	}
@@ -37,12 +37,19 @@ func (e *env) status(c *ucli.Context) error {
 		}
 	}
 	if globalBool(c, "json") {
-		return e.writeJSON(map[string]any{"episodes": rowsJSON(rows)})
+		doc := map[string]any{"episodes": rowsJSON(rows)}
+		if len(skipped) > 0 {
+			doc["skipped"] = skippedStrings(skipped)
+		}
+		if err := e.writeJSON(doc); err != nil {
+			return err
+		}
+		return skippedError(skipped)
 	}
-	if len(rows) == 0 {
+	if len(rows) == 0 && len(skipped) == 0 {
 		e.logf("no unfinished episodes in %s", ledger.Dir)
 		return nil
 	}
 	fmt.Fprint(e.stdout, formatRows(rows))
-	return nil
+	return skippedError(skipped)
 }

@@ -69,7 +69,7 @@ func (e *env) watchVerb(c *ucli.Context, names []string) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sessions, err := e.sessionsFor(ctx, c, ledger, entries)
+	sessions, skipped, err := e.sessionsFor(ctx, c, ledger, entries)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,13 @@ func (e *env) watchVerb(c *ucli.Context, names []string) error {
 	if ctx.Err() != nil && c.Context.Err() == nil {
 		e.logf("stopped watching; the jobs keep running: nemorl-slurm resume picks them up")
 	}
-	return e.reportEntries(c, final, err)
+	// The episodes whose config could not be opened stay unfinished.
+	for _, en := range entries {
+		if _, ok := skipped[en.Episode]; ok {
+			final = append(final, en)
+		}
+	}
+	return e.reportEntries(c, final, errors.Join(err, skippedError(skipped)))
 }
 
 // watchSessions watches every session's episodes at once and returns the

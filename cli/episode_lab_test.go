@@ -93,6 +93,7 @@ func TestEpisodeLab(t *testing.T) {
 	t.Run("CancelBeforeTrainWhileWatched", x.testCancelBeforeTrainWhileWatched)
 	t.Run("Clean", x.testClean)
 	t.Run("Preflight", x.testPreflight)
+	t.Run("ConfigGone", x.testConfigGone)
 	t.Run("ResultUnknown", x.testResultUnknown)
 	t.Run("ResultUnfinished", x.testResultUnfinished)
 }
@@ -1142,6 +1143,40 @@ func (x *labCLI) testPreflight(t *testing.T) {
 	}
 	if _, err := os.Stat(x.lab.Workdir + "/" + ep); !os.IsNotExist(err) {
 		t.Errorf("episode dir after a refused submit: %v", err)
+	}
+}
+
+// testConfigGone: episodes are followed with the configs they were
+// submitted with; one whose config file has gone is skipped with its
+// reason (exit 3), and the others are still watched to their outcomes.
+func (x *labCLI) testConfigGone(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	cfgA, epA := x.config(t, ""), newEpisode(t, "config-kept")
+	cfgB, epB := x.config(t, ""), newEpisode(t, "config-gone")
+	x.submit(t, state, cfgA, epA)
+	x.submit(t, state, cfgB, epB)
+	if err := os.Remove(cfgB); err != nil {
+		t.Fatal(err)
+	}
+	st := x.run(t, state, quickTimeout, "status", "--json").want(t, ExitInfra)
+	var doc struct {
+		Episodes []statusRow       `json:"episodes"`
+		Skipped  map[string]string `json:"skipped"`
+	}
+	oneJSON(t, st, &doc)
+	if len(doc.Episodes) != 1 || doc.Episodes[0].Episode != epA || !strings.Contains(doc.Skipped[epB], cfgB) {
+		t.Fatalf("status with one config gone: %s", st)
+	}
+	w := x.run(t, state, episodeTimeout, "watch", "--json").want(t, ExitInfra)
+	var wd watchDoc
+	oneJSON(t, w, &wd)
+	final := map[string]bool{}
+	for _, e := range wd.Episodes {
+		final[e.Episode] = e.Final
+	}
+	if len(final) != 2 || !final[epA] || final[epB] || !strings.Contains(wd.Error, epB) {
+		t.Fatalf("watch with one config gone: %s", w)
 	}
 }
 

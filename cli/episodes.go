@@ -94,8 +94,11 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledg
 }
 
 // sessionsFor opens one session per config the episodes were submitted
-// with (or the one --config names), each holding its episodes.
-func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, entries []*episode.Entry) ([]*session, error) {
+// with (or the one --config names), each holding its episodes. A config
+// that cannot be opened (moved, broken, its cluster unreachable) does not
+// stop the others: its episodes are returned in skipped, with why, and
+// logged; only when no config opens is that an error.
+func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, entries []*episode.Entry) (sessions []*session, skipped map[string]error, err error) {
 	byConfig := map[string][]string{}
 	explicit := explicitConfig(c)
 	for _, en := range entries {
@@ -110,19 +113,49 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
-	var out []*session
+	skipped = map[string]error{}
+	var first error
 	for _, p := range paths {
 		s, err := e.connect(ctx, c, ledger, p)
 		if err != nil {
-			for _, o := range out {
-				o.close()
+			if first == nil {
+				first = err
 			}
-			return nil, err
+			for _, ep := range byConfig[p] {
+				skipped[ep] = err
+			}
+			e.logf("skipping %s: %v", strings.Join(byConfig[p], ", "), err)
+			continue
 		}
 		s.episodes = byConfig[p]
-		out = append(out, s)
+		sessions = append(sessions, s)
 	}
-	return out, nil
+	if len(sessions) == 0 && first != nil {
+		return nil, nil, first
+	}
+	return sessions, skipped, nil
+}
+
+// skippedStrings renders skipped for --json: episode → why.
+func skippedStrings(skipped map[string]error) map[string]string {
+	out := make(map[string]string, len(skipped))
+	for ep, err := range skipped {
+		out[ep] = err.Error()
+	}
+	return out
+}
+
+// skippedError is the error of the episodes sessionsFor skipped, or nil.
+func skippedError(skipped map[string]error) error {
+	if len(skipped) == 0 {
+		return nil
+	}
+	eps := make([]string, 0, len(skipped))
+	for ep := range skipped {
+		eps = append(eps, ep)
+	}
+	sort.Strings(eps)
+	return withCode(ExitInfra, fmt.Errorf("%d episode(s) skipped, their config could not be opened: %s (first: %w)", len(eps), strings.Join(eps, ", "), skipped[eps[0]]), "")
 }
 
 // ledgerEntries opens the ledger and selects episodes from it
