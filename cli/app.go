@@ -214,13 +214,18 @@ func globalBool(c *ucli.Context, name string) bool {
 	return false
 }
 
-// loadConfig loads the config named by --config or the default path.
-func loadConfig(c *ucli.Context) (*configs.Config, error) {
-	path := globalString(c, "config")
-	if path == "" {
-		path = configs.DefaultPath()
+// configPath is the config --config names, else $NEMORL_SLURM_CONFIG, else
+// ./nemorl-slurm.yaml.
+func configPath(c *ucli.Context) string {
+	if p := globalString(c, "config"); p != "" {
+		return p
 	}
-	cfg, err := configs.LoadFile(path)
+	return configs.DefaultPath()
+}
+
+// loadConfig loads the config at configPath.
+func loadConfig(c *ucli.Context) (*configs.Config, error) {
+	cfg, err := configs.LoadFile(configPath(c))
 	if err != nil {
 		return nil, withCode(ExitUsage, err, "")
 	}

@@ -90,10 +90,7 @@ func (e *env) imagesLock(c *ucli.Context) error {
 	if c.NArg() > 0 {
 		return usageErr("images lock takes no arguments")
 	}
-	path := explicitConfig(c)
-	if path == "" {
-		path = configs.DefaultPath()
-	}
+	path := configPath(c)
 	ledger, err := openLedger()
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -49,10 +48,7 @@ func (e *env) submit(c *ucli.Context) error {
 // submitEpisode loads the config, connects, and submits a new episode. The
 // returned session stays open; its episode lock is released.
 func (e *env) submitEpisode(c *ucli.Context) (*session, *episode.Entry, error) {
-	path := explicitConfig(c)
-	if path == "" {
-		path = "nemorl-slurm.yaml"
-	}
+	path := configPath(c)
 	ledger, err := openLedger()
 	if err != nil {
 		return nil, nil, err
@@ -75,8 +71,8 @@ func (e *env) submitEpisode(c *ucli.Context) (*session, *episode.Entry, error) {
 			switch {
 			case errors.As(err, &pe):
 				return nil, nil, &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %w", path, err), Hint: "fix the config: nothing was staged or submitted"}
-			case strings.Contains(err.Error(), "already exists") || strings.Contains(err.Error(), "episode id"):
-				return nil, nil, withCode(ExitUsage, err, "")
+			case errors.Is(err, episode.ErrEpisodeExists) || errors.Is(err, episode.ErrBadEpisodeID):
+				return nil, nil, withCode(ExitUsage, err, "pick another --episode, or none for a new id")
 			}
 			return nil, nil, withCode(ExitInfra, err, "")
 		}

@@ -65,15 +65,28 @@ func (d *Driver) now() time.Time {
 	return time.Now()
 }
 
+// ErrEpisodeExists is matched by Submit's error when the episode id is
+// already in the ledger or its directory already exists on the cluster;
+// ErrBadEpisodeID when the id is not a usable one. Neither leaves anything
+// behind.
+var (
+	ErrEpisodeExists = errors.New("episode exists")
+	ErrBadEpisodeID  = errors.New("bad episode id")
+)
+
 // Submit creates episode id (a new one when empty): it writes the ledger
 // entry, stages the episode's tree, manifest and secrets.env on the cluster,
-// and submits the author job. Train and eval are submitted by Advance once
+// and submits the author job. Train and eval are submitted by Watch once
 // the author's patch is verified, so an episode without a patch never
 // submits them. The returned entry is locked by this process until lock is
-// released.
+// released. An error with a nil entry left nothing behind; with an entry,
+// the ledger has it and resume carries it on.
 func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, *Lock, error) {
 	if id == "" {
 		id = NewID(d.now())
+	}
+	if !templates.ValidEpisode(id) {
+		return nil, nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ErrBadEpisodeID, id)
 	}
 	tree, err := d.render(id, prompt)
 	if err != nil {
@@ -81,6 +94,13 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 	}
 	if err := d.Preflight(ctx); err != nil {
 		return nil, nil, err
+	}
+	// Never stage over a directory this ledger does not know: resume would
+	// write into it too.
+	if _, err := d.Host.Stat(ctx, tree.Dir); err == nil {
+		return nil, nil, fmt.Errorf("episode %s: %w: %s already exists on %s; refusing to overwrite it", id, ErrEpisodeExists, tree.Dir, d.Host.Name())
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("episode %s: stat %s on %s: %w", id, tree.Dir, d.Host.Name(), err)
 	}
 	e := &Entry{
 		Episode: id, Created: d.now().UTC(), ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
@@ -95,13 +115,6 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 	}
 	if !ok {
 		return e, nil, fmt.Errorf("episode %s: another nemorl-slurm process holds it", id)
-	}
-	if _, err := d.Host.Stat(ctx, tree.Dir); err == nil {
-		lock.Unlock()
-		return e, nil, fmt.Errorf("episode %s: %s already exists on %s; refusing to overwrite it", id, tree.Dir, d.Host.Name())
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		lock.Unlock()
-		return e, nil, fmt.Errorf("episode %s: stat %s: %w", id, tree.Dir, err)
 	}
 	if err := d.stage(ctx, e, tree); err != nil {
 		lock.Unlock()
@@ -195,14 +208,14 @@ func (d *Driver) stage(ctx context.Context, e *Entry, tree *templates.Tree) erro
 		// The error names the path only; never the content.
 		return fmt.Errorf("episode %s: stage %s: %w", e.Episode, SecretsFile, err)
 	}
-	scripts := map[string]string{}
+	e.Scripts = map[string]string{}
 	for _, s := range templates.Stages {
 		f, _ := tree.Lookup(templates.Script(s))
 		sum := sha256.Sum256(f.Data)
-		scripts[s] = hex.EncodeToString(sum[:])
+		e.Scripts[s] = hex.EncodeToString(sum[:])
 	}
 	e.Staged = true
-	if err := d.writeManifest(ctx, e, scripts); err != nil {
+	if err := d.writeManifest(ctx, e); err != nil {
 		return err
 	}
 	if err := d.Ledger.Save(e); err != nil {
@@ -227,25 +240,20 @@ type Manifest struct {
 	Jobs         map[string]string `json:"jobs"`
 }
 
-func (d *Driver) writeManifest(ctx context.Context, e *Entry, scripts map[string]string) error {
+// writeManifest (re)writes the manifest from the entry: at staging and
+// after every submission.
+func (d *Driver) writeManifest(ctx context.Context, e *Entry) error {
 	rt := d.Config.Runtime
 	m := Manifest{
 		Episode: e.Episode, Created: e.Created, Version: d.Version, Host: e.Host, Dir: e.Dir,
-		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: scripts, Jobs: map[string]string{},
+		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: e.Scripts, Jobs: map[string]string{},
 	}
 	if rt.Kind != configs.RuntimeNone {
 		m.Images = map[string]string{Author: rt.Images.Author, Train: rt.Images.Train, Eval: rt.Images.Eval}
 		m.Digests = map[string]string{}
-		if rt.Digests.Eval != "" {
-			m.Digests[Eval] = rt.Digests.Eval
-		}
-	}
-	if scripts == nil {
-		// An update after a submission: keep the staged script hashes.
-		if b, err := d.Host.ReadFile(ctx, path.Join(e.Dir, ManifestFile)); err == nil {
-			var old Manifest
-			if json.Unmarshal(b, &old) == nil {
-				m.Scripts = old.Scripts
+		for stage, digest := range map[string]string{Author: rt.Digests.Author, Train: rt.Digests.Train, Eval: rt.Digests.Eval} {
+			if digest != "" {
+				m.Digests[stage] = digest
 			}
 		}
 	}
@@ -321,7 +329,7 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 		d.logf("%s: %s: sbatch: %s", e.Episode, stage, w)
 	}
 	d.logf("%s: submitted %s as job %s", e.Episode, stage, res.JobID)
-	return d.writeManifest(ctx, e, nil)
+	return d.writeManifest(ctx, e)
 }
 
 // adopt looks for stage's job on the cluster (after a crash between the
@@ -350,7 +358,7 @@ func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error
 		return false, err
 	}
 	d.logf("%s: adopted %s job %s found on the cluster", e.Episode, stage, sub.JobID)
-	return true, d.writeManifest(ctx, e, nil)
+	return true, d.writeManifest(ctx, e)
 }
 
 // dependencyGone reports an sbatch refusal of a dependency on a job

@@ -67,6 +67,8 @@ type Entry struct {
 	Isolation string `json:"isolation"`
 	// Staged is set once every file of the episode is on the cluster.
 	Staged bool `json:"staged"`
+	// Scripts holds the sha256 of each stage's sbatch script as staged.
+	Scripts map[string]string `json:"scripts_sha256,omitempty"`
 	// Jobs holds the submissions, by stage.
 	Jobs map[string]*Submission `json:"jobs"`
 	// CancelRequested names why the episode's jobs were cancelled (by
@@ -151,7 +153,7 @@ func (l *Ledger) Create(e *Entry, prompt []byte) error {
 		return fmt.Errorf("ledger: bad episode id %q", e.Episode)
 	}
 	if _, err := os.Stat(l.path(e.Episode)); err == nil {
-		return fmt.Errorf("ledger: episode %s already exists (%s)", e.Episode, l.path(e.Episode))
+		return fmt.Errorf("ledger: episode %s: %w (%s)", e.Episode, ErrEpisodeExists, l.path(e.Episode))
 	}
 	if err := atomicfile.Write(l.PromptPath(e.Episode), prompt, 0o600); err != nil {
 		return fmt.Errorf("ledger: %w", err)

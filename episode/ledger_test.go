@@ -23,8 +23,8 @@ func TestLedgerRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Create(&Entry{Episode: ids[0]}, nil); err == nil || !strings.Contains(err.Error(), "already exists") {
-		t.Fatalf("second Create of %s: %v, want already exists", ids[0], err)
+	if err := l.Create(&Entry{Episode: ids[0]}, nil); !errors.Is(err, ErrEpisodeExists) || !strings.Contains(err.Error(), l.Path(ids[0])) {
+		t.Fatalf("second Create of %s: %v, want ErrEpisodeExists naming the file", ids[0], err)
 	}
 	e, err := l.Load(ids[0])
 	if err != nil {
