@@ -53,7 +53,7 @@ func (e *env) cancel(c *ucli.Context) error {
 			if err == nil {
 				var ids []string
 				ids, err = s.Cancel(c.Context, en, episode.ReasonCancelled, ok)
-				cancelled[ep] = append([]string{}, ids...)
+				cancelled[ep] = append([]string{}, ids...) // [] rather than null in --json
 			}
 			lock.Unlock()
 			if err != nil {
@@ -67,8 +67,10 @@ func (e *env) cancel(c *ucli.Context) error {
 			return err
 		}
 	} else {
-		for ep, ids := range cancelled {
-			fmt.Fprintf(e.stdout, "%s: cancelled jobs %s\n", ep, orDash(strings.Join(ids, " ")))
+		for _, en := range entries {
+			if ids, ok := cancelled[en.Episode]; ok {
+				fmt.Fprintf(e.stdout, "%s: cancelled jobs %s\n", en.Episode, orDash(strings.Join(ids, " ")))
+			}
 		}
 	}
 	if len(failed) > 0 {
