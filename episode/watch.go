@@ -33,14 +33,15 @@ const (
 var ErrConnectionLost = remote.ErrConnectionLost
 
 // Row is one episode's line in the live table.
+// (The CLI renders rows as a table or, with --json, through its own type.)
 type Row struct {
-	Episode string `json:"episode"`
-	Stage   string `json:"stage"`
-	JobID   string `json:"job_id,omitempty"`
-	// State is Slurm's state of the stage's job, or the outcome once final.
-	State   string        `json:"state"`
-	Elapsed time.Duration `json:"elapsed_ns"`
-	Outcome *Outcome      `json:"-"`
+	Episode, Stage, JobID string
+	// State is Slurm's state of the stage's job (SUBMITTED until Slurm
+	// reports it).
+	State   string
+	Elapsed time.Duration
+	// Outcome is set once the episode is final.
+	Outcome *Outcome
 }
 
 // WatchOptions tune Watch.
