@@ -223,9 +223,14 @@ func configPath(c *ucli.Context) string {
 	return configs.DefaultPath()
 }
 
-// loadConfig loads the config at configPath.
-func loadConfig(c *ucli.Context) (*configs.Config, error) {
-	cfg, err := configs.LoadFile(configPath(c))
+// loadConfig loads the config at configPath. With opts.SecretsOptional the
+// policy API key's variable may be unset (render never writes the key).
+func loadConfig(c *ucli.Context, opts ...configs.LoadOptions) (*configs.Config, error) {
+	var opt configs.LoadOptions
+	if len(opts) > 0 {
+		opt = opts[0]
+	}
+	cfg, err := configs.LoadFileWith(configPath(c), opt)
 	if err != nil {
 		return nil, withCode(ExitUsage, err, "")
 	}

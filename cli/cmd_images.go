@@ -95,7 +95,7 @@ func (e *env) imagesLock(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	s, err := e.connect(c.Context, c, ledger, path)
+	s, err := e.connect(c.Context, c, ledger, path, false)
 	if err != nil {
 		return err
 	}

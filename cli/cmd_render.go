@@ -48,7 +48,7 @@ func (e *env) render(c *ucli.Context) error {
 	if c.NArg() > 0 {
 		return usageErr("render takes no arguments, got %q", c.Args().First())
 	}
-	cfg, err := loadConfig(c)
+	cfg, err := loadConfig(c, configs.LoadOptions{SecretsOptional: true})
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ func (e *env) submitEpisode(c *ucli.Context) (*session, *episode.Entry, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := e.connect(c.Context, c, ledger, path)
+	s, err := e.connect(c.Context, c, ledger, path, true)
 	if err != nil {
 		return nil, nil, err
 	}

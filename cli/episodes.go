@@ -53,18 +53,28 @@ func explicitConfig(c *ucli.Context) string {
 
 // connect loads the config at path and opens its cluster: this machine
 // when cluster.login is absent, else SSH with host keys checked.
-func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, path string) (*session, error) {
+//
+// needKey is set by the commands that stage episodes (submit, run): the
+// others load the config with the policy API key optional, so that cancel,
+// status or clean work without ${POLICY_API_KEY} set.
+func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, path string, needKey bool) (*session, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
 	}
-	cfg, err := configs.Load(path, data, os.LookupEnv)
+	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{SecretsOptional: !needKey})
 	if err != nil {
 		return nil, withCode(ExitUsage, err, "")
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if cfg.Runtime.Kind == configs.RuntimeNone {
+		switch c.Command.Name {
+		case "run", "watch", "resume", "submit":
+			e.logf("warning: %s: runtime.kind none: the stages run without isolation and can reach Slurm and each other's files; rewards cannot be trusted against an adversarial policy (outcomes say \"isolation\": \"none\"; use it for the lab only)", path)
+		}
 	}
 	sum := sha256.Sum256(data)
 	verbose := globalBool(c, "verbose")
@@ -116,7 +126,7 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.
 	skipped = map[string]error{}
 	var first error
 	for _, p := range paths {
-		s, err := e.connect(ctx, c, ledger, p)
+		s, err := e.connect(ctx, c, ledger, p, false)
 		if err != nil {
 			if first == nil {
 				first = err

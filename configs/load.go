@@ -46,7 +46,10 @@ func (e *Error) Error() string {
 }
 
 // LoadFile reads, expands, defaults and validates the config at path.
-func LoadFile(path string) (*Config, error) {
+func LoadFile(path string) (*Config, error) { return LoadFileWith(path, LoadOptions{}) }
+
+// LoadFileWith is LoadFile with options.
+func LoadFileWith(path string, opt LoadOptions) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -54,12 +57,26 @@ func LoadFile(path string) (*Config, error) {
 		}
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return Load(path, data, os.LookupEnv)
+	return LoadWith(path, data, os.LookupEnv, opt)
 }
 
 // Load parses data (named file in messages). lookup resolves ${VAR}.
 func Load(file string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
-	l := &loader{file: file, lines: map[string]int{}}
+	return LoadWith(file, data, lookup, LoadOptions{})
+}
+
+// LoadOptions change what Load requires.
+type LoadOptions struct {
+	// SecretsOptional lets a secret (policy_model.api_key) name an unset
+	// variable: the secret is left empty and Config.SecretUnset names the
+	// variable. For the commands that never stage an episode (cancel,
+	// status, result, logs, clean, render): only submitting needs the key.
+	SecretsOptional bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(file string, data []byte, lookup func(string) (string, bool), opt LoadOptions) (*Config, error) {
+	l := &loader{file: file, lines: map[string]int{}, opt: opt}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, l.yamlError(err)
@@ -79,6 +96,7 @@ func Load(file string, data []byte, lookup func(string) (string, bool)) (*Config
 		return nil, l.yamlError(err)
 	}
 	cfg.Source = file
+	l.cfg = cfg
 	l.expand(reflect.ValueOf(cfg).Elem(), "", lookup)
 	if len(l.problems) > 0 {
 		return nil, l.err()
@@ -100,6 +118,8 @@ func Load(file string, data []byte, lookup func(string) (string, bool)) (*Config
 }
 
 type loader struct {
+	opt      LoadOptions
+	cfg      *Config
 	file     string
 	lines    map[string]int // key path -> line
 	problems []Problem
@@ -335,6 +355,14 @@ func (l *loader) expand(v reflect.Value, path string, lookup func(string) (strin
 		}
 	case reflect.String:
 		s, err := ExpandEnv(v.String(), lookup)
+		if err != nil && v.Type() == secretType && l.opt.SecretsOptional && l.cfg != nil {
+			var unset *UnsetError
+			if errors.As(err, &unset) {
+				l.cfg.SecretUnset = "${" + unset.Name + "}"
+				v.SetString("")
+				return
+			}
+		}
 		if err != nil {
 			l.add(path, l.line(path), "%v", err)
 			return
@@ -372,7 +400,7 @@ func ExpandEnv(s string, lookup func(string) (string, bool)) (string, error) {
 			}
 			val, ok := lookup(name)
 			if !ok {
-				return "", fmt.Errorf("${%s} is not set in the environment", name)
+				return "", &UnsetError{Name: name}
 			}
 			b.WriteString(val)
 			i += 2 + end
@@ -382,3 +410,8 @@ func ExpandEnv(s string, lookup func(string) (string, bool)) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// UnsetError is a ${NAME} whose variable is not set.
+type UnsetError struct{ Name string }
+
+func (e *UnsetError) Error() string { return "${" + e.Name + "} is not set in the environment" }

@@ -21,6 +21,10 @@ type Config struct {
 
 	// Source is the file the config was loaded from ("" for in-memory).
 	Source string `yaml:"-"`
+	// SecretUnset names the unset variable of a secret (policy_model.api_key:
+	// "${POLICY_API_KEY}") when the config was loaded with
+	// LoadOptions.SecretsOptional; the secret is then empty.
+	SecretUnset string `yaml:"-"`
 }
 
 // Cluster says where Slurm is and how jobs are requested.

@@ -168,7 +168,7 @@ func validate(cfg *Config, line func(string) int) []Problem {
 	if pm.BaseURL == "" {
 		missing = append(missing, "base_url")
 	}
-	if pm.APIKey == "" {
+	if pm.APIKey == "" && cfg.SecretUnset == "" {
 		missing = append(missing, "api_key")
 	}
 	if pm.Model == "" {

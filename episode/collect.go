@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
+	"slices"
+	"time"
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/slurm"
@@ -17,40 +18,37 @@ import (
 // batch script.
 const TailBytes = 1 << 20
 
-// Exit statuses of the eval job that are verdicts, not accidents.
-const (
-	// EvalRefusedExit: the eval image or the evaluator inputs differ from
-	// those pinned at submission (the eval script's check).
-	EvalRefusedExit = 65
-	// EvalRejectedExit: the trusted checks rejected the weights or the
-	// rollouts (nemorl-slurm evaluate check-weights / score exit 4).
-	EvalRejectedExit = 4
-)
 
 // scan reads the tail of stage's output file and returns its one record.
-// A missing output file is a missing record. Errors that are not a
-// *record.Rejection mean the file could not be read (try again later).
-func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (record.Record, error) {
+// The file is inspected first (one round trip, no symlink followed): a
+// missing file is a missing record, anything but a regular file is a
+// *plantedError (a FIFO would block the read for ever). Errors that are
+// neither that nor a *record.Rejection mean the file could not be read (try
+// again later). fi is what the inspection found.
+func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rec record.Record, fi fileInfo, err error) {
 	p := path.Join(e.Dir, templates.Output(stage))
-	fi, err := d.Host.Stat(ctx, p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, &record.Rejection{Stage: record.Stage(stage), Reason: record.ReasonMissingRecord, Offset: -1,
+	fi, err = d.lstat(ctx, p)
+	if err != nil {
+		return nil, fi, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
+	}
+	if !fi.Exists {
+		return nil, fi, &record.Rejection{Stage: record.Stage(stage), Reason: record.ReasonMissingRecord, Offset: -1,
 			Detail: "the output file " + p + " does not exist"}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
+	if !fi.Regular() {
+		return nil, fi, &plantedError{Stage: stage, Path: p, Type: fi.Type}
 	}
 	tail, err := d.Host.ReadTail(ctx, p, TailBytes)
 	if err != nil {
-		return nil, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
+		return nil, fi, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
 	}
-	offset := max(fi.Size()-int64(len(tail)), 0)
-	rec, err := record.ScanTail(record.Stage(stage), tail, offset)
+	offset := max(fi.Size-int64(len(tail)), 0)
+	rec, err = record.ScanTail(record.Stage(stage), tail, offset)
 	var rj *record.Rejection
 	if errors.As(err, &rj) {
 		rj.Detail = fmt.Sprintf("%s (in %s)", rj.Detail, p)
 	}
-	return rec, err
+	return rec, fi, err
 }
 
 // base is an outcome with what every outcome carries.
@@ -82,20 +80,51 @@ func (o *Outcome) fail(kind Kind, stage, reason, detail string) *Outcome {
 	return o
 }
 
-// rejected turns a record rejection into its outcome: a missing record is an
-// infrastructure failure (the payload or the node died before printing
-// it); any other rejection is an integrity violation.
-func (o *Outcome) rejected(stage string, err error) *Outcome {
-	reason := record.ReasonOf(err)
-	if reason == record.ReasonMissingRecord {
-		return o.fail(InfraFailure, stage, string(reason), err.Error())
-	}
-	return o.fail(IntegrityViolation, stage, string(reason), err.Error())
+// tampered marks the outcome as a tampering signal.
+func (o *Outcome) tampered() *Outcome {
+	o.Tampering = true
+	return o
 }
 
-// jobFailed is the outcome of a stage job that ended without success and
-// left no record that says why: an infrastructure failure named after
-// Slurm's account of it.
+// policyRecord is the outcome of a rejected record of a stage the policy
+// controls (author, train): its 0, never a mask. Anything but a missing
+// record is something the honest payload never prints: tampering.
+func (o *Outcome) policyRecord(stage string, err error) *Outcome {
+	reason := record.ReasonOf(err)
+	o.fail(PolicyFailure, stage, string(reason), err.Error())
+	if reason != record.ReasonMissingRecord {
+		o.tampered()
+	}
+	return o
+}
+
+// evalRecord is the outcome of a rejected eval record. The eval job is the
+// trusted evaluator: a record it did not print right was forged (an
+// integrity violation, masked, an alarm), and no record at all means the
+// evaluator died (infrastructure).
+func (o *Outcome) evalRecord(err error) *Outcome {
+	reason := record.ReasonOf(err)
+	if reason == record.ReasonMissingRecord {
+		return o.fail(InfraFailure, Eval, string(reason), err.Error())
+	}
+	return o.fail(IntegrityViolation, Eval, string(reason), err.Error()).tampered()
+}
+
+// planted is the outcome of a stage output that is not a regular file. The
+// author's and the train job's outputs are the policy's; eval's output path
+// is reachable by the policy only without isolation (the train container
+// does not bind eval/), so there it is the policy's too, and with isolation
+// it is a breach.
+func (o *Outcome) planted(e *Entry, pe *plantedError) *Outcome {
+	if pe.Stage == Eval && e.Isolation != "none" {
+		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered, pe.Error()).tampered()
+	}
+	return o.fail(PolicyFailure, pe.Stage, ReasonPlantedOutput, pe.Error()).tampered()
+}
+
+// jobFailed is the outcome of a stage job that Slurm ended for a reason of
+// the cluster's (a node failure, a preemption, a boot failure, …): an
+// infrastructure failure named after Slurm's account of it.
 func (o *Outcome) jobFailed(stage string, j slurm.JobInfo) *Outcome {
 	reason := string(j.State.Failure)
 	if reason == "" {
@@ -104,30 +133,146 @@ func (o *Outcome) jobFailed(stage string, j slurm.JobInfo) *Outcome {
 	return o.fail(InfraFailure, stage, reason, fmt.Sprintf("%s job %s ended %s, exit code %s", stage, j.ID, j.State.Raw, j.ExitCode.Raw))
 }
 
+// Exit statuses of the stage jobs that are their batch scripts' verdicts,
+// not the payload's: the author and train scripts report a payload status
+// in 64..79 as 1, so these come from the trusted scripts only. Eval's
+// payload (the pinned, unpatched evaluator) has verdicts of its own.
+const (
+	// EvalRefusedExit: the eval image or the evaluator inputs differ from
+	// those pinned at submission (the eval script's check).
+	EvalRefusedExit = 65
+	// InputMissingExit: a stage's input (the patch for train, the weights
+	// for eval) is missing, or not a regular file.
+	InputMissingExit = 66
+	// EvalOutputNotOwnExit: the eval script's standard output is not its
+	// out.log: the job's StdOut was changed, or the file replaced.
+	EvalOutputNotOwnExit = 67
+	// EvalWeightsRejectedExit: the trusted weight check rejected the
+	// weights (evaluate check-weights).
+	EvalWeightsRejectedExit = 68
+	// IsolationExit: the guard found Slurm reachable from the container;
+	// the payload never started.
+	IsolationExit = 69
+	// EvalRejectedExit: the evaluator's score step rejected the rollouts
+	// (nemorl-slurm evaluate score exit 4).
+	EvalRejectedExit = 4
+)
+
+// scriptVerdict reports an exit status reserved for the batch scripts.
+func scriptVerdict(code int) bool { return code >= 64 && code <= 79 }
+
+// verdictFailed is the outcome of a stage job whose batch script refused
+// to run its payload (before any code of the policy's ran in the job).
+func (o *Outcome) verdictFailed(stage string, j slurm.JobInfo) *Outcome {
+	if j.ExitCode.Code == IsolationExit {
+		return o.fail(InfraFailure, stage, ReasonIsolationBreach,
+			fmt.Sprintf("%s job %s refused to start its payload (exit %d): Slurm was reachable from inside its container; see nemorl-slurm logs --stage %s", stage, j.ID, IsolationExit, stage))
+	}
+	return o.fail(InfraFailure, stage, ReasonScriptRefused,
+		fmt.Sprintf("%s job %s: its batch script refused to start the payload (exit %s); see nemorl-slurm logs --stage %s", stage, j.ID, j.ExitCode.Raw, stage))
+}
+
+// cancelled attributes a CANCELLED stage job (not a dependency cancel). A
+// cancel the tool issued (cancel, a deadline, an interrupt) is the
+// operator's; one by another uid is an administrator's; one by the user's
+// own uid that the tool did not issue can only come from the policy's code
+// (it runs as that user) or from a hand-typed scancel, which the README
+// warns against: it is the policy's 0, flagged as tampering.
+func (d *Driver) cancelled(ctx context.Context, e *Entry, o *Outcome, stage string, j slurm.JobInfo) (*Outcome, error) {
+	if e.CancelRequested != "" {
+		return o.fail(InfraFailure, stage, e.CancelRequested, "the episode's jobs were cancelled: "+e.CancelRequested), nil
+	}
+	if slices.Contains(e.CancelsIssued, j.ID) {
+		return o.fail(InfraFailure, stage, ReasonCancelled, fmt.Sprintf("%s job %s was cancelled by nemorl-slurm", stage, j.ID)), nil
+	}
+	if j.State.ByUID < 0 {
+		return o.fail(InfraFailure, stage, ReasonCancelled,
+			fmt.Sprintf("%s job %s ended %s: Slurm does not say who cancelled it", stage, j.ID, j.State.Raw)), nil
+	}
+	_, uid, err := d.clusterUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if j.State.ByUID != uid {
+		return o.fail(InfraFailure, stage, ReasonCancelled,
+			fmt.Sprintf("%s job %s was cancelled by uid %d, not by this user (uid %d): an administrator or the cluster", stage, j.ID, j.State.ByUID, uid)), nil
+	}
+	return o.fail(PolicyFailure, stage, ReasonForeignCancel,
+		fmt.Sprintf("%s job %s was cancelled by this user's uid %d, and not by nemorl-slurm: the policy's code can do that, the tool did not (cancel episodes with nemorl-slurm cancel)", stage, j.ID, uid)).tampered(), nil
+}
+
+// authorFailed attributes an author job that did not complete. Everything
+// in the author container is the policy's: its exit, its time limit, its
+// memory. The cluster's failures and the script's own verdicts (the
+// secrets file missing, isolation) are not.
+func (d *Driver) authorFailed(ctx context.Context, e *Entry, o *Outcome, j slurm.JobInfo) (*Outcome, error) {
+	switch j.State.Failure {
+	case slurm.FailureCancelled:
+		return d.cancelled(ctx, e, o, Author, j)
+	case slurm.FailureExitCode:
+		if scriptVerdict(j.ExitCode.Code) && j.ExitCode.Signal == 0 {
+			return o.verdictFailed(Author, j), nil
+		}
+		return o.fail(PolicyFailure, Author, ReasonAuthorFailed,
+			fmt.Sprintf("author job %s failed with exit code %s: the author container (Claude Code and what it ran) is the policy's", j.ID, j.ExitCode.Raw)), nil
+	case slurm.FailureTimeout, slurm.FailureOutOfMemory:
+		return o.fail(PolicyFailure, Author, ReasonAuthorFailed,
+			fmt.Sprintf("author job %s ended %s: the author container is the policy's", j.ID, j.State.Raw)), nil
+	}
+	return o.jobFailed(Author, j), nil
+}
+
+// MaxPatchBytes bounds change.diff: a larger patch is bad_patch, and the
+// collector never reads more.
+const MaxPatchBytes = 32 << 20
+
 // collectAuthor checks the author's record and patch once its job
 // COMPLETED. It returns the final outcome when the episode ends here
-// (no_patch, a rejected record) and nil when train may go ahead; e.Author
-// is set then. A non-nil error means the files could not be read yet.
+// (no_patch, a rejected record or patch) and nil when train may go ahead;
+// e.Author is set then. A non-nil error means the files could not be read
+// yet.
 func (d *Driver) collectAuthor(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
 	o := d.base(e, infos)
-	rec, err := d.scan(ctx, e, Author)
-	if err != nil {
-		if isRejection(err) {
-			return o.rejected(Author, err), nil
-		}
+	rec, _, err := d.scan(ctx, e, Author)
+	var pe *plantedError
+	switch {
+	case errors.As(err, &pe):
+		return o.planted(e, pe), nil
+	case isRejection(err):
+		return o.policyRecord(Author, err), nil
+	case err != nil:
 		return nil, err
 	}
 	a := rec.(*record.Author)
 	p := path.Join(e.Dir, "author/change.diff")
-	patch, err := d.Host.ReadFile(ctx, p)
+	badPatch := func(format string, args ...any) *Outcome {
+		return o.fail(PolicyFailure, Author, ReasonBadPatch, fmt.Sprintf("%s: ", p)+fmt.Sprintf(format, args...)).tampered()
+	}
+	if a.PatchBytes > MaxPatchBytes {
+		return badPatch("the author record claims %d bytes, more than the %d a patch may have", a.PatchBytes, MaxPatchBytes), nil
+	}
+	fi, err := d.lstat(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: %w", e.Episode, err)
+	}
+	var patch []byte
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		patch = nil // verified below against the record
-	case err != nil:
-		return nil, fmt.Errorf("episode %s: read %s: %w", e.Episode, p, err)
+	case !fi.Exists:
+		// Verified below against the record: fine for an empty patch.
+	case !fi.Regular():
+		return badPatch("a %s, not a regular file", fi.Type), nil
+	case fi.Size > MaxPatchBytes:
+		return badPatch("%d bytes, more than the %d a patch may have", fi.Size, MaxPatchBytes), nil
+	case fi.Size != a.PatchBytes:
+		return badPatch("%d bytes, but the author record says %d", fi.Size, a.PatchBytes), nil
+	default:
+		// Never more than the size checked: the file could change.
+		if patch, err = d.Host.ReadTail(ctx, p, fi.Size); err != nil {
+			return nil, fmt.Errorf("episode %s: read %s: %w", e.Episode, p, err)
+		}
 	}
 	if err := record.VerifyPatch(a, patch); err != nil {
-		return o.rejected(Author, err), nil
+		return o.policyRecord(Author, err), nil
 	}
 	e.Author = a
 	o.PatchSHA256 = a.PatchSHA256
@@ -137,37 +282,64 @@ func (d *Driver) collectAuthor(ctx context.Context, e *Entry, infos map[string]s
 	return nil, nil
 }
 
+// EvalOutputSlack is how far eval's out.log may have last changed outside
+// the eval job's start and end as sacct reports them (whole seconds, from
+// slurmctld's clock, while the file's change time comes from the file
+// server's clock).
+const EvalOutputSlack = 10 * time.Second
+
 // classify decides the outcome of an episode whose train job has ended and
 // whose eval job has ended (or never will). It returns nil, nil when Slurm
-// has not yet reported what the checks need (sacct lags).
+// has not yet reported what the checks need (sacct lags). Who could have
+// caused a failure decides it (README "Attribution"): everything the train
+// job does is the policy's; the eval job is trusted.
 func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
 	o := d.base(e, infos)
 	ti, ei := infos[e.JobID(Train)], infos[e.JobID(Eval)]
 
-	// The train record, when there is one, says whether the policy's
-	// code failed. Another stage's record in it is tampering.
-	rec, err := d.scan(ctx, e, Train)
-	var tr *record.Train
-	switch {
-	case err == nil:
-		tr = rec.(*record.Train)
-		o.TrainReward, o.InnerSteps = ptr(tr.TrainReward), ptr(tr.InnerSteps)
-	case !isRejection(err):
-		return nil, err
-	case record.ReasonOf(err) != record.ReasonMissingRecord:
-		return o.rejected(Train, err), nil
-	}
-	// A train job the cluster ended (a cancel, a preemption, a node that
-	// died, its time limit) is infrastructure, whatever the launcher wrote
-	// as it was stopped: only a job that ended by itself (its exit status,
-	// or memory the policy's code used) lets its record blame the policy.
+	// A cancel on record (cancel, a deadline, an interrupt) wins over
+	// whatever the stopped jobs printed as they were stopped.
 	if e.CancelRequested != "" && ei.State.Class != slurm.Succeeded {
 		return o.fail(InfraFailure, stageOfCancel(e, infos), e.CancelRequested, "the episode's jobs were cancelled: "+e.CancelRequested), nil
 	}
-	if ti.State.Class == slurm.Failed && ti.State.Failure != slurm.FailureExitCode && ti.State.Failure != slurm.FailureOutOfMemory {
-		return o.jobFailed(Train, ti), nil
+
+	// Train: the job's end first (the cluster's failures are not the
+	// policy's), then its record.
+	if ti.State.Class == slurm.Failed {
+		switch ti.State.Failure {
+		case slurm.FailureCancelled:
+			return d.cancelled(ctx, e, o, Train, ti)
+		case slurm.FailureTimeout:
+			return o.fail(PolicyFailure, Train, ReasonTrainTimeout,
+				fmt.Sprintf("train job %s ran into its time limit (%s): the launcher stops the trainer long before it", ti.ID, ti.State.Raw)), nil
+		case slurm.FailureOutOfMemory:
+			return o.fail(PolicyFailure, Train, ReasonTrainOutOfMemory, fmt.Sprintf("train job %s ran out of memory", ti.ID)), nil
+		case slurm.FailureExitCode:
+			if scriptVerdict(ti.ExitCode.Code) && ti.ExitCode.Signal == 0 {
+				return o.verdictFailed(Train, ti), nil
+			}
+			// The payload's own failure: its record says why.
+		default:
+			return o.jobFailed(Train, ti), nil
+		}
 	}
-	if tr != nil && tr.Status.PolicyFailure() {
+	rec, _, err := d.scan(ctx, e, Train)
+	var pe *plantedError
+	switch {
+	case errors.As(err, &pe):
+		return o.planted(e, pe), nil
+	case isRejection(err):
+		o = o.policyRecord(Train, err)
+		if ti.State.Class == slurm.Failed {
+			o.Detail += fmt.Sprintf("; the train job failed with exit code %s", ti.ExitCode.Raw)
+		}
+		return o, nil
+	case err != nil:
+		return nil, err
+	}
+	tr := rec.(*record.Train)
+	o.TrainReward, o.InnerSteps = ptr(tr.TrainReward), ptr(tr.InnerSteps)
+	if tr.Status.PolicyFailure() {
 		reason := ReasonTrainFailed
 		if tr.Status == record.StatusPatchFailed {
 			reason = ReasonPatchRejected
@@ -175,48 +347,86 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 		return o.fail(PolicyFailure, Train, reason, fmt.Sprintf("train record status %q (trainer exit status %d)", tr.Status, tr.TrainerExitStatus)), nil
 	}
 	if ti.State.Class != slurm.Succeeded {
-		if tr == nil && ti.State.Class == slurm.Failed && ti.State.Failure == slurm.FailureExitCode {
-			return o.fail(InfraFailure, Train, string(record.ReasonMissingRecord),
-				fmt.Sprintf("train job %s failed (exit code %s) without a train record: the launcher, not the trainer, failed", ti.ID, ti.ExitCode.Raw)), nil
-		}
-		return o.jobFailed(Train, ti), nil
-	}
-	if tr == nil {
-		return o.rejected(Train, err), nil
+		return o.fail(PolicyFailure, Train, ReasonTrainFailed,
+			fmt.Sprintf("train job %s failed with exit code %s although its record says %q", ti.ID, ti.ExitCode.Raw, tr.Status)), nil
 	}
 	o.CheckpointSHA256 = tr.WeightsSHA256
 
+	// Eval: the trusted evaluator.
+	evalOut := path.Join(e.Dir, templates.Output(Eval))
 	if ei.State.Class != slurm.Succeeded {
-		if ei.State.Failure == slurm.FailureExitCode && ei.ExitCode.Code == EvalRefusedExit {
-			return o.fail(IntegrityViolation, Eval, ReasonEvalInputsTampered,
-				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", ei.ID, EvalRefusedExit)), nil
+		// A FIFO planted where eval's output goes stalls the job in
+		// slurmstepd until its time limit.
+		if fi, err := d.lstat(ctx, evalOut); err != nil {
+			return nil, fmt.Errorf("episode %s: %w", e.Episode, err)
+		} else if fi.Exists && !fi.Regular() {
+			return o.planted(e, &plantedError{Stage: Eval, Path: evalOut, Type: fi.Type}), nil
 		}
-		if ei.State.Failure == slurm.FailureExitCode && ei.ExitCode.Code == EvalRejectedExit {
-			return o.fail(IntegrityViolation, Eval, ReasonEvalRejected,
-				fmt.Sprintf("eval job %s rejected the weights or the rollouts (exit %d): see nemorl-slurm logs %s --stage eval", ei.ID, EvalRejectedExit, e.Episode)), nil
+		switch ei.State.Failure {
+		case slurm.FailureCancelled:
+			return d.cancelled(ctx, e, o, Eval, ei)
+		case slurm.FailureExitCode:
+		default:
+			return o.jobFailed(Eval, ei), nil
+		}
+		switch ei.ExitCode.Code {
+		case EvalRefusedExit:
+			return o.fail(IntegrityViolation, Eval, ReasonEvalInputsTampered,
+				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", ei.ID, EvalRefusedExit)).tampered(), nil
+		case EvalOutputNotOwnExit:
+			return o.fail(IntegrityViolation, Eval, ReasonEvalOutputRedirected,
+				fmt.Sprintf("eval job %s refused to print its record (exit %d): its standard output was not its %s (the job's StdOut was changed or the file replaced)", ei.ID, EvalOutputNotOwnExit, evalOut)).tampered(), nil
+		case InputMissingExit:
+			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
+				fmt.Sprintf("eval job %s found no regular file of weights where train exported them (exit %d)", ei.ID, InputMissingExit)), nil
+		case EvalWeightsRejectedExit:
+			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
+				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", ei.ID, EvalWeightsRejectedExit, e.Episode)), nil
+		case IsolationExit:
+			return o.verdictFailed(Eval, ei), nil
+		case EvalRejectedExit:
+			return o.fail(InfraFailure, Eval, ReasonRolloutsRejected,
+				fmt.Sprintf("eval job %s: the evaluator rejected the rollouts (exit %d): see nemorl-slurm logs %s --stage eval", ei.ID, EvalRejectedExit, e.Episode)), nil
 		}
 		return o.jobFailed(Eval, ei), nil
 	}
-	rec, err = d.scan(ctx, e, Eval)
-	if err != nil {
-		if isRejection(err) {
-			return o.rejected(Eval, err), nil
-		}
-		return nil, err
-	}
-	ev := rec.(*record.Eval)
-	if err := record.VerifyEvalJob(ev, ei.ID); err != nil {
-		return o.rejected(Eval, err), nil
-	}
-	if err := record.VerifyWeights(tr, ev); err != nil {
-		return o.rejected(Eval, err), nil
-	}
-	if ti.End.IsZero() || ei.Start.IsZero() {
+	if ti.End.IsZero() || ei.Start.IsZero() || ei.End.IsZero() {
 		return nil, nil // sacct has not caught up
 	}
 	if ei.Start.Before(ti.End) {
 		return o.fail(IntegrityViolation, Eval, ReasonEvalBeforeTrainEnd,
-			fmt.Sprintf("eval job %s started at %s, before train job %s ended at %s", ei.ID, ei.Start.UTC().Format("15:04:05"), ti.ID, ti.End.UTC().Format("15:04:05"))), nil
+			fmt.Sprintf("eval job %s started at %s, before train job %s ended at %s", ei.ID, ei.Start.UTC().Format("15:04:05"), ti.ID, ti.End.UTC().Format("15:04:05"))).tampered(), nil
+	}
+	rec, fi, err := d.scan(ctx, e, Eval)
+	switch {
+	case errors.As(err, &pe):
+		return o.planted(e, pe), nil
+	case record.ReasonOf(err) == record.ReasonMissingRecord && !fi.Exists:
+		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered,
+			fmt.Sprintf("eval job %s completed, but its output %s is gone", ei.ID, evalOut)).tampered(), nil
+	case err != nil && !isRejection(err):
+		return nil, err
+	}
+	// The file must be the one the eval job wrote, last changed while it
+	// ran: a redirected StdOut leaves a file older than the job, a rewrite
+	// or a rename after its end a younger one.
+	if fi.Ctime.Before(ei.Start.Add(-EvalOutputSlack)) || fi.Ctime.After(ei.End.Add(EvalOutputSlack)) {
+		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered,
+			fmt.Sprintf("eval's output %s last changed at %s, outside eval job %s's run (%s to %s)", evalOut,
+				fi.Ctime.UTC().Format(time.RFC3339), ei.ID, ei.Start.UTC().Format(time.RFC3339), ei.End.UTC().Format(time.RFC3339))).tampered(), nil
+	}
+	if err != nil {
+		return o.evalRecord(err), nil
+	}
+	ev := rec.(*record.Eval)
+	if err := record.VerifyEvalJob(ev, ei.ID); err != nil {
+		return o.evalRecord(err), nil
+	}
+	if err := record.VerifyWeights(tr, ev); err != nil {
+		// The eval record is the trusted evaluator's (checked above): the
+		// weights it scored are not those the train record names, so the
+		// train job's record or its checkpoint lied.
+		return o.fail(PolicyFailure, Train, string(record.ReasonOf(err)), err.Error()).tampered(), nil
 	}
 	o.Outcome, o.Reward, o.MaskSample = Scored, ptr(ev.Reward), false
 	o.AIME25Exact, o.AIME25AvgAt8 = ptr(ev.AIME25Exact), ptr(ev.AIME25AvgAt8)

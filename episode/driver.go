@@ -10,7 +10,9 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
@@ -50,6 +52,10 @@ type Driver struct {
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	uidMu sync.Mutex
+	uid   *int   // the cluster user's uid, once asked
+	user  string // and name
 }
 
 func (d *Driver) logf(format string, args ...any) {
@@ -201,6 +207,9 @@ func (d *Driver) stage(ctx context.Context, e *Entry, tree *templates.Tree) erro
 		}
 	}
 	key := d.Config.PolicyModel.APIKey.Reveal()
+	if key == "" {
+		return fmt.Errorf("episode %s: policy_model.api_key: %s is not set in the environment: staging the episode needs the key", e.Episode, d.Config.SecretUnset)
+	}
 	if strings.ContainsAny(key, "\x00\r\n") {
 		return fmt.Errorf("episode %s: policy_model.api_key holds a newline or NUL", e.Episode)
 	}
@@ -332,33 +341,133 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 	return d.writeManifest(ctx, e)
 }
 
+// AdoptSubmitSlack is how much earlier than the intent (the tool's clock)
+// a job's submit time (slurmctld's clock) may be and still be adopted.
+const AdoptSubmitSlack = 2 * time.Minute
+
+// ImpostorError is a job found on the cluster under a stage's job name or
+// --comment tag that is not the one the tool submitted: its batch script
+// is not the one staged, it belongs to another user, or it was submitted
+// before the tool meant to submit the stage. The policy runs as the user
+// and can sbatch such a job; adopting it would score its record.
+type ImpostorError struct {
+	Episode, Stage string
+	// IDs are the impostor jobs; Why says what gave each away.
+	IDs []string
+	Why []string
+}
+
+func (e *ImpostorError) Error() string {
+	return fmt.Sprintf("episode %s: %s: job(s) %s under the stage's name or tag are not the tool's: %s",
+		e.Episode, e.Stage, strings.Join(e.IDs, ", "), strings.Join(e.Why, "; "))
+}
+
 // adopt looks for stage's job on the cluster (after a crash between the
-// intent and the id) and records it when found.
+// intent and the id) and records it when found. A job is adopted only if
+// it proves to be the one submitted: its batch script has the sha256 the
+// ledger saved at staging, it is the cluster user's, and it was submitted
+// after the intent. Any other job under the stage's name or tag is an
+// *ImpostorError.
 func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error) {
 	name, tag := templates.JobName(e.Episode, stage), templates.Comment(e.Episode, stage)
 	found, err := d.Slurm.Find(ctx, func(j slurm.JobInfo) bool { return j.Name == name || j.Comment == tag })
 	if err != nil {
 		return false, fmt.Errorf("episode %s: look for the %s job before submitting it again: %w", e.Episode, stage, err)
 	}
-	switch len(found) {
-	case 0:
+	if len(found) == 0 {
 		return false, nil
-	case 1:
-	default:
+	}
+	var genuine []slurm.JobInfo
+	imp := &ImpostorError{Episode: e.Episode, Stage: stage}
+	for _, j := range found {
+		why, err := d.provenance(ctx, e, stage, j)
+		if err != nil {
+			return false, err
+		}
+		if why != "" {
+			imp.IDs, imp.Why = append(imp.IDs, j.ID), append(imp.Why, fmt.Sprintf("job %s: %s", j.ID, why))
+			continue
+		}
+		genuine = append(genuine, j)
+	}
+	if len(imp.IDs) > 0 {
+		return false, imp
+	}
+	if len(genuine) > 1 {
 		var ids []string
-		for _, j := range found {
+		for _, j := range genuine {
 			ids = append(ids, j.ID)
 		}
 		return false, fmt.Errorf("episode %s: %d %s jobs on the cluster (%s); expected one: cancel the extra ones with scancel, then resume",
-			e.Episode, len(found), stage, strings.Join(ids, ", "))
+			e.Episode, len(genuine), stage, strings.Join(ids, ", "))
 	}
 	sub := e.Jobs[stage]
-	sub.JobID, sub.Submitted, sub.Adopted = found[0].ID, d.now().UTC(), true
+	sub.JobID, sub.Submitted, sub.Adopted = genuine[0].ID, d.now().UTC(), true
 	if err := d.Ledger.Save(e); err != nil {
 		return false, err
 	}
-	d.logf("%s: adopted %s job %s found on the cluster", e.Episode, stage, sub.JobID)
+	d.logf("%s: adopted %s job %s found on the cluster (its batch script, user and submit time check out)", e.Episode, stage, sub.JobID)
 	return true, d.writeManifest(ctx, e)
+}
+
+// provenance says why job j is not the stage's job the tool submitted, or
+// "" when it is.
+func (d *Driver) provenance(ctx context.Context, e *Entry, stage string, j slurm.JobInfo) (string, error) {
+	want := e.Scripts[stage]
+	if want == "" {
+		return "", fmt.Errorf("episode %s: the ledger has no batch-script sha256 for %s: cannot tell its job from an impostor", e.Episode, stage)
+	}
+	user, _, err := d.clusterUser(ctx)
+	if err != nil {
+		return "", err
+	}
+	if j.User != "" && j.User != user {
+		return fmt.Sprintf("it belongs to user %q, not %q", j.User, user), nil
+	}
+	if sub := e.Jobs[stage]; sub != nil && !j.Submit.IsZero() && j.Submit.Before(sub.Intent.Add(-AdoptSubmitSlack)) {
+		return fmt.Sprintf("it was submitted at %s, before the tool meant to submit the stage (%s)",
+			j.Submit.UTC().Format(time.RFC3339), sub.Intent.UTC().Format(time.RFC3339)), nil
+	}
+	script, err := d.Slurm.BatchScript(ctx, j.ID)
+	if err != nil {
+		return "", fmt.Errorf("episode %s: %s job %s: read its batch script to prove it is the tool's: %w", e.Episode, stage, j.ID, err)
+	}
+	sum := sha256.Sum256(script)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return fmt.Sprintf("its batch script has sha256 %s, the staged %s has %s", got, templates.Script(stage), want), nil
+	}
+	return "", nil
+}
+
+// clusterUser is the name and uid of the user the jobs run as (id on the
+// cluster), asked once.
+func (d *Driver) clusterUser(ctx context.Context) (string, int, error) {
+	d.uidMu.Lock()
+	defer d.uidMu.Unlock()
+	if d.uid != nil {
+		return d.user, *d.uid, nil
+	}
+	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"id"}, Idempotent: true})
+	if err != nil {
+		return "", 0, fmt.Errorf("ask the cluster user: %w", err)
+	}
+	user, uid, err := parseID(string(res.Stdout))
+	if err != nil {
+		return "", 0, fmt.Errorf("ask the cluster user: %w", err)
+	}
+	d.user, d.uid = user, &uid
+	return user, uid, nil
+}
+
+// parseID reads "uid=1001(nemorl) gid=…" as printed by id(1).
+func parseID(s string) (string, int, error) {
+	f, _, _ := strings.Cut(strings.TrimSpace(s), " ")
+	num, name, ok := strings.Cut(strings.TrimPrefix(f, "uid="), "(")
+	uid, err := strconv.Atoi(num)
+	if !strings.HasPrefix(f, "uid=") || !ok || !strings.HasSuffix(name, ")") || err != nil || uid < 0 {
+		return "", 0, fmt.Errorf("id printed %q", s)
+	}
+	return strings.TrimSuffix(name, ")"), uid, nil
 }
 
 // dependencyGone reports an sbatch refusal of a dependency on a job
@@ -397,7 +506,11 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 			continue
 		}
 		if sub.JobID == "" && owner {
-			if _, err := d.adopt(ctx, e, s); err != nil {
+			var imp *ImpostorError
+			if _, err := d.adopt(ctx, e, s); errors.As(err, &imp) {
+				d.logf("%s: %v: cancelling them too", e.Episode, err)
+				ids = append(ids, imp.IDs...)
+			} else if err != nil {
 				return nil, err
 			}
 		}
@@ -405,9 +518,20 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 			ids = append(ids, sub.JobID)
 		}
 	}
+	if owner {
+		for _, id := range ids {
+			if !slices.Contains(e.CancelsIssued, id) {
+				e.CancelsIssued = append(e.CancelsIssued, id)
+			}
+		}
+		if err := d.Ledger.Save(e); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.Slurm.Cancel(ctx, ids); err != nil {
 		return ids, fmt.Errorf("episode %s: %w", e.Episode, err)
 	}
+	d.removeSecrets(ctx, e)
 	if len(ids) > 0 {
 		d.logf("%s: cancelled jobs %s (%s)", e.Episode, strings.Join(ids, ", "), first)
 	}
@@ -423,4 +547,15 @@ func (e *Entry) JobIDs() []string {
 		}
 	}
 	return ids
+}
+
+// removeSecrets deletes the episode's secrets.env from the cluster, if it
+// is still there (the author job deletes it when it runs): when the episode
+// ends, whatever its outcome, and when a cancel is recorded. A failure is
+// logged, not fatal: clean removes the directory later.
+func (d *Driver) removeSecrets(ctx context.Context, e *Entry) {
+	p := path.Join(e.Dir, SecretsFile)
+	if err := d.Host.Remove(ctx, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		d.logf("%s: could not remove %s: %v", e.Episode, p, err)
+	}
 }

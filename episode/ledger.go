@@ -80,6 +80,12 @@ type Entry struct {
 	Cleaned time.Time `json:"cleaned,omitzero"`
 	// Outcome is set once, when the episode is final.
 	Outcome *Outcome `json:"outcome,omitempty"`
+	// OutcomeSeal is the HMAC-SHA256 of Outcome under the ledger's seal
+	// key (seal.go), written with it; Load checks it.
+	OutcomeSeal string `json:"outcome_seal,omitempty"`
+	// CancelsIssued lists the job ids this tool scancelled, so that a
+	// CANCELLED job can be told from one the policy cancelled.
+	CancelsIssued []string `json:"cancels_issued,omitempty"`
 }
 
 // Submission is one stage's sbatch: the intent, written before sbatch
@@ -161,9 +167,20 @@ func (l *Ledger) Create(e *Entry, prompt []byte) error {
 	return l.Save(e)
 }
 
-// Save replaces the episode's entry atomically and durably.
+// Save replaces the episode's entry atomically and durably. A final
+// entry's outcome is sealed (seal.go).
 func (l *Ledger) Save(e *Entry) error {
 	e.Format = LedgerFormat
+	e.OutcomeSeal = ""
+	if e.Outcome != nil {
+		key, err := l.sealKey(true)
+		if err != nil {
+			return err
+		}
+		if e.OutcomeSeal, err = seal(key, e.Episode, e.Outcome); err != nil {
+			return fmt.Errorf("ledger: %s: seal: %w", e.Episode, err)
+		}
+	}
 	b, err := json.MarshalIndent(e, "", "  ")
 	if err != nil {
 		return fmt.Errorf("ledger: %s: %w", e.Episode, err)
@@ -198,6 +215,11 @@ func (l *Ledger) Load(ep string) (*Entry, error) {
 	}
 	if e.CancelRequested == "" && !e.Final() {
 		e.CancelRequested = l.CancelRequest(ep)
+	}
+	if e.Final() {
+		if err := l.checkSeal(&e); err != nil {
+			e.Outcome = tamperedOutcome(&e, err, l.path(ep))
+		}
 	}
 	return &e, nil
 }

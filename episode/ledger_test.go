@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -119,5 +120,90 @@ func TestOutcomeExitCodes(t *testing.T) {
 		if got := (&Outcome{Outcome: kind}).ExitCode(); got != want {
 			t.Errorf("%s: exit %d, want %d", kind, got, want)
 		}
+	}
+}
+
+// TestOutcomeSeal: a final entry whose outcome is edited after it was
+// decided (a job rewriting the ledger) loads as an integrity violation, as
+// does one whose seal or key is gone.
+func TestOutcomeSeal(t *testing.T) {
+	edits := map[string]func(t *testing.T, l *Ledger, path string){
+		"reward edited": func(t *testing.T, l *Ledger, p string) {
+			rewrite(t, p, `"reward": 0.25`, `"reward": 1`)
+		},
+		"outcome edited": func(t *testing.T, l *Ledger, p string) {
+			rewrite(t, p, `"outcome": "policy_failure"`, `"outcome": "scored"`)
+		},
+		"seal removed": func(t *testing.T, l *Ledger, p string) {
+			b, _ := os.ReadFile(p)
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			delete(m, "outcome_seal")
+			b, _ = json.Marshal(m)
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"key replaced": func(t *testing.T, l *Ledger, p string) {
+			if err := os.Remove(filepath.Join(l.Dir, OutcomeKeyFile)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.sealKey(true); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, edit := range edits {
+		t.Run(name, func(t *testing.T) {
+			l, err := OpenLedger(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := &Entry{Episode: "ep-seal", Jobs: map[string]*Submission{}, Isolation: "none"}
+			if err := l.Create(e, []byte("p")); err != nil {
+				t.Fatal(err)
+			}
+			e.Outcome = &Outcome{Episode: e.Episode, Outcome: Scored, Reward: ptr(0.25), Jobs: map[string]JobSummary{"eval": {ID: "7", State: "COMPLETED"}},
+				Decided: time.Now().UTC()}
+			if strings.Contains(name, "outcome") {
+				e.Outcome.fail(PolicyFailure, Train, ReasonTrainFailed, "x")
+				e.Outcome.Reward = ptr(0.25) // so the reward edit is not needed
+			}
+			if err := l.Save(e); err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(filepath.Join(l.Dir, OutcomeKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("seal key: %v %v, want a 0600 file", fi, err)
+			}
+			got, err := l.Load(e.Episode)
+			if err != nil || got.Outcome.Outcome != e.Outcome.Outcome || got.Outcome.FailureReason == ReasonLedgerTampered {
+				t.Fatalf("untouched entry: %+v, %v", got.Outcome, err)
+			}
+			edit(t, l, l.Path(e.Episode))
+			got, err = l.Load(e.Episode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := got.Outcome
+			if o.Outcome != IntegrityViolation || o.FailureReason != ReasonLedgerTampered || o.Reward != nil || !o.MaskSample || !o.Tampering || o.ExitCode() != 4 {
+				t.Fatalf("edited entry loads as %+v, want integrity_violation/ledger_tampered, no reward, exit 4", o)
+			}
+		})
+	}
+}
+
+func rewrite(t *testing.T, p, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old) {
+		t.Fatalf("%s has no %q:\n%s", p, old, b)
+	}
+	if err := os.WriteFile(p, []byte(strings.Replace(string(b), old, new, 1)), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

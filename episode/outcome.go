@@ -25,11 +25,33 @@ const (
 	IntegrityViolation Kind = "integrity_violation"
 )
 
-// Policy failure reasons.
+// Policy failure reasons (reward 0, never masked), besides the record
+// reasons of a rejected author or train record (record.Reason: missing_record,
+// foreign_record, duplicate_record, …).
 const (
 	ReasonNoPatch       = "no_patch"
 	ReasonPatchRejected = "patch_rejected"
 	ReasonTrainFailed   = "train_failed"
+	// ReasonAuthorFailed: the author job failed by its own exit status
+	// (not a verdict of its batch script).
+	ReasonAuthorFailed = "author_failed"
+	// ReasonTrainTimeout: the train job ran into its Slurm time limit (the
+	// launcher stops the trainer well before it).
+	ReasonTrainTimeout = "train_timeout"
+	// ReasonTrainOutOfMemory: the train job ran out of memory.
+	ReasonTrainOutOfMemory = "train_out_of_memory"
+	// ReasonBadPatch: change.diff is not a regular file, is larger than
+	// the author record says, or larger than MaxPatchBytes.
+	ReasonBadPatch = "bad_patch"
+	// ReasonBadWeights: the trusted check rejected the weights train
+	// exported, or they are missing or not a regular file.
+	ReasonBadWeights = "bad_weights"
+	// ReasonForeignCancel: a job of the episode was cancelled by the
+	// user's own uid, and not by this tool (tampering).
+	ReasonForeignCancel = "foreign_cancel"
+	// ReasonPlantedOutput: a stage's output file is a FIFO, a symlink or
+	// anything but a regular file (tampering).
+	ReasonPlantedOutput = "planted_output"
 )
 
 // Infrastructure failure reasons besides the Slurm failures
@@ -43,13 +65,33 @@ const (
 	ReasonJobLost        = "job_lost"        // Slurm forgot a job before reporting its end
 	ReasonTimesUnknown   = "times_unknown"   // sacct never reported the start and end times needed
 	ReasonSubmitRefused  = "submit_refused"  // sbatch refused a stage for good (partition, account, GRES, a missing script)
+	// ReasonIsolationBreach: a job's guard found Slurm reachable from its
+	// container (a munge socket, a Slurm config, a network interface): the
+	// site's setup, not the policy; the payload never ran.
+	ReasonIsolationBreach = "isolation_breach"
+	// ReasonScriptRefused: a stage's batch script refused to start its
+	// payload (an input it must find was missing).
+	ReasonScriptRefused = "script_refused"
+	// ReasonRolloutsRejected: the evaluator's score step rejected the
+	// rollouts (failed rollouts, wrong counts): eval infrastructure.
+	ReasonRolloutsRejected = "rollouts_rejected"
 )
 
 // Integrity reasons besides the record.Reason values.
 const (
 	ReasonEvalInputsTampered = "eval_inputs_tampered" // the eval job refused its image or inputs (exit 65)
 	ReasonEvalBeforeTrainEnd = "eval_started_before_train_ended"
-	ReasonEvalRejected       = "eval_rejected" // the evaluator's checks rejected the weights or rollouts (exit 4)
+	// ReasonEvalOutputRedirected: the eval script found its standard
+	// output was not its own out.log (exit 67): someone changed the job's
+	// StdOut or replaced the file.
+	ReasonEvalOutputRedirected = "eval_output_redirected"
+	// ReasonEvalOutputTampered: eval's out.log was changed outside the eval
+	// job's run, or is not the file the job wrote.
+	ReasonEvalOutputTampered = "eval_output_tampered"
+	// ReasonImpostorJob: a job found on the cluster under a stage's name
+	// or tag is not the one the tool submitted (its batch script, user or
+	// submit time differ); it is cancelled.
+	ReasonImpostorJob = "impostor_job"
 )
 
 // Outcome is an episode's verified result (result, run --json).
@@ -64,6 +106,10 @@ type Outcome struct {
 	FailureStage string `json:"failure_stage,omitempty"`
 	// Detail explains a failure in one line.
 	Detail string `json:"detail,omitempty"`
+	// Tampering marks a failure that only a deliberate act explains (a
+	// foreign record, a planted output file, a cancel the tool did not
+	// issue, …): for operators to review. FailureReason names it.
+	Tampering bool `json:"tampering,omitempty"`
 
 	AIME25Exact      *float64 `json:"aime25_exact,omitempty"`
 	AIME25AvgAt8     *float64 `json:"aime25_avg_at_8,omitempty"`

@@ -266,12 +266,20 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	if e.Final() {
 		return nil
 	}
-	finish := func(o *Outcome) error { return d.finish(e, o) }
+	finish := func(o *Outcome) error { return d.finish(ctx, e, o) }
 	// submit submits stage; a refusal sbatch will repeat for ever (a wrong
 	// partition, a script that is gone) ends the episode, anything else is
 	// tried again at the next poll.
 	submit := func(stage, after string) error {
 		err := d.submit(ctx, e, stage, after)
+		var imp *ImpostorError
+		if errors.As(err, &imp) {
+			// The episode ends here, its jobs and the impostors with it.
+			if cerr := d.Slurm.Cancel(ctx, append(e.JobIDs(), imp.IDs...)); cerr != nil {
+				return cerr
+			}
+			return finish(d.base(e, infos).fail(IntegrityViolation, stage, ReasonImpostorJob, imp.Error()+"; cancelled").tampered())
+		}
 		if why, refused := slurm.SubmitRefused(err); refused {
 			// The episode ends here: nothing of it may keep a node busy.
 			if cerr := d.Slurm.Cancel(ctx, e.JobIDs()); cerr != nil {
@@ -324,11 +332,14 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		case e.CancelRequested != "":
 			return cancelled()
 		case ai.State.Class != slurm.Succeeded:
-			o := d.base(e, infos).jobFailed(Author, ai)
+			o, err := d.authorFailed(ctx, e, d.base(e, infos), ai)
+			if err != nil {
+				return err
+			}
 			// A record of another stage in the author's output is
 			// tampering, whatever the job's state.
-			if _, err := d.scan(ctx, e, Author); record.ReasonOf(err) == record.ReasonForeignRecord {
-				o = d.base(e, infos).rejected(Author, err)
+			if _, _, err := d.scan(ctx, e, Author); record.ReasonOf(err) == record.ReasonForeignRecord {
+				o = d.base(e, infos).policyRecord(Author, err)
 			}
 			return finish(o)
 		}
@@ -389,13 +400,16 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	return finish(o)
 }
 
-// finish records the outcome in the ledger.
-func (d *Driver) finish(e *Entry, o *Outcome) error {
+// finish records the outcome in the ledger, then removes the episode's
+// secrets.env if the author job never consumed it (a cancelled or refused
+// episode must not leave the key in the shared workdir).
+func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome) error {
 	e.Outcome = o
 	if err := d.Ledger.Save(e); err != nil {
 		e.Outcome = nil
 		return err
 	}
+	d.removeSecrets(ctx, e)
 	msg := fmt.Sprintf("%s: %s", e.Episode, o.Outcome)
 	if o.Reward != nil {
 		msg += fmt.Sprintf(" reward %g", *o.Reward)

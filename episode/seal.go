@@ -1,0 +1,136 @@
+package episode
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// An outcome, once decided, is sealed: the ledger entry carries an
+// HMAC-SHA256 of it under a key kept beside the ledger (OutcomeKeyFile,
+// 0600). A job that can reach the ledger (the tool run on a login node
+// whose home the jobs share, under runtime none) could otherwise edit a
+// final entry's reward and have `result` print it. Load replaces an outcome
+// whose seal does not verify with an integrity_violation (ReasonLedgerTampered),
+// so every view of the episode shows the alarm instead of the edited reward.
+//
+// What this does not stop: a process that can read the key (same user, no
+// container) can compute a valid seal. With a container runtime the jobs
+// run --no-home --containall and see neither the ledger nor the key.
+
+// OutcomeKeyFile is the seal key's file name in the ledger directory.
+const OutcomeKeyFile = "outcome.key"
+
+// ReasonLedgerTampered: a final ledger entry's outcome does not match its
+// seal (edited after it was decided, or its key replaced).
+const ReasonLedgerTampered = "ledger_tampered"
+
+const sealContext = "nemorl-slurm outcome seal v1\n"
+
+func (l *Ledger) keyPath() string { return filepath.Join(l.Dir, OutcomeKeyFile) }
+
+// sealKey returns the ledger's seal key, making it (0600, O_EXCL) when
+// create is set and it does not exist.
+func (l *Ledger) sealKey(create bool) ([]byte, error) {
+	p := l.keyPath()
+	b, err := os.ReadFile(p)
+	if err == nil {
+		if len(b) != 64 {
+			return nil, fmt.Errorf("ledger: seal key %s: %d bytes, want 64 hex digits", p, len(b))
+		}
+		k, err := hex.DecodeString(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("ledger: seal key %s: %w", p, err)
+		}
+		return k, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) || !create {
+		return nil, fmt.Errorf("ledger: seal key: %w", err)
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return nil, fmt.Errorf("ledger: seal key: %w", err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return l.sealKey(false) // another process made it first
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: seal key: %w", err)
+	}
+	_, werr := f.WriteString(hex.EncodeToString(k))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(p)
+		return nil, fmt.Errorf("ledger: seal key %s: %w", p, err)
+	}
+	return k, nil
+}
+
+// seal computes the seal of the episode's outcome. The outcome is
+// canonicalized (encoded, decoded, encoded) so that what Load decodes
+// encodes to the same bytes.
+func seal(key []byte, episode string, o *Outcome) (string, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return "", err
+	}
+	var c Outcome
+	if err := json.Unmarshal(b, &c); err != nil {
+		return "", err
+	}
+	if b, err = json.Marshal(&c); err != nil {
+		return "", err
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(sealContext + episode + "\n"))
+	m.Write(b)
+	return hex.EncodeToString(m.Sum(nil)), nil
+}
+
+// checkSeal verifies a final entry's seal; a missing key, a missing seal
+// or a mismatch is an error naming which.
+func (l *Ledger) checkSeal(e *Entry) error {
+	if e.OutcomeSeal == "" {
+		return errors.New("the final entry carries no seal")
+	}
+	key, err := l.sealKey(false)
+	if err != nil {
+		return err
+	}
+	want, err := seal(key, e.Episode, e.Outcome)
+	if err != nil {
+		return err
+	}
+	got, err := hex.DecodeString(e.OutcomeSeal)
+	if err != nil {
+		return fmt.Errorf("the seal is not hex: %w", err)
+	}
+	w, _ := hex.DecodeString(want)
+	if !hmac.Equal(got, w) {
+		return errors.New("the outcome does not match its seal: it was changed after it was decided")
+	}
+	return nil
+}
+
+// tamperedOutcome is what Load shows instead of an outcome whose seal
+// failed: no reward, masked, an alarm for the operator.
+func tamperedOutcome(e *Entry, why error, path string) *Outcome {
+	o := &Outcome{
+		Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]JobSummary{},
+		Tampering: true,
+	}
+	if e.Outcome != nil {
+		o.Jobs, o.Decided = e.Outcome.Jobs, e.Outcome.Decided
+	}
+	return o.fail(IntegrityViolation, "", ReasonLedgerTampered,
+		fmt.Sprintf("ledger entry %s: %v; the recorded outcome is not trusted", path, why))
+}
