@@ -18,7 +18,6 @@ import (
 // batch script.
 const TailBytes = 1 << 20
 
-
 // scan reads the tail of stage's output file and returns its one record.
 // The file is inspected first (one round trip, no symlink followed): a
 // missing file is a missing record, anything but a regular file is a
