@@ -38,7 +38,11 @@ type Spec struct {
 	// session directory (64 MiB by default).
 	WorkdirVar string
 	GPU        bool // --nv (train and eval only)
-	Binds      []Bind
+	// NoNetwork gives the container its own network namespace with only
+	// loopback (--net --network none): train and eval. The author keeps the
+	// host network, as it must reach the policy endpoint.
+	NoNetwork bool
+	Binds     []Bind
 	// Env is set inside the container to fixed values.
 	Env map[string]string
 	// EnvVars sets variables to the value of a batch-shell variable when
@@ -53,9 +57,21 @@ type Spec struct {
 // Isolated says whether the spec runs in a container.
 func (s Spec) Isolated() bool { return s.Kind != configs.RuntimeNone }
 
+// WithArgv returns a copy of s that runs argv instead: the same flags,
+// binds and environment, another command (the isolation guard).
+func (s Spec) WithArgv(argv ...string) Spec {
+	s.Argv = append([]string(nil), argv...)
+	return s
+}
+
 // Line renders the spec as one shell command line for a bash batch script.
 // Fixed values are single-quoted; pass-through variables are expanded by the
 // batch shell when the line runs.
+//
+// In a container the line always has --containall --cleanenv --no-home
+// --writable-tmpfs and --no-mount bind-paths (the `bind path` entries of the
+// site's apptainer.conf are not mounted: only Binds are), plus --net
+// --network none with NoNetwork and --nv with GPU.
 func (s Spec) Line() (string, error) {
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return "", fmt.Errorf("stage command is empty")
@@ -119,9 +135,12 @@ func (s Spec) Line() (string, error) {
 		}
 		return strings.Join(w, " "), nil
 	}
-	w = append(w, shell.Quote(s.Binary), "exec", "--containall", "--cleanenv", "--no-home", "--writable-tmpfs")
+	w = append(w, shell.Quote(s.Binary), "exec", "--containall", "--cleanenv", "--no-home", "--writable-tmpfs", "--no-mount", "bind-paths")
 	if s.WorkdirVar != "" {
 		w = append(w, "--workdir", `"$`+s.WorkdirVar+`"`)
+	}
+	if s.NoNetwork {
+		w = append(w, "--net", "--network", "none")
 	}
 	if s.GPU {
 		w = append(w, "--nv")

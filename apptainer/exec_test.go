@@ -17,7 +17,7 @@ func TestLineApptainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `singularity exec --containall --cleanenv --no-home --writable-tmpfs --nv --bind /w/ep/eval/work:/nemorl/out --bind /w/ep/eval/bundle:/nemorl/bundle:ro --env 'A_B=x y' --env NEMORL_STAGE=eval --env "SLURM_JOB_ID=${SLURM_JOB_ID:-}" /img/eval.sif /bin/bash /nemorl/bundle/eval.sh '$(id)'`
+	want := `singularity exec --containall --cleanenv --no-home --writable-tmpfs --no-mount bind-paths --nv --bind /w/ep/eval/work:/nemorl/out --bind /w/ep/eval/bundle:/nemorl/bundle:ro --env 'A_B=x y' --env NEMORL_STAGE=eval --env "SLURM_JOB_ID=${SLURM_JOB_ID:-}" /img/eval.sif /bin/bash /nemorl/bundle/eval.sh '$(id)'`
 	if got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -25,6 +25,14 @@ func TestLineApptainer(t *testing.T) {
 	got, _ = s.Line()
 	if strings.Contains(got, "--nv") {
 		t.Errorf("--nv without GPU: %s", got)
+	}
+	if strings.Contains(got, "--net") || strings.Contains(got, "--network") {
+		t.Errorf("network flags without NoNetwork: %s", got)
+	}
+	s.NoNetwork = true
+	got, _ = s.Line()
+	if !strings.Contains(got, " --no-mount bind-paths --net --network none --bind ") {
+		t.Errorf("NoNetwork: %s", got)
 	}
 	// ImageVar: the image is the batch shell's variable, expanded when the
 	// line runs, never the configured path.
@@ -46,7 +54,7 @@ func TestLineVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(got, `--bind "$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`) || !strings.Contains(got, `--env "B=$NEMORL_EVAL_BUNDLE"`) ||
-		!strings.Contains(got, `--writable-tmpfs --workdir "$nemorl_scratch" `) {
+		!strings.Contains(got, `--writable-tmpfs --no-mount bind-paths --workdir "$nemorl_scratch" `) {
 		t.Errorf("apptainer: %s", got)
 	}
 	s.Kind = "none"
@@ -61,6 +69,32 @@ func TestLineVariables(t *testing.T) {
 		if _, err := bad.Line(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestWithArgv: the guard's line is the payload's line with another
+// command: same flags, binds and environment, and the original untouched.
+func TestWithArgv(t *testing.T) {
+	s := Spec{Kind: "apptainer", Binary: "apptainer", Image: "/i.sif", GPU: true, NoNetwork: true, WorkdirVar: "nemorl_scratch",
+		Binds: []Bind{{Host: "/w/x", Container: "/nemorl/out"}}, Env: map[string]string{"A": "1"}, PassEnv: []string{"SLURM_JOB_ID"},
+		Argv: []string{"/bin/bash", "/nemorl/bundle/train.sh"}}
+	payload, err := s.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := s.WithArgv("/bin/bash", "/nemorl/bundle/guard.sh", "train").Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSuffix(payload, " /nemorl/bundle/train.sh") != strings.TrimSuffix(guard, " /nemorl/bundle/guard.sh train") {
+		t.Errorf("payload and guard lines differ beyond argv:\n%s\n%s", payload, guard)
+	}
+	if again, _ := s.Line(); again != payload {
+		t.Errorf("WithArgv changed the original: %s", again)
+	}
+	s.Kind = "none"
+	if got, _ := s.Line(); strings.Contains(got, "--no-mount") || strings.Contains(got, "--network") {
+		t.Errorf("none: %s", got)
 	}
 }
 

@@ -330,3 +330,21 @@ func TestPayloadTrainTerm(t *testing.T) {
 		t.Fatalf("work dir left behind: %v", left)
 	}
 }
+
+// TestPayloadEvalWeightsRejected: weights that `evaluate check-weights`
+// rejects (its exit 4) make the eval payload exit 68 (the policy's weights
+// were bad), before any server starts and without a record.
+func TestPayloadEvalWeightsRejected(t *testing.T) {
+	tr, root, log, at := payloadEpisode(t)
+	if err := os.WriteFile(at("train/checkpoint/model.safetensors"), []byte("\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runPayload(t, tr, Eval, root, log, map[string]string{
+		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
+	if code != ExitWeightsRejected || !strings.Contains(errs, "weights rejected") || strings.Contains(out, "NEMORL_ENV_RESULT") {
+		t.Fatalf("exit %d, want %d\n%s%s", code, ExitWeightsRejected, out, errs)
+	}
+	if b, _ := os.ReadFile(log); strings.Contains(string(b), "vllm") {
+		t.Errorf("a server started for rejected weights:\n%s", b)
+	}
+}

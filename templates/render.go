@@ -28,12 +28,18 @@ var payloadFS embed.FS
 
 // payloadFiles are each stage's built-in payload files, staged in its
 // bundle when the stage's command is not replaced; the first is the entry
-// point.
+// point. GuardFile is staged in every stage's bundle whatever the command.
 var payloadFiles = map[string][]string{
 	Author: {"author.sh", "author_proxy.py"},
 	Train:  {"train.sh", "export_dcp.py"},
 	Eval:   {"eval.sh", "eval_prepare.py"},
 }
+
+// GuardFile is the isolation guard (payload/guard.sh), staged in every
+// stage's bundle: in container mode the script runs it in the stage's
+// container before the payload (see ExitIsolation). In the eval bundle it is
+// one of the pinned evaluator inputs.
+const GuardFile = "guard.sh"
 
 // The three stages, in chain order.
 const (
@@ -139,6 +145,10 @@ type scriptData struct {
 	StageDir                         string
 	GraceSeconds                     int
 	Exec                             string
+	// GuardExec runs the isolation guard with the payload's exact flags,
+	// binds and environment (container mode only).
+	GuardExec string
+	Exit      exitCodes
 	// train
 	InnerDeadlineSeconds int
 	PatchFile            string
@@ -258,6 +268,14 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		}
 	}
 
+	// The isolation guard, whatever the command.
+	guard, err := payloadFS.ReadFile("payload/" + GuardFile)
+	if err != nil {
+		return nil, fmt.Errorf("isolation guard: %w", err)
+	}
+	guardRel := stage + "/bundle/" + GuardFile
+	bundle = append(bundle, File{Path: guardRel, Mode: 0o600, Data: guard})
+
 	// Paths the payload is told about, as it sees them.
 	see := func(rel string) string { return r.inside(isolated, rel, stage) }
 	switch stage {
@@ -275,8 +293,10 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		env["NEMORL_BUNDLE"] = see("eval/bundle")
 		env["NEMORL_OUT"] = see("eval/work")
 	}
-	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, Env: env, PassEnv: pass, Argv: argv,
-		WorkdirVar: ScratchVar}
+	// Train and eval get no network; the author must reach the policy
+	// endpoint.
+	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, NoNetwork: stage != Author,
+		Env: env, PassEnv: pass, Argv: argv, WorkdirVar: ScratchVar}
 	if stage == Eval {
 		// The node-local copies the script checked, not the shared files.
 		spec.ImageVar = EvalImageVar
@@ -298,10 +318,20 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
+	var guardLine string
+	if isolated {
+		// Same spec, only the command differs: the guard sees exactly what
+		// the payload will.
+		guardLine, err = spec.WithArgv("/bin/bash", r.inside(true, guardRel, stage), stage).Line()
+		if err != nil {
+			return nil, err
+		}
+	}
 
 	data := scriptData{
 		Episode: r.in.Episode, Stage: stage, Version: r.in.Version, Runtime: cfg.Runtime.Kind,
 		Isolated: isolated, ScratchVar: ScratchVar, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
+		GuardExec: guardLine, Exit: scriptExits,
 		Sbatch: r.sbatchOptions(stage, res, seconds, gpu),
 	}
 	switch stage {

@@ -159,7 +159,11 @@ func TestBinds(t *testing.T) {
 	for stage, binds := range want {
 		f, _ := tr.Lookup(Script(stage))
 		var got []string
-		fields := strings.Fields(string(f.Data))
+		payload, guard := execLines(t, f.Data)
+		if strings.TrimSuffix(guard, " >&2 || nemorl_guard_status=$?") == guard {
+			t.Errorf("%s: guard line: %s", stage, guard)
+		}
+		fields := strings.Fields(payload)
 		for i, w := range fields {
 			if w == "--bind" {
 				got = append(got, fields[i+1])
@@ -299,14 +303,35 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 	return tr
 }
 
-func runScript(t *testing.T, tr *Tree, stage string) (string, int) {
+// runScript runs a stage's rendered script under bash as slurmd would:
+// stdout and stderr on the stage's out.log (truncated), which it returns.
+func runScript(t *testing.T, tr *Tree, stage string, env ...string) (string, int) {
+	t.Helper()
+	log := filepath.Join(tr.Dir, Output(stage))
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	code := runScriptTo(t, tr, stage, f, env...)
+	out, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// runScriptTo runs a stage's rendered script under bash with stdout and
+// stderr on out, and returns its exit status.
+func runScriptTo(t *testing.T, tr *Tree, stage string, out *os.File, env ...string) int {
 	t.Helper()
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(stage)))
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "POLICY_API_KEY=" + testKey, "TMPDIR=" + tr.Dir + "/.node-tmp"}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "POLICY_API_KEY=" + testKey, "TMPDIR=" + tr.Dir + "/.node-tmp"}, env...)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := os.MkdirAll(tr.Dir+"/.node-tmp", 0o700); err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.CombinedOutput()
+	err := cmd.Run()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
@@ -317,7 +342,27 @@ func runScript(t *testing.T, tr *Tree, stage string) (string, int) {
 	if left, _ := os.ReadDir(tr.Dir + "/.node-tmp"); len(left) != 0 {
 		t.Errorf("%s job left %d entries in TMPDIR (%s…)", stage, len(left), left[0].Name())
 	}
-	return string(out), code
+	return code
+}
+
+// execLines returns a rendered script's payload exec line and, in
+// container mode, its guard exec line.
+func execLines(t *testing.T, script []byte) (payload, guard string) {
+	t.Helper()
+	for _, l := range strings.Split(string(script), "\n") {
+		if !strings.Contains(l, " exec --containall ") && !strings.HasPrefix(l, "env -i ") {
+			continue
+		}
+		if strings.Contains(l, "/guard.sh ") {
+			guard = l
+		} else {
+			payload = l
+		}
+	}
+	if payload == "" {
+		t.Fatalf("no exec line in\n%s", script)
+	}
+	return payload, guard
 }
 
 // TestRunEval runs the rendered eval script under bash: it runs the
@@ -459,6 +504,7 @@ func TestRunEvalImageCopy(t *testing.T) {
 	sum := sha256.Sum256(good)
 	fake := filepath.Join(dir, "apptainer")
 	script := `#!/bin/bash
+case "$*" in */guard.sh\ eval) echo "guard-ran" >&2; exit 0 ;; esac
 img=
 for a in "$@"; do case $a in */eval.sif) img=$a ;; esac; done
 echo "forged image" > ` + shared + `
@@ -480,7 +526,8 @@ echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 		t.Fatal(err)
 	}
 	out, code := runScript(t, tr, Eval)
-	if code != 0 || !strings.Contains(out, "image-ran="+hex.EncodeToString(sum[:])) || strings.Contains(out, "image-arg="+shared+"\n") {
+	if code != 0 || !strings.Contains(out, "image-ran="+hex.EncodeToString(sum[:])) || strings.Contains(out, "image-arg="+shared+"\n") ||
+		!strings.Contains(out, "guard-ran") {
 		t.Fatalf("exit %d; want the checked node-local copy run:\n%s", code, out)
 	}
 	// The container's /tmp is the job's node-local scratch (--workdir),

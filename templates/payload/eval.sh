@@ -6,7 +6,8 @@
 #    served and scored is that copy;
 # 2. nemorl-slurm evaluate check-weights: safetensors header, float dtypes,
 #    finite values, the exact Qwen2.5-1.5B-Instruct names and shapes; its
-#    sha256 (rejected: exit 4);
+#    sha256. Rejected (its exit 4): this payload exits 68, the policy's
+#    weights were bad (templates.ExitWeightsRejected);
 # 3. serve the weights (with the image's config and tokenizer at the pinned
 #    revision) with vLLM: --max-model-len 32768 --gpu-memory-utilization 0.85
 #    --enforce-eager, ready within server_ready_seconds;
@@ -16,7 +17,10 @@
 #    1, the configured concurrency;
 # 5. nemorl-slurm evaluate score: exactly 30 questions × 8 answers, rewards
 #    0 or 1, no failed rollouts → the NEMORL_ENV_RESULT record, bound to this
-#    job's id and the weights' sha256 (rejected: exit 4).
+#    job's id and the weights' sha256. Rejected: exit 4, the rollouts were
+#    bad (eval infrastructure), never the policy's doing.
+# Any other failure exits with its own status. The eval script passes this
+# payload's status through (it is trusted: the pinned image).
 #
 # Inputs (NEMORL_*): WEIGHTS (read-only), BUNDLE (eval.json, eval_prepare.py),
 # OUT (a work directory kept for inspection); SLURM_JOB_ID.
@@ -50,7 +54,15 @@ for f in "$root/model"/*; do
   case $f in *.safetensors | *.bin) ;; *) cp -- "$f" "$work/model/" ;; esac
 done
 cp -- "$NEMORL_WEIGHTS" "$work/model/model.safetensors"
-sha=$("$bin" evaluate check-weights --arch "$NEMORL_SETTING_ARCHITECTURE" "$work/model/model.safetensors")
+check=0
+sha=$("$bin" evaluate check-weights --arch "$NEMORL_SETTING_ARCHITECTURE" "$work/model/model.safetensors") || check=$?
+if [ "$check" = 4 ]; then
+  log "weights rejected by check-weights: the policy's weights are bad (exit 68)"
+  exit 68
+elif [ "$check" != 0 ]; then
+  log "check-weights failed with status $check"
+  exit "$check"
+fi
 sha=${sha%% *}
 log "weights accepted: sha256 $sha"
 

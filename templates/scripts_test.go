@@ -1,0 +1,318 @@
+package templates
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestRenderIsolation asserts the container flags and the guard on the
+// rendered scripts: --no-mount bind-paths everywhere, --net --network none on
+// train and eval only, the guard line identical to the payload line but for
+// the command, the APPTAINER/SINGULARITY clearing before both, and nothing
+// of it under runtime none.
+func TestRenderIsolation(t *testing.T) {
+	tr := render(t, loadExample(t, "cluster-example.yaml"))
+	guardArgv := map[string]string{
+		Author: " /bin/bash /nemorl/author/bundle/guard.sh author",
+		Train:  " /bin/bash /nemorl/bundle/guard.sh train",
+		Eval:   " /bin/bash /nemorl/bundle/guard.sh eval",
+	}
+	payloadArgv := map[string]string{
+		Author: " /bin/bash /nemorl/author/bundle/author.sh &",
+		Train:  " /bin/bash /nemorl/bundle/train.sh &",
+		Eval:   ` /bin/bash /nemorl/bundle/eval.sh > "$nemorl_scratch/payload.stdout" &`,
+	}
+	for _, stage := range Stages {
+		f, _ := tr.Lookup(Script(stage))
+		script := string(f.Data)
+		payload, guard := execLines(t, f.Data)
+		if !strings.Contains(payload, " --no-mount bind-paths ") || !strings.Contains(guard, " --no-mount bind-paths ") {
+			t.Errorf("%s: no --no-mount bind-paths:\n%s\n%s", stage, payload, guard)
+		}
+		noNet := strings.Contains(payload, " --net --network none ")
+		if noNet != (stage != Author) || strings.Contains(guard, " --net --network none ") != noNet {
+			t.Errorf("%s: --net --network none on payload=%v (want %v):\n%s\n%s", stage, noNet, stage != Author, payload, guard)
+		}
+		gHead, ok1 := strings.CutSuffix(guard, guardArgv[stage]+" >&2 || nemorl_guard_status=$?")
+		pHead, ok2 := strings.CutSuffix(payload, payloadArgv[stage])
+		if !ok1 || !ok2 || gHead != pHead {
+			t.Errorf("%s: the guard's exec line must be the payload's but for the command:\n%s\n%s", stage, guard, payload)
+		}
+		clear := strings.Index(script, "unset APPTAINER_BIND APPTAINER_BINDPATH SINGULARITY_BIND SINGULARITY_BINDPATH\n")
+		loop := strings.Index(script, "for nemorl_v in ${!APPTAINER@} ${!SINGULARITY@}; do\n")
+		gi, pi := strings.Index(script, guard), strings.Index(script, payload)
+		if clear < 0 || loop < 0 || !(clear < gi && loop < gi && gi < pi) {
+			t.Errorf("%s: want the env clearing (%d, %d) before the guard (%d) before the payload (%d)", stage, clear, loop, gi, pi)
+		}
+		if !strings.Contains(script, "exit 69\n") || !strings.Contains(script, `echo "nemorl: isolation: the guard refused`) {
+			t.Errorf("%s: no isolation refusal", stage)
+		}
+	}
+
+	lab := render(t, loadExample(t, "lab.yaml"))
+	for _, stage := range Stages {
+		f, _ := lab.Lookup(Script(stage))
+		script := string(f.Data)
+		if _, guard := execLines(t, f.Data); guard != "" {
+			t.Errorf("lab %s: a guard runs under runtime none: %s", stage, guard)
+		}
+		for _, bad := range []string{"APPTAINER", "--no-mount", "--network"} {
+			if strings.Contains(script, bad) {
+				t.Errorf("lab %s: %q under runtime none", stage, bad)
+			}
+		}
+		if !strings.Contains(script, "no isolation\n# guard runs") && !strings.Contains(script, "so no isolation") {
+			t.Errorf("lab %s: the script does not say that no guard runs", stage)
+		}
+	}
+}
+
+// TestGuardStaged: guard.sh is in every stage's bundle whatever the stage
+// command, and is one of eval's pinned inputs, copied and checked.
+func TestGuardStaged(t *testing.T) {
+	guard, err := os.ReadFile("payload/guard.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+		tr := render(t, loadExample(t, name))
+		for _, stage := range Stages {
+			f, ok := tr.Lookup(stage + "/bundle/guard.sh")
+			if !ok || string(f.Data) != string(guard) {
+				t.Errorf("%s: %s/bundle/guard.sh missing or not the embedded guard", name, stage)
+			}
+		}
+		f, _ := tr.Lookup(Script(Eval))
+		script := string(f.Data)
+		if !regexp.MustCompile(`(?m)^[0-9a-f]{64}  guard\.sh$`).MatchString(script) || !strings.Contains(script, "/eval/bundle/guard.sh ") {
+			t.Errorf("%s: guard.sh not pinned and copied in the eval script", name)
+		}
+	}
+}
+
+const evalRecord = `echo 'NEMORL_ENV_RESULT={"reward": 1}'`
+
+func readAll(t *testing.T, f *os.File) string {
+	t.Helper()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func writeWeights(t *testing.T, tr *Tree) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(tr.Dir, "train/checkpoint/model.safetensors"), []byte("w"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunEvalOutputRedirected: the eval script run with its stdout on
+// another file while out.log exists refuses at once (67), and no record
+// reaches either file.
+func TestRunEvalOutputRedirected(t *testing.T) {
+	tr := stageRun(t, map[string]string{Eval: evalRecord + `; echo payload-ran >&2`})
+	writeWeights(t, tr)
+	log := filepath.Join(tr.Dir, Output(Eval))
+	if err := os.WriteFile(log, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.Create(filepath.Join(tr.Dir, "other.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	code := runScriptTo(t, tr, Eval, other)
+	got := readAll(t, other)
+	logData, _ := os.ReadFile(log)
+	if code != ExitOutputNotOwn || !strings.Contains(got, "output check (at start)") || strings.Contains(got, "payload-ran") {
+		t.Fatalf("exit %d, want %d before the payload:\n%s", code, ExitOutputNotOwn, got)
+	}
+	if strings.Contains(got, "NEMORL_ENV_RESULT") || strings.Contains(string(logData), "NEMORL_ENV_RESULT") {
+		t.Fatalf("a record escaped:\nother.log:\n%s\nout.log:\n%s", got, logData)
+	}
+}
+
+// TestRunEvalOutputChanged: out.log is fine at the start but not after the
+// payload (replaced by another file, or given a second link): 67, and the
+// payload's record reaches neither the old nor the new out.log.
+func TestRunEvalOutputChanged(t *testing.T) {
+	for name, swap := range map[string]string{
+		"replaced":  `log=$(dirname "$NEMORL_OUT")/out.log; rm -f "$log"; : > "$log"`,
+		"hardlink":  `log=$(dirname "$NEMORL_OUT")/out.log; ln "$log" "$NEMORL_OUT/copy.log"`,
+		"symlinked": `log=$(dirname "$NEMORL_OUT")/out.log; mv "$log" "$NEMORL_OUT/real.log"; ln -s "$NEMORL_OUT/real.log" "$log"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := stageRun(t, map[string]string{Eval: evalRecord + "\n" + swap + "\necho payload-ran >&2"})
+			writeWeights(t, tr)
+			log := filepath.Join(tr.Dir, Output(Eval))
+			f, err := os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			code := runScriptTo(t, tr, Eval, f)
+			old := readAll(t, f)
+			now, _ := os.ReadFile(log)
+			if code != ExitOutputNotOwn || !strings.Contains(old, "payload-ran") || !strings.Contains(old, "output check (after the payload)") {
+				t.Fatalf("exit %d, want %d after the payload:\n%s", code, ExitOutputNotOwn, old)
+			}
+			if strings.Contains(old, "NEMORL_ENV_RESULT") || strings.Contains(string(now), "NEMORL_ENV_RESULT") {
+				t.Fatalf("a record escaped:\njob stdout:\n%s\nout.log now:\n%s", old, now)
+			}
+		})
+	}
+}
+
+// TestRunEvalOwnOutput: everything right, the record lands in out.log, once,
+// after the payload ended; the trusted payload's status passes through.
+func TestRunEvalOwnOutput(t *testing.T) {
+	tr := stageRun(t, map[string]string{Eval: evalRecord + `; echo payload-ending >&2; exit "${NEMORL_TEST_STATUS:-0}"`})
+	writeWeights(t, tr)
+	out, code := runScript(t, tr, Eval)
+	if code != 0 || strings.Count(out, "NEMORL_ENV_RESULT=") != 1 {
+		t.Fatalf("exit %d, want the record once:\n%s", code, out)
+	}
+	if strings.Index(out, "payload exited with status 0") > strings.Index(out, "NEMORL_ENV_RESULT=") {
+		t.Errorf("the record reached out.log before the payload ended:\n%s", out)
+	}
+	// The stand-in's environment is env -i: pass a status by rewriting it.
+	p := filepath.Join(filepath.Dir(tr.Dir), "standin-eval")
+	if err := os.WriteFile(p, []byte("#!/bin/bash\n"+evalRecord+"\nexit 68\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code = runScript(t, tr, Eval)
+	if code != ExitWeightsRejected || strings.Count(out, "NEMORL_ENV_RESULT=") != 1 {
+		t.Fatalf("eval's status must pass through: exit %d\n%s", code, out)
+	}
+}
+
+// TestRunInputsNotRegular: the weights (eval) and the patch (train) must be
+// regular files, not symlinks: 66.
+func TestRunInputsNotRegular(t *testing.T) {
+	tr := stageRun(t, map[string]string{Eval: `echo eval-ran`, Train: `echo train-ran`})
+	target := filepath.Join(tr.Dir, "elsewhere")
+	if err := os.WriteFile(target, []byte("w"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for stage, rel := range map[string]string{Eval: "train/checkpoint/model.safetensors", Train: "author/change.diff"} {
+		if err := os.Symlink(target, filepath.Join(tr.Dir, rel)); err != nil {
+			t.Fatal(err)
+		}
+		out, code := runScript(t, tr, stage)
+		if code != ExitInputBad || !strings.Contains(out, "symlink") || strings.Contains(out, stage+"-ran") {
+			t.Errorf("%s with a symlinked %s: exit %d\n%s", stage, rel, code, out)
+		}
+		if err := os.Remove(filepath.Join(tr.Dir, rel)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(tr.Dir, rel), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := runScript(t, tr, stage); code != ExitInputBad {
+			t.Errorf("%s with a directory at %s: exit %d\n%s", stage, rel, code, out)
+		}
+	}
+}
+
+// TestRunReservedExit: a payload the policy controls (author, train) cannot
+// exit with one of the scripts' own verdicts: 64..79 is reported as 1.
+func TestRunReservedExit(t *testing.T) {
+	tr := stageRun(t, map[string]string{Author: `exit 69`, Train: `exit 67`})
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("K=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for stage, status := range map[string]string{Author: "69", Train: "67"} {
+		out, code := runScript(t, tr, stage)
+		if code != ExitPayloadReserved || !strings.Contains(out, "status "+status+" is reserved") {
+			t.Errorf("%s: exit %d, want %d:\n%s", stage, code, ExitPayloadReserved, out)
+		}
+	}
+}
+
+// TestRunGuard runs the isolated train script with a stand-in apptainer
+// that runs the real guard.sh from the bundle bind against a fake container
+// tree: a clean tree lets the payload run, with the site's APPTAINER_* and
+// SINGULARITY_* variables gone but the temporary and cache directories; a
+// munge directory stops the job with 69 before the payload starts.
+func TestRunGuard(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "apptainer")
+	script := `#!/bin/bash
+env | grep -E '^(APPTAINER|SINGULARITY)' | sort | sed 's/^/fake-env: /' >&2
+shift # exec
+binds=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bind) binds+=("$2"); shift 2 ;;
+    --workdir | --env | --network | --no-mount) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+shift # the image
+case $2 in
+  */guard.sh)
+    [ -z "${FAKE_FAIL:-}" ] || exit 255
+    for b in "${binds[@]}"; do
+      IFS=: read -r h c _ <<< "$b"
+      case $2 in "$c"/*) exec bash "$h${2#"$c"}" --root "$FAKE_ROOT" --proc "$FAKE_PROC" "$3" ;; esac
+    done
+    echo "fake apptainer: no bind for $2" >&2; exit 2 ;;
+esac
+echo "payload-ran $*" >&2
+`
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadExample(t, "cluster-example.yaml")
+	cfg.Cluster.Workdir = filepath.Join(dir, "work")
+	cfg.Runtime.Binary = fake
+	tr := render(t, cfg)
+	writeTree(t, tr)
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := newGuardTree(t, Train)
+	g.writeProc(t)
+	env := []string{"FAKE_ROOT=" + g.root, "FAKE_PROC=" + g.proc, "APPTAINER_BIND=/run/munge", "APPTAINERENV_SLURM_CONF=/etc/slurm/slurm.conf",
+		"SINGULARITY_BINDPATH=/etc/slurm", "APPTAINER_NO_MOUNT=", "APPTAINER_TMPDIR=/tmp/at", "SINGULARITY_CACHEDIR=/tmp/sc"}
+	out, code := runScript(t, tr, Train, env...)
+	if code != 0 || !strings.Contains(out, "payload-ran /bin/bash /nemorl/bundle/train.sh") || !strings.Contains(out, "nemorl: guard: no way to Slurm") {
+		t.Fatalf("clean: exit %d\n%s", code, out)
+	}
+	seen := regexp.MustCompile(`fake-env: ([A-Z_]+)=`).FindAllStringSubmatch(out, -1)
+	for _, m := range seen {
+		if m[1] != "APPTAINER_TMPDIR" && m[1] != "SINGULARITY_CACHEDIR" {
+			t.Errorf("%s reached apptainer:\n%s", m[1], out)
+		}
+	}
+	if len(seen) != 4 { // the two kept, seen by the guard's exec and the payload's
+		t.Errorf("want APPTAINER_TMPDIR and SINGULARITY_CACHEDIR kept on both exec lines:\n%s", out)
+	}
+
+	mkdirAll(t, filepath.Join(g.root, "run/munge"))
+	out, code = runScript(t, tr, Train, env...)
+	if code != ExitIsolation || strings.Contains(out, "payload-ran") || !strings.Contains(out, "nemorl: isolation: /run/munge is present") ||
+		!strings.Contains(out, "nemorl: isolation: the guard refused the train container") {
+		t.Fatalf("munge: exit %d, want %d and no payload:\n%s", code, ExitIsolation, out)
+	}
+
+	// A guard that cannot run (the container did not start) verifies
+	// nothing: the payload does not start either.
+	out, code = runScript(t, tr, Train, append(env, "FAKE_FAIL=1")...)
+	if code != ExitIsolation || strings.Contains(out, "payload-ran") || !strings.Contains(out, "nemorl: isolation: unverified") {
+		t.Fatalf("guard failed to run: exit %d, want %d and no payload:\n%s", code, ExitIsolation, out)
+	}
+}
