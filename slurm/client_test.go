@@ -181,11 +181,11 @@ func TestSbatchArgsRejects(t *testing.T) {
 func TestQueryOneSacctThenSqueueForMissing(t *testing.T) {
 	f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){
 		"sacct": func(argv []string) (string, string, int) {
-			return sacctLine("10", "10", "a", "COMPLETED", "0:0", "None", "1700000000", "1700000001", "1700000002", "00:00:01", "vm", "c") +
-				sacctLine("10.batch", "10.batch", "batch", "COMPLETED", "0:0", "", "1700000001", "1700000001", "1700000002", "00:00:01", "vm", ""), "", 0
+			return sacctLine("10", "10", "a", "COMPLETED", "0:0", "None", "1700000000", "1700000001", "1700000002", "00:00:01", "vm", "nemorl", "c") +
+				sacctLine("10.batch", "10.batch", "batch", "COMPLETED", "0:0", "", "1700000001", "1700000001", "1700000002", "00:00:01", "vm", "", ""), "", 0
 		},
 		"squeue": func(argv []string) (string, string, int) {
-			return strings.Join([]string{"11", "b", "PENDING", "Dependency", "1700000000", "N/A", "N/A", "0:00", "", "(null)"}, Sep) + "\n", "", 0
+			return strings.Join([]string{"11", "b", "PENDING", "Dependency", "1700000000", "N/A", "N/A", "0:00", "", "nemorl", "(null)"}, Sep) + "\n", "", 0
 		},
 	}}
 	ids := []string{"10", "11", "12", "10"}
@@ -227,7 +227,7 @@ func TestQuerySacctDownFallsBackToSqueue(t *testing.T) {
 			return "", "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to host:localhost:6819: Connection refused\nsacct: error: Problem talking to the database: Connection refused\n", 1
 		},
 		"squeue": func([]string) (string, string, int) {
-			return strings.Join([]string{"7", "a", "RUNNING", "None", "1700000000", "1700000005", "1700003605", "1:00", "vm", "tag"}, Sep) + "\n", "", 0
+			return strings.Join([]string{"7", "a", "RUNNING", "None", "1700000000", "1700000005", "1700003605", "1:00", "vm", "nemorl", "tag"}, Sep) + "\n", "", 0
 		},
 	}}
 	got, err := New(f).Query(context.Background(), []string{"7", "8"})
@@ -353,13 +353,13 @@ func TestRelease(t *testing.T) {
 func TestFindByComment(t *testing.T) {
 	f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){
 		"sacct": func(argv []string) (string, string, int) {
-			return sacctLine("20", "20", "nemorl-author-ep", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl:ep:author") +
-				sacctLine("21", "21", "nemorl-train-ep", "RUNNING", "0:0", "None", "1", "2", "Unknown", "00:00:01", "vm", "nemorl:ep:train") +
-				sacctLine("22", "22", "other", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl:ep:author2"), "", 0
+			return sacctLine("20", "20", "nemorl-author-ep", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "nemorl:ep:author") +
+				sacctLine("21", "21", "nemorl-train-ep", "RUNNING", "0:0", "None", "1", "2", "Unknown", "00:00:01", "vm", "nemorl", "nemorl:ep:train") +
+				sacctLine("22", "22", "other", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "nemorl:ep:author2"), "", 0
 		},
 		"squeue": func(argv []string) (string, string, int) {
 			row := func(id, st, c string) string {
-				return strings.Join([]string{id, "n", st, "None", "1", "2", "3", "0:01", "vm", c}, Sep) + "\n"
+				return strings.Join([]string{id, "n", st, "None", "1", "2", "3", "0:01", "vm", "nemorl", c}, Sep) + "\n"
 			}
 			return row("21", "COMPLETED", "nemorl:ep:train") + row("23", "PENDING", "nemorl:ep:train") + row("24", "PENDING", "x"), "", 0
 		},

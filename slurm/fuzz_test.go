@@ -13,7 +13,7 @@ func addCaptures(f *testing.F, pattern string) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "lab", pattern))
 	files2, _ := filepath.Glob(filepath.Join("testdata", "synthetic", pattern))
 	for _, p := range append(files, files2...) {
-		if b, err := os.ReadFile(p); err == nil {
+		if b, err := readCapture(p); err == nil {
 			f.Add(b)
 		}
 	}
@@ -46,7 +46,7 @@ func checkJobs(t *testing.T, jobs []JobInfo) {
 
 func FuzzParseSacct(f *testing.F) {
 	addCaptures(f, "sacct_*.txt")
-	f.Add([]byte(sacctLine("1", "1", "n", "CANCELLED by 0", "0:15", "None", "Unknown", "None", "1", "1-00:00:01", "None assigned", "c")))
+	f.Add([]byte(sacctLine("1", "1", "n", "CANCELLED by 0", "0:15", "None", "Unknown", "None", "1", "1-00:00:01", "None assigned", "nemorl", "c")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		jobs, _ := ParseSacct(b)
 		checkJobs(t, jobs)

@@ -35,9 +35,14 @@ type JobInfo struct {
 	End      time.Time     `json:"end"`    // zero when unknown (not ended)
 	Elapsed  time.Duration `json:"elapsed"`
 	NodeList string        `json:"nodelist,omitempty"` // "" when none assigned
-	Comment  string        `json:"comment,omitempty"`
-	Steps    []Step        `json:"steps,omitempty"` // sacct only
-	Source   Source        `json:"source"`
+	// User is the name of the user the job belongs to (runs as), as sacct
+	// (User) and squeue (%u) print it; "" when not reported (a job known
+	// from its step lines only). A user name the login node cannot
+	// resolve may come back as a number.
+	User    string `json:"user,omitempty"`
+	Comment string `json:"comment,omitempty"`
+	Steps   []Step `json:"steps,omitempty"` // sacct only
+	Source  Source `json:"source"`
 }
 
 // Step is one step line of sacct (123.batch, 123.extern, 123.0).

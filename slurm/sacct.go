@@ -16,9 +16,10 @@ const Sep = "\x1f"
 // SacctFields is the --format list the Client passes to sacct, in order.
 // ParseSacct expects exactly these columns. Comment is last: it is the only
 // free-text field a user sets freely, and a stray separator in it is kept.
+// User is the job's user name (empty on step lines).
 var SacctFields = []string{
 	"JobIDRaw", "JobID", "JobName", "State", "ExitCode", "Reason",
-	"Submit", "Start", "End", "Elapsed", "NodeList", "Comment",
+	"Submit", "Start", "End", "Elapsed", "NodeList", "User", "Comment",
 }
 
 const (
@@ -33,6 +34,7 @@ const (
 	saEnd
 	saElapsed
 	saNodes
+	saUser
 	saComment
 	saNumFields
 )
@@ -97,6 +99,7 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 			Start:    ParseTime(f[saStart], loc),
 			End:      ParseTime(f[saEnd], loc),
 			NodeList: nodeList(f[saNodes]),
+			User:     strings.TrimSpace(f[saUser]),
 			Comment:  f[saComment],
 			Source:   SourceSacct,
 		}

@@ -9,8 +9,9 @@ import (
 
 // SqueueFields is what the Client asks squeue for (with --format), in
 // order, joined by Sep: job id (unique per array task), name, long state,
-// reason, submit time, start time, end time, time used, nodes, comment.
-var SqueueFields = []string{"%A", "%j", "%T", "%r", "%V", "%S", "%e", "%M", "%N", "%k"}
+// reason, submit time, start time, end time, time used, nodes, user name,
+// comment (last: free text).
+var SqueueFields = []string{"%A", "%j", "%T", "%r", "%V", "%S", "%e", "%M", "%N", "%u", "%k"}
 
 const (
 	sqID = iota
@@ -22,6 +23,7 @@ const (
 	sqEnd
 	sqElapsed
 	sqNodes
+	sqUser
 	sqComment
 	sqNumFields
 )
@@ -61,6 +63,7 @@ func parseSqueue(out []byte, loc *time.Location) ([]JobInfo, error) {
 			Reason:   reason,
 			Submit:   ParseTime(f[sqSubmit], loc),
 			NodeList: nodeList(f[sqNodes]),
+			User:     nullString(strings.TrimSpace(f[sqUser])),
 			Comment:  nullString(f[sqComment]),
 			Source:   SourceSqueue,
 		}

@@ -75,7 +75,22 @@ type State struct {
 	Raw string `json:"raw"`
 	// Name is the base state, upper case, long form: "CANCELLED".
 	Name string `json:"name"`
-	// ByUID is the uid in "CANCELLED by UID", else -1.
+	// ByUID is the uid in "CANCELLED by UID", else -1: who cancelled the
+	// job. Only sacct prints it; squeue never does. What Slurm 22.05
+	// records (lab, 22.05.8):
+	//   - scancel of a pending job: always "CANCELLED by UID" — the owner's
+	//     uid when the owner cancelled it, 0 for root;
+	//   - scancel of a running job: "CANCELLED by UID" likewise in every
+	//     trial of ours (owner and root, 0 to 8 s after the start, a job
+	//     that ignores TERM too), with job exit code 0:0 and the batch
+	//     step CANCELLED 0:15. But NOT reliably: an earlier capture
+	//     (testdata/lab/sacct_final.txt, job 342, a running sleep
+	//     scancelled by root) reads plain "CANCELLED" with job exit code
+	//     0:15 — the record the batch step's end wrote, without the uid;
+	//   - slurmctld's own cancellation (--kill-on-invalid-dep, a
+	//     dependency never satisfied): no uid at all, plain "CANCELLED",
+	//     reason None for a few seconds, then Dependency.
+	// So -1 on a CANCELLED job proves nothing about who cancelled it.
 	ByUID int `json:"by_uid"`
 	// Class is the coarse state.
 	Class Class `json:"class"`
@@ -150,9 +165,10 @@ func ParseState(raw, reason string) State {
 	switch name {
 	case "CANCELLED":
 		// --kill-on-invalid-dep: sacct shows "CANCELLED" (no "by UID") with
-		// reason "Dependency"; squeue shows reason DependencyNeverSatisfied.
-		// A user's scancel of a pending job shows "CANCELLED by UID" in
-		// sacct (not always for a running one, which has reason None).
+		// reason "Dependency" (None for the first seconds: foldSteps);
+		// squeue shows reason DependencyNeverSatisfied. A scancel shows
+		// "CANCELLED by UID" in sacct for a pending job, usually but not
+		// always for a running one (reason None): see State.ByUID.
 		if s.ByUID < 0 && (r == "DependencyNeverSatisfied" || r == "Dependency") {
 			s.Failure = FailureDependency
 		}

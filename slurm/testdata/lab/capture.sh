@@ -7,8 +7,11 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d /tmp/slurmcap.XXXXXX)"; chmod 755 "$work"
 SEP=$'\x1f'
-SACCT_FMT=JobIDRaw,JobID,JobName,State,ExitCode,Reason,Submit,Start,End,Elapsed,NodeList,Comment
-SQUEUE_FMT="%A${SEP}%j${SEP}%T${SEP}%r${SEP}%V${SEP}%S${SEP}%e${SEP}%M${SEP}%N${SEP}%k"
+# The client's layout (SacctFields, SqueueFields). The sacct_*/squeue_*
+# files here were captured (as root) before User/%u joined it; the tests
+# insert that column when they read them (readCapture in parse_test.go).
+SACCT_FMT=JobIDRaw,JobID,JobName,State,ExitCode,Reason,Submit,Start,End,Elapsed,NodeList,User,Comment
+SQUEUE_FMT="%A${SEP}%j${SEP}%T${SEP}%r${SEP}%V${SEP}%S${SEP}%e${SEP}%M${SEP}%N${SEP}%u${SEP}%k"
 O=(--output="$work/%j.out" --comment=capture)
 
 sb() { # name, args… → prints the job id
