@@ -220,6 +220,13 @@ func TestAttributionTrainAndEval(t *testing.T) {
 			f.e.CancelRequested = ReasonDeadline
 			f.write(Train, goodTrainLine(t), goodTrainLine(t))
 		}, infra(Train, ReasonDeadline)},
+		{"train cancelled, canceller unknown, no isolation", func(f *fixture) {
+			f.set(trainID, "CANCELLED", "0:15")
+		}, policy(Train, ReasonForeignCancel, true)},
+		{"train cancelled, canceller unknown, container", func(f *fixture) {
+			f.e.Isolation = "apptainer"
+			f.set(trainID, "CANCELLED", "0:15")
+		}, infra(Train, ReasonCancelled)},
 		{"train node failure", func(f *fixture) { f.set(trainID, "NODE_FAIL", "0:0") }, infra(Train, "node_failure")},
 		{"train preempted", func(f *fixture) { f.set(trainID, "PREEMPTED", "0:0") }, infra(Train, "preempted")},
 		{"train guard found slurm", func(f *fixture) { f.set(trainID, "FAILED", "69:0") }, infra(Train, ReasonIsolationBreach)},

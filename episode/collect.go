@@ -185,8 +185,14 @@ func (d *Driver) cancelled(ctx context.Context, e *Entry, o *Outcome, stage stri
 		return o.fail(InfraFailure, stage, ReasonCancelled, fmt.Sprintf("%s job %s was cancelled by nemorl-slurm", stage, j.ID)), nil
 	}
 	if j.State.ByUID < 0 {
+		// sacct (22.05) sometimes drops the uid of a running job's
+		// canceller. Without isolation the policy's code may have been it.
+		if e.Isolation == "none" {
+			return o.fail(PolicyFailure, stage, ReasonForeignCancel,
+				fmt.Sprintf("%s job %s ended %s and nemorl-slurm did not cancel it; Slurm does not say who did, and without isolation the policy's code can", stage, j.ID, j.State.Raw)).tampered(), nil
+		}
 		return o.fail(InfraFailure, stage, ReasonCancelled,
-			fmt.Sprintf("%s job %s ended %s: Slurm does not say who cancelled it", stage, j.ID, j.State.Raw)), nil
+			fmt.Sprintf("%s job %s ended %s: Slurm does not say who cancelled it, and the policy's code cannot reach Slurm from its container", stage, j.ID, j.State.Raw)), nil
 	}
 	_, uid, err := d.clusterUser(ctx)
 	if err != nil {
@@ -285,7 +291,7 @@ func (d *Driver) collectAuthor(ctx context.Context, e *Entry, infos map[string]s
 // the eval job's start and end as sacct reports them (whole seconds, from
 // slurmctld's clock, while the file's change time comes from the file
 // server's clock).
-const EvalOutputSlack = 10 * time.Second
+const EvalOutputSlack = 2 * time.Second
 
 // classify decides the outcome of an episode whose train job has ended and
 // whose eval job has ended (or never will). It returns nil, nil when Slurm

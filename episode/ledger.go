@@ -83,6 +83,9 @@ type Entry struct {
 	// OutcomeSeal is the HMAC-SHA256 of Outcome under the ledger's seal
 	// key (seal.go), written with it; Load checks it.
 	OutcomeSeal string `json:"outcome_seal,omitempty"`
+	// EvalOutputChecked is set once eval's out.log was found absent or a
+	// regular file after train ended (a planted FIFO would stall eval).
+	EvalOutputChecked bool `json:"eval_output_checked,omitempty"`
 	// CancelsIssued lists the job ids this tool scancelled, so that a
 	// CANCELLED job can be told from one the policy cancelled.
 	CancelsIssued []string `json:"cancels_issued,omitempty"`

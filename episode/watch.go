@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"sync"
 	"time"
 
@@ -378,6 +379,17 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	if !ti.State.Terminal() {
 		return lost(Train)
 	}
+	if id := e.JobID(Eval); id != "" && !infos[id].State.Terminal() && !e.EvalOutputChecked {
+		// Eval's output is opened by slurmstepd when eval starts: a FIFO
+		// planted there (without isolation the train job can) would stall
+		// it until its time limit. Look once, as soon as train has ended.
+		if o, err := d.checkEvalOutput(ctx, e, infos); err != nil || o != nil {
+			if err != nil {
+				return err
+			}
+			return finish(o)
+		}
+	}
 	if id := e.JobID(Eval); id != "" {
 		ei := infos[id]
 		if !ei.State.Terminal() {
@@ -487,3 +499,27 @@ func (d *Driver) Result(ctx context.Context, ep string) (*Entry, Row, error) {
 
 // ErrNotFinished is returned by Result for an episode still running.
 var ErrNotFinished = errors.New("episode not finished")
+
+// checkEvalOutput looks at eval's out.log once train has ended: anything
+// there but a regular file ends the episode (its jobs cancelled) as the
+// planted output it is.
+func (d *Driver) checkEvalOutput(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
+	p := path.Join(e.Dir, templates.Output(Eval))
+	fi, err := d.lstat(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: %w", e.Episode, err)
+	}
+	if !fi.Exists || fi.Regular() {
+		e.EvalOutputChecked = true
+		return nil, d.Ledger.Save(e)
+	}
+	ids := e.JobIDs()
+	e.CancelsIssued = append(e.CancelsIssued, ids...)
+	if err := d.Ledger.Save(e); err != nil {
+		return nil, err
+	}
+	if err := d.Slurm.Cancel(ctx, ids); err != nil {
+		return nil, err
+	}
+	return d.base(e, infos).planted(e, &plantedError{Stage: Eval, Path: p, Type: fi.Type}), nil
+}

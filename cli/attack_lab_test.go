@@ -1,0 +1,366 @@
+package cli
+
+// The policy as an attacker, on the lab (runtime none: every stage runs on
+// the host as the lab user and can run Slurm commands). Each case gives a
+// stand-in an attack mode (lab/stand-ins/*) and checks that the tool does
+// not score what the attack forged, and charges what the policy caused to
+// the policy (README "Attribution").
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testAttacks runs every attack in parallel.
+func (x *labCLI) testAttacks(t *testing.T) {
+	t.Run("RedirectEvalStdout", x.testRedirectEvalStdout)
+	t.Run("HelperRewritesEval", x.testHelperRewritesEval)
+	t.Run("ImpostorEvalAdoptedOnResume", x.testImpostorEvalResume)
+	t.Run("ImpostorEvalWithoutCrash", x.testImpostorEvalNoCrash)
+	t.Run("LedgerRewritten", x.testLedgerRewritten)
+	t.Run("PlantEvalFIFO", x.testPlantEvalFIFO)
+	t.Run("PolicyFailures", x.testPolicyFailures)
+	t.Run("BadPatch", x.testBadPatch)
+	t.Run("BadWeights", x.testBadWeights)
+	t.Run("SecretsGoneAfterCancel", x.testSecretsGoneAfterCancel)
+}
+
+// attackEpisode is newEpisode plus the cleanup of the attack's helper jobs.
+func attackEpisode(t *testing.T, name string) string {
+	ep := newEpisode(t, name)
+	t.Cleanup(func() {
+		_ = exec.Command("scancel", "--name=nemorl-attack-"+ep).Run()
+	})
+	return ep
+}
+
+// notScored fails t if a forged reward was accepted.
+func notScored(t *testing.T, o outcomeJSON) {
+	t.Helper()
+	if o.Outcome == "scored" || (o.Reward != nil && *o.Reward != 0) {
+		t.Fatalf("the attack was scored: %s reward %s (%s)", o.Outcome, fmtReward(o.Reward), o.Detail)
+	}
+}
+
+// testRedirectEvalStdout: train runs `scontrol update jobid=<eval>
+// StdOut=…/redirected.log` and writes a perfect forged record (the eval job
+// id, the real weights' sha256) into eval/out.log. The eval script finds its
+// stdout is not its out.log and refuses (exit 67).
+func (x *labCLI) testRedirectEvalStdout(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, "train", "--redirect-eval-stdout"), attackEpisode(t, "redirect")
+	r := x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep).want(t, ExitIntegrity)
+	o := outcomeOf(t, r)
+	notScored(t, o)
+	wantFailure(t, o, "integrity_violation", "eval_output_redirected", "eval")
+	if !o.Tampering || o.Jobs["eval"].ExitCode != "67:0" {
+		t.Errorf("tampering %v, eval exit code %q; want true, 67:0", o.Tampering, o.Jobs["eval"].ExitCode)
+	}
+	forged, err := os.ReadFile(filepath.Join(o.Dir, "eval", "out.log"))
+	if err != nil || !strings.Contains(string(forged), "NEMORL_ENV_RESULT=") {
+		t.Errorf("the stand-in did not mount the attack (no forged record in eval/out.log): %v", err)
+	}
+}
+
+// testHelperRewritesEval: train sbatches a helper job that waits for the
+// genuine record in eval/out.log and renames a forged copy over it. The
+// eval script keeps checking that out.log is its stdout for a while after
+// printing the record; a rename after the job's end leaves a change time
+// outside its run.
+func (x *labCLI) testHelperRewritesEval(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, "train", "--helper-rewrites-eval"), attackEpisode(t, "helper")
+	r := x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep)
+	o := outcomeOf(t, r)
+	notScored(t, o)
+	if o.Outcome != "integrity_violation" || (o.FailureReason != "eval_output_redirected" && o.FailureReason != "eval_output_tampered") {
+		t.Fatalf("outcome %s (%s), want integrity_violation eval_output_redirected or eval_output_tampered\n%s", o.Outcome, o.FailureReason, r)
+	}
+	r.want(t, ExitIntegrity)
+}
+
+// waitLedgerJob waits until the ledger has stage's job id and returns it.
+func waitLedgerJob(t *testing.T, state, ep, stage string, b *bgRun) string {
+	t.Helper()
+	id := ""
+	eventually(t, episodeTimeout, 50*time.Millisecond, func() string {
+		if b != nil && b.exited() {
+			t.Fatalf("run ended before it was killed\n%s", b.res)
+		}
+		raw, err := os.ReadFile(ledgerPath(state, ep))
+		if err != nil {
+			return err.Error()
+		}
+		var e ledgerEntry
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return err.Error()
+		}
+		if id = e.Jobs[stage].JobID; id == "" {
+			return "no " + stage + " job id in the ledger"
+		}
+		return ""
+	})
+	return id
+}
+
+// sacctState is sacct's state of one job ("" while it shows none).
+func sacctState(id string) string {
+	out, err := exec.Command("sacct", "-n", "-X", "-P", "-j", id, "--format=State").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// testImpostorEvalResume: train renames and cancels the real eval job and
+// sbatches an impostor under eval's name and --comment that prints a
+// forged perfect record. run crashed and the ledger lost eval's job id;
+// resume finds the impostor, proves it is not the tool's (its batch
+// script differs from the one staged) and cancels it.
+func (x *labCLI) testImpostorEvalResume(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, "train", "--impostor-eval"), attackEpisode(t, "impostor")
+	b := x.start(t, state, episodeTimeout, "run", "--json", "--config", cfg, "--episode", ep)
+	evalID := waitLedgerJob(t, state, ep, "eval", b)
+	if err := syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-b.done
+	// The attack: the real eval cancelled, an impostor submitted.
+	eventually(t, episodeTimeout, time.Second, func() string {
+		if s := sacctState(evalID); !strings.HasPrefix(s, "CANCELLED") {
+			return "real eval job " + evalID + " is " + s
+		}
+		out, _ := exec.Command("squeue", "-h", "-o", "%i", "-n", jobName(ep, "eval")).Output()
+		if strings.TrimSpace(string(out)) == "" {
+			out, _ = exec.Command("sacct", "-n", "-X", "-P", "--name="+jobName(ep, "eval"), "--format=JobIDRaw").Output()
+		}
+		if strings.TrimSpace(string(out)) == "" {
+			return "no impostor job yet"
+		}
+		return ""
+	})
+	// The crash window: the intent to submit eval is on record, its id is not.
+	p := ledgerPath(state, ep)
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	ev := doc["jobs"].(map[string]any)["eval"].(map[string]any)
+	delete(ev, "job_id")
+	delete(ev, "submitted")
+	raw, _ = json.MarshalIndent(doc, "", "  ")
+	if err := os.WriteFile(p, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r := x.run(t, state, episodeTimeout, "resume", "--json", "--config", cfg).want(t, ExitIntegrity)
+	o := watchedOutcome(t, r, ep)
+	notScored(t, o)
+	wantFailure(t, o, "integrity_violation", "impostor_job", "eval")
+	if !strings.Contains(o.Detail, "batch script") {
+		t.Errorf("detail %q does not say the batch script gave the impostor away", o.Detail)
+	}
+	e := readLedger(t, state, ep)
+	if e.Jobs["eval"].JobID != "" {
+		t.Errorf("the impostor was adopted as eval job %s", e.Jobs["eval"].JobID)
+	}
+}
+
+// testImpostorEvalNoCrash: the same attack while run watches: the real
+// eval job was cancelled by the user's own uid and not by the tool, which
+// only the policy's code can have done.
+func (x *labCLI) testImpostorEvalNoCrash(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, "train", "--impostor-eval"), attackEpisode(t, "impostor-live")
+	r := x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep).want(t, ExitOK)
+	o := outcomeOf(t, r)
+	notScored(t, o)
+	wantFailure(t, o, "policy_failure", "foreign_cancel", "eval")
+	if !o.Tampering {
+		t.Error("a cancel the tool did not issue is not flagged as tampering")
+	}
+}
+
+// testLedgerRewritten: a final ledger entry edited after the fact (what a
+// job could do to a ledger in the home it shares under runtime none; the
+// test plays the job's edit) makes result report the alarm, not the edit.
+func (x *labCLI) testLedgerRewritten(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, ""), attackEpisode(t, "ledger")
+	o := outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep).want(t, ExitOK))
+	if o.Outcome != "scored" {
+		t.Fatalf("outcome %s, want scored", o.Outcome)
+	}
+	p := ledgerPath(state, ep)
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := doc["outcome"].(map[string]any)
+	out["reward"], out["aime25_exact"], out["aime25_avg_at_8"] = 1.0, 1.0, 1.0
+	raw, _ = json.MarshalIndent(doc, "", "  ")
+	if err := os.WriteFile(p, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := x.run(t, state, quickTimeout, "result", "--json", ep).want(t, ExitIntegrity)
+	got := outcomeOf(t, r)
+	notScored(t, got)
+	wantFailure(t, got, "integrity_violation", "ledger_tampered", "")
+}
+
+// testPlantEvalFIFO: train plants a FIFO where eval's output goes, so that
+// slurmstepd blocks opening it. The tool looks once train has ended,
+// cancels the stalled eval and charges the policy.
+func (x *labCLI) testPlantEvalFIFO(t *testing.T) {
+	t.Parallel()
+	state, cfg, ep := t.TempDir(), x.config(t, "train", "--plant-eval-fifo"), attackEpisode(t, "fifo")
+	r := x.start(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep)
+	res := r.wait(t, episodeTimeout+10*time.Second)
+	o := outcomeOf(t, res)
+	// Unblock a slurmstepd stuck on the FIFO, whatever happened.
+	if f, err := os.OpenFile(filepath.Join(o.Dir, "eval", "out.log"), os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+		time.Sleep(100 * time.Millisecond)
+		f.Close()
+	}
+	res.want(t, ExitOK)
+	notScored(t, o)
+	wantFailure(t, o, "policy_failure", "planted_output", "eval")
+}
+
+// testPolicyFailures: what the train job does to itself is the policy's 0,
+// never a masked sample.
+func (x *labCLI) testPolicyFailures(t *testing.T) {
+	cases := []struct {
+		flag, reason, stage string
+		tampering           bool
+	}{
+		{"--flood-output", "missing_record", "train", false},
+		{"--cancel-self", "foreign_cancel", "train", true},
+		{"--cancel-eval", "foreign_cancel", "eval", true},
+	}
+	for _, c := range cases {
+		name := strings.TrimPrefix(c.flag, "--")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			state, cfg, ep := t.TempDir(), x.config(t, "train", c.flag), attackEpisode(t, name)
+			r := x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep).want(t, ExitOK)
+			o := outcomeOf(t, r)
+			wantFailure(t, o, "policy_failure", c.reason, c.stage)
+			if o.Reward == nil || *o.Reward != 0 || o.MaskSample || o.Tampering != c.tampering {
+				t.Errorf("reward %s mask %v tampering %v, want 0, false, %v", fmtReward(o.Reward), o.MaskSample, o.Tampering, c.tampering)
+			}
+		})
+	}
+}
+
+// testBadPatch: a change.diff that is a FIFO, a symlink to /dev/zero or a
+// 64 GiB sparse file ends the episode as bad_patch, and the tool stays
+// small.
+func (x *labCLI) testBadPatch(t *testing.T) {
+	for _, flag := range []string{"--patch-fifo", "--patch-dev-zero", "--patch-oversize"} {
+		name := strings.TrimPrefix(flag, "--")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			state, cfg, ep := t.TempDir(), x.config(t, "author", flag), attackEpisode(t, name)
+			r := x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep).want(t, ExitOK)
+			o := outcomeOf(t, r)
+			wantFailure(t, o, "policy_failure", "bad_patch", "author")
+			wantJobs(t, o, map[string]string{"author": "COMPLETED"})
+			if ru, ok := r.state.SysUsage().(*syscall.Rusage); !ok || ru.Maxrss > 100<<10 {
+				t.Errorf("run's peak RSS %d KiB, want under 100 MiB", ru.Maxrss)
+			} else {
+				t.Logf("run's peak RSS: %d KiB", ru.Maxrss)
+			}
+		})
+	}
+}
+
+// testBadWeights: weights the trusted check rejects (NaN values) are the
+// policy's 0. The eval stand-in runs the real check (evaluate
+// check-weights of the binary under test) as the eval payload does.
+func (x *labCLI) testBadWeights(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("/opt/nemorl-lab", "test-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "nemorl-slurm")
+	data, err := os.ReadFile(x.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := x.config(t, "train", "--nan-weights")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := "command: [" + labStandIns + "/eval]"
+	b = []byte(strings.Replace(string(b), old, "command: ["+labStandIns+"/eval, --check-weights, "+bin+"]", 1))
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state, ep := t.TempDir(), attackEpisode(t, "nan-weights")
+	r := x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep).want(t, ExitOK)
+	o := outcomeOf(t, r)
+	wantFailure(t, o, "policy_failure", "bad_weights", "eval")
+	if o.Jobs["eval"].ExitCode != "68:0" {
+		t.Errorf("eval exit code %q, want 68:0 (weights rejected)", o.Jobs["eval"].ExitCode)
+	}
+}
+
+// testSecretsGoneAfterCancel: an episode cancelled before its author job
+// ran leaves no secrets.env, and cancel works without the API key's
+// variable set.
+func (x *labCLI) testSecretsGoneAfterCancel(t *testing.T) {
+	t.Parallel()
+	cfg := x.config(t, "")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "api_key: lab-stand-in-key", "api_key: ${NEMORL_TEST_POLICY_KEY}", 1)
+	s = strings.Replace(s, "  partition:", "  extra_sbatch: [--begin=now+1hour]\n  partition:", 1)
+	if s == string(b) || !strings.Contains(s, "--begin") {
+		t.Fatalf("could not derive the config from configs/lab.yaml:\n%s", s)
+	}
+	if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state, ep := t.TempDir(), attackEpisode(t, "secrets")
+	os.Setenv("NEMORL_TEST_POLICY_KEY", x.apiKey)
+	sub := x.run(t, state, quickTimeout, "submit", "--config", cfg, "--json", "--episode", ep)
+	os.Unsetenv("NEMORL_TEST_POLICY_KEY")
+	sub.want(t, ExitOK)
+	var doc submitDoc
+	oneJSON(t, sub, &doc)
+	secrets := filepath.Join(doc.Dir, "author", "secrets.env")
+	if _, err := os.Stat(secrets); err != nil {
+		t.Fatalf("secrets.env not staged: %v", err)
+	}
+	x.run(t, state, quickTimeout, "cancel", "--config", cfg, ep).want(t, ExitOK)
+	if _, err := os.Stat(secrets); !os.IsNotExist(err) {
+		t.Fatalf("secrets.env still there after cancel: %v", err)
+	}
+}
