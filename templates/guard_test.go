@@ -164,6 +164,11 @@ func TestGuardRefuses(t *testing.T) {
 			plant: func(t *testing.T, g *guardTree) {
 				mknodSocket(t, filepath.Join(g.root, "nemorl/out/deep/munge.socket.2"))
 			}},
+		{name: "socket in a mount below /proc", stage: Train, want: "unix socket /proc/driver/x/munge.socket.2",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/proc/driver/x")
+				mknodSocket(t, filepath.Join(g.root, "proc/driver/x/munge.socket.2"))
+			}},
 		{name: "socket in /dev", stage: Author, want: "unix socket /dev/log",
 			plant: func(t *testing.T, g *guardTree) { mknodSocket(t, filepath.Join(g.root, "dev/log")) }},
 		{name: "eth0", stage: Train, want: "network interface eth0",

@@ -28,8 +28,9 @@
 #   point with an escaped character (\040 ...) never matches. Firmware and
 #   anything else nvidia-container-cli may add are refused: conservative;
 # - any unix socket file anywhere in the filesystem (walking /, /proc and
-#   /sys pruned): munge's and slurmrestd's sockets, and any other (on a GPU
-#   node where --nv binds nvidia-persistenced's socket, that one too);
+#   /sys pruned but for mounts below them): munge's and slurmrestd's
+#   sockets, and any other (on a GPU node where --nv binds
+#   nvidia-persistenced's socket, that one too);
 # - SLURM_CONF, SLURM_JWT or any SLURMRESTD_* variable set;
 # - a Slurm client (sbatch scontrol scancel srun salloc squeue sacct) in a
 #   PATH directory or in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin
@@ -112,10 +113,13 @@ allowed_mount() {
   return 1
 }
 
-# 1. Mounts.
+# 1. Mounts. Those under /proc and /sys are allowed, but the socket walk
+# below prunes /proc and /sys: it walks each of them separately.
+inner=()
 if [ -r "$proc/self/mountinfo" ]; then
   while read -r _ _ _ _ mp _; do
     allowed_mount "$mp" || refuse "mount point $mp is not allowed in the $stage container"
+    case $mp in /proc/* | /sys/*) inner+=("$r$mp") ;; esac
   done < "$proc/self/mountinfo"
 else
   refuse "cannot read $proc/self/mountinfo"
@@ -128,7 +132,10 @@ if command -v find > /dev/null; then
   while IFS= read -r s; do
     n=$((n + 1))
     [ "$n" -le 10 ] && refuse "unix socket ${s#"$r"}"
-  done < <(find "${r:-/}" \( -path "$r/proc" -o -path "$r/sys" \) -prune -o -type s -print 2> /dev/null)
+  done < <(
+    find "${r:-/}" \( -path "$r/proc" -o -path "$r/sys" \) -prune -o -type s -print 2> /dev/null
+    [ "${#inner[@]}" = 0 ] || find "${inner[@]}" -xdev -type s -print 2> /dev/null
+  )
   [ "$n" -le 10 ] || refuse "$((n - 10)) more unix sockets"
 else
   refuse "cannot look for unix sockets: no find(1) in the image"
@@ -156,7 +163,7 @@ done
 # 5. Slurm clients.
 declare -A seen=()
 IFS=: read -r -a path_dirs <<< "${PATH:-}"
-for d in "${path_dirs[@]}" /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
+for d in ${path_dirs[@]+"${path_dirs[@]}"} /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
   case $d in /*) ;; *) continue ;; esac
   [ -z "${seen[$d]:-}" ] || continue
   seen[$d]=1
