@@ -12,9 +12,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -27,6 +29,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/evaluate"
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/record"
 )
 
@@ -288,6 +291,14 @@ func wantSecretsGone(t *testing.T, e *episode, r result) {
 	}
 	err := filepath.WalkDir(e.dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
+			return err
+		}
+		// Only regular files, and not the 64 GiB sparse change.diff of
+		// --patch-oversize: a FIFO or a symlink to /dev/zero is never read.
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		if info, err := d.Info(); err != nil || info.Size() > 64<<20 {
 			return err
 		}
 		b, err := os.ReadFile(p)
@@ -792,4 +803,644 @@ func TestStandInSleepForever(t *testing.T) {
 			}
 		})
 	}
+}
+
+// --- the attack modes -------------------------------------------------------
+
+// fakeSlurm is a directory of fake Slurm clients for the attack modes run
+// without Slurm: each logs its command line to STATE/calls (one line, the
+// arguments joined by spaces); squeue prints STATE/squeue.out (the jobs the
+// test pretends exist); sbatch saves its script and arguments as
+// STATE/sbatch.N.{sh,args} and prints 900N;nemorl-lab.
+type fakeSlurm struct{ bin, state string }
+
+func newFakeSlurm(t *testing.T, queue string) *fakeSlurm {
+	t.Helper()
+	f := &fakeSlurm{bin: t.TempDir(), state: t.TempDir()}
+	logCall := `printf '%s\n' "$(basename "$0") $*" >>"$FAKE_SLURM/calls"` + "\n"
+	for name, body := range map[string]string{
+		"squeue":   logCall + `cat -- "$FAKE_SLURM/squeue.out" 2>/dev/null || true` + "\n",
+		"scontrol": logCall,
+		"scancel":  logCall,
+		"sbatch": logCall + `n=0
+while [ -e "$FAKE_SLURM/sbatch.$n.sh" ]; do n=$((n + 1)); done
+cat >"$FAKE_SLURM/sbatch.$n.sh"
+printf '%s\n' "$@" >"$FAKE_SLURM/sbatch.$n.args"
+echo "900$n;nemorl-lab"
+`,
+	} {
+		if err := os.WriteFile(filepath.Join(f.bin, name), []byte("#!/bin/bash\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.setQueue(t, queue)
+	return f
+}
+
+func (f *fakeSlurm) setQueue(t *testing.T, queue string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(f.state, "squeue.out"), []byte(queue), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// env is what a stand-in needs to use the fakes: they come first on PATH,
+// and the Slurm waits are 2 s instead of 60 s.
+func (f *fakeSlurm) env() []string {
+	return []string{"PATH=" + f.bin + ":/usr/local/bin:/usr/bin:/bin", "FAKE_SLURM=" + f.state, "NEMORL_STANDIN_WAIT=2"}
+}
+
+func (f *fakeSlurm) calls(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.state, "calls"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// sbatch returns the arguments and the script of the n-th sbatch.
+func (f *fakeSlurm) sbatch(t *testing.T, n int) ([]string, string) {
+	t.Helper()
+	args, err := os.ReadFile(filepath.Join(f.state, "sbatch."+strconv.Itoa(n)+".args"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(f.state, "sbatch."+strconv.Itoa(n)+".sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(args), "\n"), "\n"), string(script)
+}
+
+// wantCalls checks the fake Slurm command lines, in order.
+func wantCalls(t *testing.T, f *fakeSlurm, want ...string) {
+	t.Helper()
+	if got := f.calls(t); !slices.Equal(got, want) {
+		t.Errorf("Slurm calls:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// wantAttackJobRules checks what every attack job must be: --export=NONE,
+// the given name and output, no GPU, a --time of 10 minutes at most.
+func wantAttackJobRules(t *testing.T, args []string, name, output string) {
+	t.Helper()
+	for _, want := range []string{"--parsable", "--export=NONE", "--job-name=" + name, "--output=" + output} {
+		if !slices.Contains(args, want) {
+			t.Errorf("sbatch %q: no %s", args, want)
+		}
+	}
+	var limit time.Duration
+	for _, a := range args {
+		if strings.HasPrefix(a, "--gres") || strings.HasPrefix(a, "--gpus") || strings.HasPrefix(a, "-G") || strings.HasPrefix(a, "--tres") {
+			t.Errorf("sbatch %q: an attack job asks for a GPU (%s)", args, a)
+		}
+		if v, ok := strings.CutPrefix(a, "--time="); ok {
+			var h, m, s int
+			if n, err := fmt.Sscanf(v, "%d:%d:%d", &h, &m, &s); n != 3 || err != nil {
+				t.Fatalf("sbatch --time=%s: want HH:MM:SS", v)
+			}
+			limit = time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(s)*time.Second
+		}
+	}
+	if limit <= 0 || limit > 10*time.Minute {
+		t.Errorf("sbatch %q: time limit %v, want 0 < limit <= 10m", args, limit)
+	}
+}
+
+// perfectRolloutsSHA256 is the sha256 of the rollouts the eval stand-in
+// writes for weightsSHA when all 240 answers are right.
+func perfectRolloutsSHA256(weightsSHA string) string {
+	h := sha256.New()
+	for q := range record.Problems {
+		for s := range record.SamplesPerProblem {
+			fmt.Fprintf(h, `{"_ng_task_index":%d,"_ng_rollout_index":%d,"reward":1.0,"stand_in":true,"response":"stand-in answer: no model was run (weights %s)"}`+"\n", q, s, weightsSHA[:12])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// wantForged checks that line is a perfect eval record that passes every
+// check the collector makes against the eval job and the train record.
+func wantForged(t *testing.T, line []byte, job string, tr *record.Train) *record.Eval {
+	t.Helper()
+	rec, err := record.ParseLine(record.StageEval, bytes.TrimSuffix(line, []byte("\n")))
+	if err != nil {
+		t.Fatalf("forged record %q: %v", line, err)
+	}
+	ev := rec.(*record.Eval)
+	if err := record.VerifyEvalJob(ev, job); err != nil {
+		t.Error(err)
+	}
+	if err := record.VerifyWeights(tr, ev); err != nil {
+		t.Error(err)
+	}
+	if ev.Reward != 1 || ev.Correct != record.TotalSamples || ev.Reward != record.RewardFor(ev.Correct) {
+		t.Errorf("forged record %+v is not perfect", ev)
+	}
+	for q, c := range ev.PerQuestionCorrect {
+		if c != record.SamplesPerProblem {
+			t.Errorf("forged record: problem %d has %d correct", q, c)
+		}
+	}
+	return ev
+}
+
+// trainRecord checks the honest train record of an attack run.
+func trainRecord(t *testing.T, e *episode, r result) *record.Train {
+	t.Helper()
+	rec, err := record.Scan(record.StageTrain, r.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := rec.(*record.Train)
+	if tr.Status != record.StatusOK {
+		t.Errorf("train record %+v", tr)
+	}
+	if sum, n := sha256File(t, e.path("train/checkpoint/model.safetensors")); sum != tr.WeightsSHA256 || n != tr.WeightsBytes {
+		t.Errorf("weights: sha256 %s, %d bytes; the record says %s, %d bytes", sum, n, tr.WeightsSHA256, tr.WeightsBytes)
+	}
+	return tr
+}
+
+// wantNotMounted checks an attack that could not be mounted: exit 3, no
+// record, the reason on stderr.
+func wantNotMounted(t *testing.T, r result, reason string) {
+	t.Helper()
+	wantExit(t, r, 3)
+	if len(r.stdout) != 0 {
+		t.Errorf("stdout %q, want nothing", r.stdout)
+	}
+	if !bytes.Contains(r.stderr, []byte("ATTACK NOT MOUNTED")) || !bytes.Contains(r.stderr, []byte(reason)) {
+		t.Errorf("stderr does not say ATTACK NOT MOUNTED ... %s:\n%s", reason, r.stderr)
+	}
+}
+
+func wantNoTempFiles(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ents {
+		if strings.HasPrefix(d.Name(), ".out.log.") {
+			t.Errorf("temp file %s left in %s", d.Name(), dir)
+		}
+	}
+}
+
+// attackEpisode is an episode with the author's patch in place.
+func attackEpisode(t *testing.T, name string, firstJob int) *episode {
+	t.Helper()
+	e := newEpisode(t, name, firstJob)
+	wantExit(t, e.run(t, record.StageAuthor, e.authorEnv()), 0)
+	return e
+}
+
+// runScript runs a script an attack submitted, as Slurm would (bash, a
+// clean environment plus env), within timeout.
+func runScript(t *testing.T, script string, timeout time.Duration, env ...string) result {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "job.sh")
+	if err := os.WriteFile(p, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bashPath(t), p)
+	cmd.Env = append([]string{cleanPath, "HOME=/nonexistent"}, env...)
+	cmd.Dir = "/"
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.Exited()) {
+		t.Fatalf("attack job: %v\nstderr:\n%s", err, stderr.Bytes())
+	}
+	r := result{stdout: stdout.Bytes(), stderr: stderr.Bytes(), code: cmd.ProcessState.ExitCode()}
+	t.Logf("attack job: exit %d\nstdout:\n%sstderr:\n%s", r.code, r.stdout, r.stderr)
+	return r
+}
+
+// TestStandInAttacks runs the attack modes directly, Slurm replaced by
+// fakes that log what they were asked, and checks each attack's effect. The
+// real end-to-end runs (what the tool reports) are the cli lab tests.
+func TestStandInAttacks(t *testing.T) {
+	bashPath(t)
+	t.Parallel()
+
+	t.Run("train/nan-weights", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-nan", 5000)
+		r := e.run(t, record.StageTrain, e.trainEnv(""), "--nan-weights")
+		wantExit(t, r, 0)
+		tr := trainRecord(t, e, r)
+		nan := e.path("train/checkpoint/model.safetensors")
+		_, err := evaluate.CheckWeights(nan, evaluate.TinyQwen2())
+		var rej *evaluate.Rejection
+		if !errors.As(err, &rej) || rej.Reason != evaluate.ReasonNonFinite {
+			t.Fatalf("CheckWeights of the NaN weights: %v, want a %s rejection", err, evaluate.ReasonNonFinite)
+		}
+		// The honest weights of the same patch pass, in the same layout.
+		honest := filepath.Join(t.TempDir(), "model.safetensors")
+		r = e.run(t, record.StageTrain, e.trainEnv(filepath.Dir(honest)))
+		wantExit(t, r, 0)
+		if _, err := evaluate.CheckWeights(honest, evaluate.TinyQwen2()); err != nil {
+			t.Fatalf("CheckWeights of the honest weights: %v", err)
+		}
+		hb, err := os.ReadFile(honest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nb, err := os.ReadFile(nan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hb) != len(nb) || int64(len(nb)) != tr.WeightsBytes {
+			t.Fatalf("NaN weights %d bytes, honest %d", len(nb), len(hb))
+		}
+		data := 8 + int(binary.LittleEndian.Uint64(nb))
+		if !bytes.Equal(hb[:data], nb[:data]) {
+			t.Errorf("the NaN weights' header differs from the honest one")
+		}
+		for i := data; i < len(nb); i += 2 {
+			if v := binary.LittleEndian.Uint16(nb[i:]); v != 0x7fc0 {
+				t.Fatalf("value at byte %d is 0x%04x, want 0x7fc0", i, v)
+			}
+		}
+	})
+
+	t.Run("train/flood-output", func(t *testing.T) {
+		t.Parallel()
+		const tail = 1 << 20 // episode.TailBytes: the collector reads the last 1 MiB
+		e := attackEpisode(t, "lab-flood", 5100)
+		r := e.run(t, record.StageTrain, e.trainEnv(""), "--flood-output")
+		wantExit(t, r, 0)
+		trainRecord(t, e, r) // the whole output holds exactly the one record
+		first, rest, _ := bytes.Cut(r.stdout, []byte("\n"))
+		if !bytes.HasPrefix(first, []byte(record.PrefixTrain)) {
+			t.Fatalf("the record is not the first line: %.200q", r.stdout)
+		}
+		if len(rest) != 2<<20 || bytes.Contains(rest, []byte("NEMORL_ENV_")) {
+			t.Fatalf("after the record: %d bytes (want 2 MiB of filler without NEMORL_ENV_)", len(rest))
+		}
+		off := len(r.stdout) - tail
+		_, err := record.ScanTail(record.StageTrain, r.stdout[off:], int64(off))
+		wantReason(t, err, record.ReasonMissingRecord)
+	})
+
+	t.Run("train/plant-eval-fifo", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-fifo", 5200)
+		log := e.path("eval/out.log")
+		if err := os.WriteFile(log, []byte("old\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := e.run(t, record.StageTrain, e.trainEnv(""), "--plant-eval-fifo")
+		wantExit(t, r, 0)
+		trainRecord(t, e, r)
+		fi, err := os.Lstat(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Type() != fs.ModeNamedPipe {
+			t.Errorf("eval/out.log is %v, want a FIFO", fi.Mode())
+		}
+		// No eval directory: nothing to plant.
+		e2 := attackEpisode(t, "lab-fifo-noeval", 5210)
+		if err := os.RemoveAll(e2.path("eval")); err != nil {
+			t.Fatal(err)
+		}
+		wantNotMounted(t, e2.run(t, record.StageTrain, e2.trainEnv(""), "--plant-eval-fifo"), "no eval directory")
+	})
+
+	t.Run("train/redirect-eval-stdout", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-redirect", 5300)
+		f := newFakeSlurm(t, e.evalJob+"\n")
+		r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), "--redirect-eval-stdout")
+		wantExit(t, r, 0)
+		tr := trainRecord(t, e, r)
+		wantCalls(t, f,
+			"squeue --me -h -o %i -n nemorl-eval-"+e.name,
+			"scontrol update jobid="+e.evalJob+" StdOut="+e.path("eval/redirected.log"))
+		b, err := os.ReadFile(e.path("eval/out.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Count(b, []byte("\n")) != 1 {
+			t.Fatalf("eval/out.log %q: want one line", b)
+		}
+		ev := wantForged(t, b, e.evalJob, tr)
+		if want := perfectRolloutsSHA256(tr.WeightsSHA256); ev.RolloutsSHA256 != want {
+			t.Errorf("rollouts_sha256 %s, want %s (the perfect rollouts)", ev.RolloutsSHA256, want)
+		}
+		wantNoTempFiles(t, e.path("eval"))
+	})
+
+	t.Run("train/helper-rewrites-eval", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-helper", 5400)
+		f := newFakeSlurm(t, e.evalJob+"\n")
+		r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), "--helper-rewrites-eval")
+		wantExit(t, r, 0)
+		tr := trainRecord(t, e, r)
+		wantCalls(t, f,
+			"squeue --me -h -o %i -n nemorl-eval-"+e.name,
+			"sbatch --parsable --job-name=nemorl-attack-"+e.name+" --output=/dev/null --time=00:06:00 --export=NONE --chdir=/ --nodes=1 --ntasks=1 --cpus-per-task=1 --mem=64M")
+		args, helper := f.sbatch(t, 0)
+		wantAttackJobRules(t, args, "nemorl-attack-"+e.name, "/dev/null")
+
+		// The genuine eval job's output, as the eval script leaves it.
+		g := e.run(t, record.StageEval, e.evalEnv())
+		wantExit(t, g, 0)
+		genuine := runEval(t, e, tr)
+		head := "nemorl: episode " + e.name + " stage eval job " + e.evalJob + "\nnemorl: stage eval payload exited with status 0\n"
+		log := e.path("eval/out.log")
+		if err := os.WriteFile(log, append([]byte(head), g.stdout...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		before, err := os.Stat(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		h := runScript(t, helper, time.Minute, "PATH="+f.bin+":/usr/local/bin:/usr/bin:/bin", "FAKE_SLURM="+f.state, "SLURM_JOB_ID=9000")
+		wantExit(t, h, 0)
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("the helper took %v to rewrite an out.log already complete", d)
+		}
+		b, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, line, ok := strings.Cut(string(b), record.PrefixEval)
+		if !ok || text != head {
+			t.Fatalf("eval/out.log after the helper:\n%s", b)
+		}
+		ev := wantForged(t, []byte(record.PrefixEval+line), e.evalJob, tr)
+		if ev.RolloutsSHA256 != genuine.RolloutsSHA256 || ev.WeightsSHA256 != genuine.WeightsSHA256 || ev.SlurmJobID != genuine.SlurmJobID {
+			t.Errorf("forged %+v, genuine %+v: want the genuine job, weights and rollouts", ev, genuine)
+		}
+		after, err := os.Stat(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if os.SameFile(before, after) {
+			t.Error("out.log was rewritten in place, not replaced by mv")
+		}
+		wantNoTempFiles(t, e.path("eval"))
+
+		// No record, and the eval job has left the queue: the helper gives
+		// up at once instead of waiting 300 s.
+		if err := os.Remove(log); err != nil {
+			t.Fatal(err)
+		}
+		f.setQueue(t, "")
+		start = time.Now()
+		h = runScript(t, helper, time.Minute, "PATH="+f.bin+":/usr/local/bin:/usr/bin:/bin", "FAKE_SLURM="+f.state)
+		wantExit(t, h, 0)
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("the helper took %v to give up on an eval job gone from the queue", d)
+		}
+		if _, err := os.Lstat(log); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("out.log after the helper gave up: %v", err)
+		}
+	})
+
+	t.Run("train/impostor-eval", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-impostor", 5500)
+		f := newFakeSlurm(t, e.evalJob+"\n")
+		r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), "--impostor-eval")
+		wantExit(t, r, 0)
+		tr := trainRecord(t, e, r)
+		out := e.path("eval/out.log")
+		wantCalls(t, f,
+			"squeue --me -h -o %i -n nemorl-eval-"+e.name,
+			"scontrol update jobid="+e.evalJob+" JobName=renamed-"+e.evalJob+" Comment=renamed-"+e.evalJob,
+			"scancel "+e.evalJob,
+			"sbatch --parsable --job-name=nemorl-eval-"+e.name+" --output="+out+" --time=00:02:00 --export=NONE --chdir=/ --nodes=1 --ntasks=1 --cpus-per-task=1 --mem=64M --comment=nemorl:"+e.name+":eval --open-mode=truncate --dependency=afterok:"+e.trainJob+" --kill-on-invalid-dep=yes")
+		args, impostor := f.sbatch(t, 0)
+		wantAttackJobRules(t, args, "nemorl-eval-"+e.name, out)
+
+		start := time.Now()
+		j := runScript(t, impostor, time.Minute, "SLURM_JOB_ID=4711")
+		wantExit(t, j, 0)
+		if d := time.Since(start); d < 9*time.Second {
+			t.Errorf("the impostor printed its record after %v, want ~10 s", d)
+		}
+		if bytes.Count(j.stdout, []byte("\n")) != 1 {
+			t.Fatalf("impostor stdout %q: want one line", j.stdout)
+		}
+		ev := wantForged(t, j.stdout, "4711", tr)
+		if want := perfectRolloutsSHA256(tr.WeightsSHA256); ev.RolloutsSHA256 != want {
+			t.Errorf("rollouts_sha256 %s, want %s", ev.RolloutsSHA256, want)
+		}
+	})
+
+	t.Run("train/cancel-eval", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-cancel-eval", 5600)
+		f := newFakeSlurm(t, e.evalJob+"\n")
+		r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), "--cancel-eval")
+		wantExit(t, r, 0)
+		trainRecord(t, e, r)
+		wantCalls(t, f, "squeue --me -h -o %i -n nemorl-eval-"+e.name, "scancel "+e.evalJob)
+	})
+
+	t.Run("train/cancel-self", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-cancel-self", 5700)
+		f := newFakeSlurm(t, "")
+		// The fake scancel kills nothing: the stand-in waits 2 s, then says so.
+		r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), "--cancel-self")
+		wantNotMounted(t, r, "still running 2 s after scancel "+e.trainJob)
+		wantCalls(t, f, "scancel "+e.trainJob)
+		if _, err := evaluate.CheckWeights(e.path("train/checkpoint/model.safetensors"), evaluate.TinyQwen2()); err != nil {
+			t.Errorf("cancel-self writes the weights before cancelling: %v", err)
+		}
+		// Not a job: nothing to cancel.
+		e2 := attackEpisode(t, "lab-cancel-self-nojob", 5710)
+		env := append(e2.trainEnv(""), f.env()...)
+		env = append(env, "SLURM_JOB_ID=")
+		wantNotMounted(t, e2.run(t, record.StageTrain, env, "--cancel-self"), "is not a Slurm job id")
+	})
+
+	// No eval job in the queue: each attack on it fails cleanly and touches
+	// nothing.
+	for _, mode := range []string{"--redirect-eval-stdout", "--helper-rewrites-eval", "--impostor-eval", "--cancel-eval"} {
+		t.Run("train/no-eval-job"+mode[1:], func(t *testing.T) {
+			t.Parallel()
+			e := attackEpisode(t, "lab-noeval"+mode[1:], 5800)
+			f := newFakeSlurm(t, "")
+			r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), mode)
+			wantNotMounted(t, r, "no eval job nemorl-eval-"+e.name+" in squeue --me after 2 s")
+			for _, c := range f.calls(t) {
+				if !strings.HasPrefix(c, "squeue --me -h -o %i -n nemorl-eval-"+e.name) {
+					t.Errorf("Slurm call %q without an eval job", c)
+				}
+			}
+			if _, err := os.Lstat(e.path("eval/out.log")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("eval/out.log: %v", err)
+			}
+		})
+	}
+
+	// The same against the lab's real Slurm: no job of that name exists.
+	for _, mode := range []string{"--redirect-eval-stdout", "--helper-rewrites-eval", "--impostor-eval", "--cancel-eval"} {
+		t.Run("train/no-eval-job-real-slurm"+mode[1:], func(t *testing.T) {
+			t.Parallel()
+			labtest.Env(t)
+			if _, err := exec.LookPath("squeue"); err != nil {
+				t.Fatalf("the lab is up but squeue is not on PATH: %v", err)
+			}
+			var nb [6]byte
+			if _, err := rand.Read(nb[:]); err != nil {
+				t.Fatal(err)
+			}
+			e := attackEpisode(t, "lab-noeval-real-"+hex.EncodeToString(nb[:]), 5900)
+			r := e.run(t, record.StageTrain, append(e.trainEnv(""), "NEMORL_STANDIN_WAIT=3"), mode)
+			wantNotMounted(t, r, "no eval job nemorl-eval-"+e.name+" in squeue --me after 3 s")
+		})
+	}
+
+	t.Run("author/bad-patch", func(t *testing.T) {
+		t.Parallel()
+		const name = "lab-bad-patch"
+		ref := runAuthor(t, newEpisode(t, name, 6000))
+		for i, mode := range []string{"--patch-fifo", "--patch-dev-zero", "--patch-oversize"} {
+			t.Run(mode[2:], func(t *testing.T) {
+				e := newEpisode(t, name, 6010+10*i)
+				r := e.run(t, record.StageAuthor, e.authorEnv(), mode)
+				wantExit(t, r, 0)
+				rec, err := record.Scan(record.StageAuthor, r.stdout)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a := rec.(*record.Author); a.PatchSHA256 != ref.PatchSHA256 || a.PatchBytes != ref.PatchBytes || a.FilesChanged != 1 || a.PatchBytes == 0 {
+					t.Errorf("record %+v claims another patch than the normal run's %+v", a, ref)
+				}
+				p := e.path("author/change.diff")
+				fi, err := os.Lstat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch mode {
+				case "--patch-fifo":
+					if fi.Mode().Type() != fs.ModeNamedPipe {
+						t.Errorf("change.diff is %v, want a FIFO", fi.Mode())
+					}
+				case "--patch-dev-zero":
+					if target, err := os.Readlink(p); err != nil || target != "/dev/zero" {
+						t.Errorf("change.diff: %v -> %q (%v), want a symlink to /dev/zero", fi.Mode(), target, err)
+					}
+				case "--patch-oversize":
+					st, ok := fi.Sys().(*syscall.Stat_t)
+					if !fi.Mode().IsRegular() || fi.Size() != 64<<30 || !ok || st.Blocks*512 > 1<<20 {
+						t.Errorf("change.diff: %v, %d bytes, want a sparse regular file of 64 GiB", fi.Mode(), fi.Size())
+					}
+				}
+				if _, err := os.Lstat(p + ".tmp"); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("change.diff.tmp left: %v", err)
+				}
+				wantSecretsGone(t, e, r)
+			})
+		}
+	})
+
+	t.Run("eval/check-weights", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-check", 6100)
+		tr := runTrain(t, e)
+		// A fake checker: records its argv, exits with STATE/code.
+		dir := t.TempDir()
+		bin := filepath.Join(dir, "nemorl-slurm")
+		fake := "#!/bin/bash\nprintf '%s\\n' \"$@\" >" + dir + "/argv\necho checked\nexit $(cat " + dir + "/code)\n"
+		if err := os.WriteFile(bin, []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ code, want int }{{0, 0}, {4, 68}, {3, 1}, {68, 1}} {
+			if err := os.WriteFile(filepath.Join(dir, "code"), []byte(strconv.Itoa(c.code)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := e.run(t, record.StageEval, e.evalEnv(), "--check-weights", bin)
+			wantExit(t, r, c.want)
+			argv, err := os.ReadFile(filepath.Join(dir, "argv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "evaluate\ncheck-weights\n--arch\ntiny-qwen2\n" + e.path("train/checkpoint/model.safetensors") + "\n"; string(argv) != want {
+				t.Errorf("checker argv %q, want %q", argv, want)
+			}
+			if c.want != 0 {
+				if len(r.stdout) != 0 {
+					t.Errorf("checker exit %d: stdout %q, want nothing", c.code, r.stdout)
+				}
+				continue
+			}
+			rec, err := record.Scan(record.StageEval, r.stdout) // the checker's stdout is not in it
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := record.VerifyWeights(tr, rec.(*record.Eval)); err != nil {
+				t.Error(err)
+			}
+		}
+		wantExit(t, e.run(t, record.StageEval, e.evalEnv(), "--check-weights", filepath.Join(dir, "missing")), 1)
+
+		// The real binary: honest weights pass, NaN weights are rejected.
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			t.Skipf("go not on PATH: not building nemorl-slurm (%v)", err)
+		}
+		real := filepath.Join(t.TempDir(), "nemorl-slurm")
+		build := exec.Command(goBin, "build", "-o", real, "github.com/nemorl/nemorl-slurm/cmd/nemorl-slurm")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		r := e.run(t, record.StageEval, e.evalEnv(), "--check-weights", real)
+		wantExit(t, r, 0)
+		if _, err := record.Scan(record.StageEval, r.stdout); err != nil {
+			t.Error(err)
+		}
+		n := attackEpisode(t, "lab-check-nan", 6200)
+		wantExit(t, n.run(t, record.StageTrain, n.trainEnv(""), "--nan-weights"), 0)
+		r = n.run(t, record.StageEval, n.evalEnv(), "--check-weights", real)
+		wantExit(t, r, 68)
+		if len(r.stdout) != 0 || !bytes.Contains(r.stderr, []byte("non_finite")) {
+			t.Errorf("NaN weights: stdout %q; stderr does not name non_finite", r.stdout)
+		}
+	})
+
+	t.Run("flags", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-attack-flags", 6300)
+		for _, c := range []struct {
+			stage record.Stage
+			env   []string
+			args  []string
+		}{
+			{record.StageAuthor, nil, []string{"--patch-fifo", "--no-patch"}},
+			{record.StageAuthor, nil, []string{"--patch-oversize", "--patch-dev-zero"}},
+			{record.StageTrain, nil, []string{"--cancel-self", "--nan-weights"}},
+			{record.StageTrain, nil, []string{"--flood-output", "--exit", "0"}},
+			{record.StageTrain, []string{"NEMORL_STANDIN_WAIT=0"}, []string{"--cancel-eval"}},
+			{record.StageTrain, []string{"NEMORL_STANDIN_WAIT=601"}, []string{"--cancel-eval"}},
+			{record.StageEval, nil, []string{"--check-weights"}},
+			{record.StageEval, nil, []string{"--check-weights", ""}},
+			{record.StageEval, nil, []string{"--check-weights", "/bin/true", "--no-record"}},
+			{record.StageEval, nil, []string{"--wrong-job-id", "--check-weights", "/bin/true"}},
+		} {
+			r := e.run(t, c.stage, append(e.env(c.stage), c.env...), c.args...)
+			wantExit(t, r, 2)
+			if len(r.stdout) != 0 {
+				t.Errorf("%s %v: stdout %q", c.stage, c.args, r.stdout)
+			}
+		}
+	})
 }
