@@ -147,8 +147,9 @@ type scriptData struct {
 	Exec                             string
 	// GuardExec runs the isolation guard with the payload's exact flags,
 	// binds and environment (container mode only).
-	GuardExec string
-	Exit      exitCodes
+	GuardExec    string
+	Exit         exitCodes
+	WatchSeconds int // eval: EvalOutputWatchSeconds
 	// train
 	InnerDeadlineSeconds int
 	PatchFile            string
@@ -331,7 +332,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	data := scriptData{
 		Episode: r.in.Episode, Stage: stage, Version: r.in.Version, Runtime: cfg.Runtime.Kind,
 		Isolated: isolated, ScratchVar: ScratchVar, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
-		GuardExec: guardLine, Exit: scriptExits,
+		GuardExec: guardLine, Exit: scriptExits, WatchSeconds: EvalOutputWatchSeconds,
 		Sbatch: r.sbatchOptions(stage, res, seconds, gpu),
 	}
 	switch stage {
@@ -425,6 +426,13 @@ const EvalImageVar = "NEMORL_EVAL_IMAGE"
 // the eval bundle (the evaluator inputs), checked against the sums pinned in
 // the script and the only copy the payload sees.
 const EvalBundleVar = "NEMORL_EVAL_BUNDLE"
+
+// EvalOutputWatchSeconds is how long the eval script keeps checking, after
+// printing its record, that its stdout is still its out.log (exit 67
+// otherwise): longer than the collector's slack on out.log's change time, so
+// a forged file renamed over out.log as soon as the record appeared is
+// caught by the script, and one renamed later by its change time.
+const EvalOutputWatchSeconds = 5
 
 // JobName is the Slurm job name of a stage.
 func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }

@@ -369,6 +369,7 @@ func execLines(t *testing.T, script []byte) (payload, guard string) {
 // payload with the documented environment, and refuses to run when an
 // evaluator input was changed after rendering.
 func TestRunEval(t *testing.T) {
+	t.Parallel()
 	tr := stageRun(t, map[string]string{Eval: `echo "weights=$NEMORL_WEIGHTS job=$SLURM_JOB_ID key=${POLICY_API_KEY:-unset}"`})
 	weights := filepath.Join(tr.Dir, "train/checkpoint/model.safetensors")
 	out, code := runScript(t, tr, Eval)
@@ -397,6 +398,7 @@ func TestRunEval(t *testing.T) {
 // changes nothing it sees, and an extra file dropped into the shared bundle
 // never reaches it.
 func TestRunEvalBundleCopy(t *testing.T) {
+	t.Parallel()
 	tr := stageRun(t, map[string]string{Eval: `shared=$(dirname "$NEMORL_OUT")/bundle
 echo '{"samples_per_problem": 1}' > "$shared/eval.json"
 echo "bundle=$NEMORL_BUNDLE"
@@ -495,6 +497,7 @@ func (s *syncBuffer) String() string {
 // was given is the node-local copy that was checked, so the swap changes
 // nothing; and an image that differs from the digest is refused (exit 65).
 func TestRunEvalImageCopy(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	shared := filepath.Join(dir, "eval.sif")
 	good := []byte("the pinned eval image\n")

@@ -3,10 +3,12 @@ package templates
 import (
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRenderIsolation asserts the container flags and the guard on the
@@ -119,6 +121,7 @@ func writeWeights(t *testing.T, tr *Tree) {
 // another file while out.log exists refuses at once (67), and no record
 // reaches either file.
 func TestRunEvalOutputRedirected(t *testing.T) {
+	t.Parallel()
 	tr := stageRun(t, map[string]string{Eval: evalRecord + `; echo payload-ran >&2`})
 	writeWeights(t, tr)
 	log := filepath.Join(tr.Dir, Output(Eval))
@@ -145,6 +148,7 @@ func TestRunEvalOutputRedirected(t *testing.T) {
 // payload (replaced by another file, or given a second link): 67, and the
 // payload's record reaches neither the old nor the new out.log.
 func TestRunEvalOutputChanged(t *testing.T) {
+	t.Parallel()
 	for name, swap := range map[string]string{
 		"replaced":  `log=$(dirname "$NEMORL_OUT")/out.log; rm -f "$log"; : > "$log"`,
 		"hardlink":  `log=$(dirname "$NEMORL_OUT")/out.log; ln "$log" "$NEMORL_OUT/copy.log"`,
@@ -175,6 +179,7 @@ func TestRunEvalOutputChanged(t *testing.T) {
 // TestRunEvalOwnOutput: everything right, the record lands in out.log, once,
 // after the payload ended; the trusted payload's status passes through.
 func TestRunEvalOwnOutput(t *testing.T) {
+	t.Parallel()
 	tr := stageRun(t, map[string]string{Eval: evalRecord + `; echo payload-ending >&2; exit "${NEMORL_TEST_STATUS:-0}"`})
 	writeWeights(t, tr)
 	out, code := runScript(t, tr, Eval)
@@ -314,5 +319,54 @@ echo "payload-ran $*" >&2
 	out, code = runScript(t, tr, Train, append(env, "FAKE_FAIL=1")...)
 	if code != ExitIsolation || strings.Contains(out, "payload-ran") || !strings.Contains(out, "nemorl: isolation: unverified") {
 		t.Fatalf("guard failed to run: exit %d, want %d and no payload:\n%s", code, ExitIsolation, out)
+	}
+}
+
+// TestRunEvalRenamedAfterRecord: a forged copy renamed over out.log as soon
+// as the genuine record appeared in it (what a same-user helper job can do)
+// is caught by the script's checks after the record: 67.
+func TestRunEvalRenamedAfterRecord(t *testing.T) {
+	t.Parallel()
+	tr := stageRun(t, map[string]string{Eval: evalRecord})
+	writeWeights(t, tr)
+	log := filepath.Join(tr.Dir, Output(Eval))
+	f, err := os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.MkdirAll(tr.Dir+"/.node-tmp", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Eval)))
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "TMPDIR=" + tr.Dir + "/.node-tmp"}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(log)
+		if strings.Contains(string(b), "NEMORL_ENV_RESULT=") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no record in out.log:\n%s", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	forged := filepath.Join(tr.Dir, "eval/forged.tmp")
+	if err := os.WriteFile(forged, []byte(`NEMORL_ENV_RESULT={"reward": 1, "forged": true}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(forged, log); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	ee, ok := err.(*exec.ExitError)
+	if got := readAll(t, f); !ok || ee.ExitCode() != ExitOutputNotOwn || !strings.Contains(got, "output check (after the record)") {
+		t.Fatalf("exit %v, want %d:\n%s", err, ExitOutputNotOwn, got)
 	}
 }
