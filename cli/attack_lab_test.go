@@ -78,10 +78,21 @@ func (x *labCLI) testHelperRewritesEval(t *testing.T) {
 	state, cfg, ep := t.TempDir(), x.config(t, "train", "--helper-rewrites-eval"), attackEpisode(t, "helper")
 	r := x.run(t, state, episodeTimeout, "run", "--config", cfg, "--json", "--episode", ep)
 	o := outcomeOf(t, r)
+	if o.Outcome == "scored" {
+		// On a busy lab the helper job may still be pending when the
+		// genuine record is collected: then the genuine reward is scored,
+		// never the forged one (1.0).
+		if o.Reward == nil || *o.Reward == 1 {
+			t.Fatalf("scored reward %s: the forged record was accepted\n%s", fmtReward(o.Reward), r)
+		}
+		t.Logf("the helper job had not rewritten eval/out.log before collection; the genuine reward %s was scored", fmtReward(o.Reward))
+		return
+	}
 	notScored(t, o)
 	if o.Outcome != "integrity_violation" || (o.FailureReason != "eval_output_redirected" && o.FailureReason != "eval_output_tampered") {
 		t.Fatalf("outcome %s (%s), want integrity_violation eval_output_redirected or eval_output_tampered\n%s", o.Outcome, o.FailureReason, r)
 	}
+	t.Logf("detected: %s: %s", o.FailureReason, o.Detail)
 	r.want(t, ExitIntegrity)
 }
 

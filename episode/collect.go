@@ -132,33 +132,23 @@ func (o *Outcome) jobFailed(stage string, j slurm.JobInfo) *Outcome {
 	return o.fail(InfraFailure, stage, reason, fmt.Sprintf("%s job %s ended %s, exit code %s", stage, j.ID, j.State.Raw, j.ExitCode.Raw))
 }
 
-// Exit statuses of the stage jobs that are their batch scripts' verdicts,
-// not the payload's: the author and train scripts report a payload status
-// in 64..79 as 1, so these come from the trusted scripts only. Eval's
-// payload (the pinned, unpatched evaluator) has verdicts of its own.
+// Exit statuses of the stage jobs that are verdicts, not accidents. The
+// author and train scripts report a payload status in 64..79 as 1, so those
+// come from the trusted scripts only (templates/exitcodes.go); eval's payload
+// (the pinned, unpatched evaluator) has verdicts of its own.
 const (
-	// EvalRefusedExit: the eval image or the evaluator inputs differ from
-	// those pinned at submission (the eval script's check).
-	EvalRefusedExit = 65
-	// InputMissingExit: a stage's input (the patch for train, the weights
-	// for eval) is missing, or not a regular file.
-	InputMissingExit = 66
-	// EvalOutputNotOwnExit: the eval script's standard output is not its
-	// out.log: the job's StdOut was changed, or the file replaced.
-	EvalOutputNotOwnExit = 67
-	// EvalWeightsRejectedExit: the trusted weight check rejected the
-	// weights (evaluate check-weights).
-	EvalWeightsRejectedExit = 68
-	// IsolationExit: the guard found Slurm reachable from the container;
-	// the payload never started.
-	IsolationExit = 69
+	EvalRefusedExit         = templates.ExitInputsTampered  // 65: eval image or inputs differ from those pinned
+	InputMissingExit        = templates.ExitInputBad        // 66: the patch (train) or the weights (eval) missing or not a regular file
+	EvalOutputNotOwnExit    = templates.ExitOutputNotOwn    // 67: eval's stdout is not its out.log
+	EvalWeightsRejectedExit = templates.ExitWeightsRejected // 68: the trusted check rejected the weights
+	IsolationExit           = templates.ExitIsolation       // 69: the guard found Slurm reachable from the container
 	// EvalRejectedExit: the evaluator's score step rejected the rollouts
 	// (nemorl-slurm evaluate score exit 4).
 	EvalRejectedExit = 4
 )
 
 // scriptVerdict reports an exit status reserved for the batch scripts.
-func scriptVerdict(code int) bool { return code >= 64 && code <= 79 }
+func scriptVerdict(code int) bool { return templates.ReservedExit(code) }
 
 // verdictFailed is the outcome of a stage job whose batch script refused
 // to run its payload (before any code of the policy's ran in the job).
