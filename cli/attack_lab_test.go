@@ -158,22 +158,11 @@ func (x *labCLI) testImpostorEvalResume(t *testing.T) {
 		return ""
 	})
 	// The crash window: the intent to submit eval is on record, its id is not.
-	p := ledgerPath(state, ep)
-	raw, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	ev := doc["jobs"].(map[string]any)["eval"].(map[string]any)
-	delete(ev, "job_id")
-	delete(ev, "submitted")
-	raw, _ = json.MarshalIndent(doc, "", "  ")
-	if err := os.WriteFile(p, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editLedger(t, state, ep, func(doc map[string]any) {
+		ev := doc["jobs"].(map[string]any)["eval"].(map[string]any)
+		delete(ev, "job_id")
+		delete(ev, "submitted")
+	})
 
 	r := x.run(t, state, episodeTimeout, "resume", "--json", "--config", cfg).want(t, ExitIntegrity)
 	o := watchedOutcome(t, r, ep)
@@ -213,21 +202,10 @@ func (x *labCLI) testLedgerRewritten(t *testing.T) {
 	if o.Outcome != "scored" {
 		t.Fatalf("outcome %s, want scored", o.Outcome)
 	}
-	p := ledgerPath(state, ep)
-	raw, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	out := doc["outcome"].(map[string]any)
-	out["reward"], out["aime25_exact"], out["aime25_avg_at_8"] = 1.0, 1.0, 1.0
-	raw, _ = json.MarshalIndent(doc, "", "  ")
-	if err := os.WriteFile(p, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editLedger(t, state, ep, func(doc map[string]any) {
+		out := doc["outcome"].(map[string]any)
+		out["reward"], out["aime25_exact"], out["aime25_avg_at_8"] = 1.0, 1.0, 1.0
+	})
 	r := x.run(t, state, quickTimeout, "result", "--json", ep).want(t, ExitIntegrity)
 	got := outcomeOf(t, r)
 	notScored(t, got)
@@ -373,5 +351,27 @@ func (x *labCLI) testSecretsGoneAfterCancel(t *testing.T) {
 	x.run(t, state, quickTimeout, "cancel", "--config", cfg, ep).want(t, ExitOK)
 	if _, err := os.Stat(secrets); !os.IsNotExist(err) {
 		t.Fatalf("secrets.env still there after cancel: %v", err)
+	}
+}
+
+// editLedger rewrites ep's ledger entry as edit changes its JSON document
+// (a crash window, or a job editing the ledger).
+func editLedger(t *testing.T, state, ep string, edit func(doc map[string]any)) {
+	t.Helper()
+	p := ledgerPath(state, ep)
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	edit(doc)
+	if raw, err = json.MarshalIndent(doc, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, raw, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
