@@ -230,6 +230,8 @@ func TestAttributionTrainAndEval(t *testing.T) {
 		{"train node failure", func(f *fixture) { f.set(trainID, "NODE_FAIL", "0:0") }, infra(Train, "node_failure")},
 		{"train preempted", func(f *fixture) { f.set(trainID, "PREEMPTED", "0:0") }, infra(Train, "preempted")},
 		{"train guard found slurm", func(f *fixture) { f.set(trainID, "FAILED", "69:0") }, infra(Train, ReasonIsolationBreach)},
+		{"train found no GPU", func(f *fixture) { f.set(trainID, "FAILED", "70:0") }, infra(Train, ReasonNoGPU)},
+		{"eval found no GPU", func(f *fixture) { f.set(evalID, "FAILED", "70:0") }, infra(Eval, ReasonNoGPU)},
 		{"train script found no patch", func(f *fixture) { f.set(trainID, "FAILED", "66:0") }, infra(Train, ReasonScriptRefused)},
 
 		// The eval job: the trusted evaluator.
@@ -410,6 +412,7 @@ func TestAttributionAuthorJob(t *testing.T) {
 		{"OUT_OF_MEMORY", "0:125", want{PolicyFailure, Author, ReasonAuthorFailed, false}},
 		{"FAILED", "78:0", want{InfraFailure, Author, ReasonScriptRefused, false}},
 		{"FAILED", "69:0", want{InfraFailure, Author, ReasonIsolationBreach, false}},
+		{"FAILED", "75:0", want{InfraFailure, Author, ReasonPolicyEndpointFailed, false}},
 		{"NODE_FAIL", "0:0", want{InfraFailure, Author, "node_failure", false}},
 		{"BOOT_FAIL", "0:0", want{InfraFailure, Author, "boot_failure", false}},
 		{fmt.Sprintf("CANCELLED by %d", uid), "0:15", want{PolicyFailure, Author, ReasonForeignCancel, true}},

@@ -150,9 +150,30 @@ const (
 // scriptVerdict reports an exit status reserved for the batch scripts.
 func scriptVerdict(code int) bool { return templates.ReservedExit(code) }
 
+// Script verdicts of issue #10's checks.
+const (
+	// NoGPUExit: the train or eval script found no GPU where Slurm said it
+	// gave one (--nv on a node without a working driver succeeds silently).
+	NoGPUExit = 70
+	// PolicyEndpointExit: the author script found that the policy's
+	// endpoint failed (the proxy, not the policy's container, reports each
+	// upstream call to the script): no successful call, or the last one
+	// failed with a 5xx, a 429 or no connection.
+	PolicyEndpointExit = 75
+)
+
 // verdictFailed is the outcome of a stage job whose batch script refused
-// to run its payload (before any code of the policy's ran in the job).
+// to run its payload (before any code of the policy's ran in the job), or
+// found that the cluster failed it.
 func (o *Outcome) verdictFailed(stage string, j slurm.JobInfo) *Outcome {
+	switch j.ExitCode.Code {
+	case NoGPUExit:
+		return o.fail(InfraFailure, stage, ReasonNoGPU,
+			fmt.Sprintf("%s job %s found no GPU where Slurm gave it one (exit %d, node %s)", stage, j.ID, NoGPUExit, j.NodeList))
+	case PolicyEndpointExit:
+		return o.fail(InfraFailure, stage, ReasonPolicyEndpointFailed,
+			fmt.Sprintf("%s job %s: the policy's endpoint failed (exit %d): no model call succeeded, or the last one failed; see nemorl-slurm logs --stage author", stage, j.ID, PolicyEndpointExit))
+	}
 	if j.ExitCode.Code == IsolationExit {
 		return o.fail(InfraFailure, stage, ReasonIsolationBreach,
 			fmt.Sprintf("%s job %s refused to start its payload (exit %d): Slurm was reachable from inside its container; see nemorl-slurm logs --stage %s", stage, j.ID, IsolationExit, stage))
@@ -377,7 +398,7 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 		case EvalWeightsRejectedExit:
 			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
 				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", ei.ID, EvalWeightsRejectedExit, e.Episode)), nil
-		case IsolationExit:
+		case IsolationExit, NoGPUExit:
 			return o.verdictFailed(Eval, ei), nil
 		case EvalRejectedExit:
 			return o.fail(InfraFailure, Eval, ReasonRolloutsRejected,

@@ -69,6 +69,12 @@ const (
 	// container (a munge socket, a Slurm config, a network interface): the
 	// site's setup, not the policy; the payload never ran.
 	ReasonIsolationBreach = "isolation_breach"
+	// ReasonNoGPU: a train or eval job found no GPU where Slurm gave one.
+	ReasonNoGPU = "no_gpu"
+	// ReasonPolicyEndpointFailed: the policy's model endpoint failed the
+	// author stage (unreachable, 5xx, rate limited): the policy never got
+	// its chance.
+	ReasonPolicyEndpointFailed = "policy_endpoint_failed"
 	// ReasonScriptRefused: a stage's batch script refused to start its
 	// payload (an input it must find was missing).
 	ReasonScriptRefused = "script_refused"
