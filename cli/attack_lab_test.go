@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/episode"
 )
 
 // testAttacks runs every attack in parallel.
@@ -158,11 +160,7 @@ func (x *labCLI) testImpostorEvalResume(t *testing.T) {
 		return ""
 	})
 	// The crash window: the intent to submit eval is on record, its id is not.
-	editLedger(t, state, ep, func(doc map[string]any) {
-		ev := doc["jobs"].(map[string]any)["eval"].(map[string]any)
-		delete(ev, "job_id")
-		delete(ev, "submitted")
-	})
+	crashWindow(t, state, ep, "eval", evalID)
 
 	r := x.run(t, state, episodeTimeout, "resume", "--json", "--config", cfg).want(t, ExitIntegrity)
 	o := watchedOutcome(t, r, ep)
@@ -372,6 +370,29 @@ func editLedger(t *testing.T, state, ep string, edit func(doc map[string]any)) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(p, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashWindow puts ep's ledger entry back to the instant between stage's
+// sbatch (job id) and the save of its id, as nemorl-slurm itself would have
+// written it (through the ledger, sealed): the intent on record, no id.
+func crashWindow(t *testing.T, state, ep, stage, id string) {
+	t.Helper()
+	l, err := episode.OpenLedger(filepath.Join(state, "nemorl-slurm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := l.Load(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := e.Jobs[stage]
+	if e.Final() || sub == nil || sub.Intent.IsZero() || sub.JobID != id {
+		t.Fatalf("ledger %s submission %+v (final %v), want an intent and job id %s", stage, sub, e.Final(), id)
+	}
+	sub.JobID, sub.Submitted = "", time.Time{}
+	if err := l.Save(e); err != nil {
 		t.Fatal(err)
 	}
 }

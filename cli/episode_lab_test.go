@@ -982,32 +982,9 @@ func (x *labCLI) testCrashResume(t *testing.T) {
 		t.Fatalf("run (pid %d) still exists: %v", b.cmd.Process.Pid, err)
 	}
 
-	// The crash window: sbatch ran, its id was never saved.
-	p := ledgerPath(state, ep)
-	raw, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	jobs, _ := doc["jobs"].(map[string]any)
-	author, _ := jobs["author"].(map[string]any)
-	if author == nil || author["intent"] == nil || author["job_id"] != authorID {
-		t.Fatalf("ledger author submission %v, want intent and job_id %s", author, authorID)
-	}
-	if len(jobs) != 1 {
-		t.Logf("note: run had already submitted %d jobs when it was killed", len(jobs))
-	}
-	delete(author, "job_id")
-	delete(author, "submitted")
-	if raw, err = json.MarshalIndent(doc, "", "  "); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// The crash window: sbatch ran, its id was never saved. The entry is
+	// put back as nemorl-slurm itself wrote it then (sealed).
+	crashWindow(t, state, ep, "author", authorID)
 
 	r := x.run(t, state, episodeTimeout, "resume", "--json", "--config", cfg).want(t, ExitOK)
 	o := watchedOutcome(t, r, ep)

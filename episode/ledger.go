@@ -80,9 +80,9 @@ type Entry struct {
 	Cleaned time.Time `json:"cleaned,omitzero"`
 	// Outcome is set once, when the episode is final.
 	Outcome *Outcome `json:"outcome,omitempty"`
-	// OutcomeSeal is the HMAC-SHA256 of Outcome under the ledger's seal
-	// key (seal.go), written with it; Load checks it.
-	OutcomeSeal string `json:"outcome_seal,omitempty"`
+	// Seal is the HMAC-SHA256 of the rest of the entry under the ledger's
+	// seal key (seal.go), written with every save; Load checks it.
+	Seal string `json:"seal,omitempty"`
 	// EvalOutputChecked is set once eval's out.log was found absent or a
 	// regular file after train ended (a planted FIFO would stall eval).
 	EvalOutputChecked bool `json:"eval_output_checked,omitempty"`
@@ -134,23 +134,36 @@ func (l *Ledger) cancelPath(ep string) string {
 
 // RequestCancel records that the episode is to be cancelled, for reason,
 // unless it already is; it returns the reason on record (the first one).
+// The marker is sealed like the entries.
 func (l *Ledger) RequestCancel(ep, reason string) (string, error) {
 	if r := l.CancelRequest(ep); r != "" {
 		return r, nil
 	}
-	if err := atomicfile.Write(l.cancelPath(ep), []byte(reason+"\n"), 0o600); err != nil {
+	key, err := l.sealKey(true)
+	if err != nil {
+		return "", err
+	}
+	data := reason + "\n" + mac(key, "cancel", ep, []byte(reason)) + "\n"
+	if err := atomicfile.Write(l.cancelPath(ep), []byte(data), 0o600); err != nil {
 		return "", fmt.Errorf("ledger: %w", err)
 	}
 	return reason, nil
 }
 
 // CancelRequest returns the reason the episode was cancelled for, or "".
+// A marker whose seal does not verify (not written by nemorl-slurm) is
+// ignored: a planted marker would turn a policy's 0 into a masked sample.
 func (l *Ledger) CancelRequest(ep string) string {
 	b, err := os.ReadFile(l.cancelPath(ep))
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	reason, seal, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	key, err := l.sealKey(false)
+	if err != nil || reason == "" || !sameMAC(strings.TrimSpace(seal), mac(key, "cancel", ep, []byte(reason))) {
+		return ""
+	}
+	return reason
 }
 
 // ErrNotInLedger is matched by Load's error for an unknown episode.
@@ -170,19 +183,16 @@ func (l *Ledger) Create(e *Entry, prompt []byte) error {
 	return l.Save(e)
 }
 
-// Save replaces the episode's entry atomically and durably. A final
-// entry's outcome is sealed (seal.go).
+// Save replaces the episode's entry atomically and durably, sealed
+// (seal.go).
 func (l *Ledger) Save(e *Entry) error {
 	e.Format = LedgerFormat
-	e.OutcomeSeal = ""
-	if e.Outcome != nil {
-		key, err := l.sealKey(true)
-		if err != nil {
-			return err
-		}
-		if e.OutcomeSeal, err = seal(key, e.Episode, e.Outcome); err != nil {
-			return fmt.Errorf("ledger: %s: seal: %w", e.Episode, err)
-		}
+	key, err := l.sealKey(true)
+	if err != nil {
+		return err
+	}
+	if e.Seal, err = sealEntry(key, e); err != nil {
+		return fmt.Errorf("ledger: %s: seal: %w", e.Episode, err)
 	}
 	b, err := json.MarshalIndent(e, "", "  ")
 	if err != nil {
@@ -213,16 +223,16 @@ func (l *Ledger) Load(ep string) (*Entry, error) {
 	if e.Format != LedgerFormat || e.Episode != ep {
 		return nil, fmt.Errorf("ledger: %s: format %d episode %q, want format %d episode %q", l.path(ep), e.Format, e.Episode, LedgerFormat, ep)
 	}
+	if err := l.checkSeal(&e); err != nil {
+		// Whatever it says is not trusted: no job of it is watched or
+		// submitted again, no outcome of it is reported as it stands.
+		e.Outcome = tamperedOutcome(&e, err, l.path(ep))
+	}
 	if e.Jobs == nil {
 		e.Jobs = map[string]*Submission{}
 	}
 	if e.CancelRequested == "" && !e.Final() {
 		e.CancelRequested = l.CancelRequest(ep)
-	}
-	if e.Final() {
-		if err := l.checkSeal(&e); err != nil {
-			e.Outcome = tamperedOutcome(&e, err, l.path(ep))
-		}
 	}
 	return &e, nil
 }

@@ -125,7 +125,8 @@ func TestOutcomeExitCodes(t *testing.T) {
 
 // TestOutcomeSeal: a final entry whose outcome is edited after it was
 // decided (a job rewriting the ledger) loads as an integrity violation, as
-// does one whose seal or key is gone.
+// does one whose seal or key is gone, or an unfinished one whose job id was
+// pointed elsewhere.
 func TestOutcomeSeal(t *testing.T) {
 	edits := map[string]func(t *testing.T, l *Ledger, path string){
 		"reward edited": func(t *testing.T, l *Ledger, p string) {
@@ -140,11 +141,14 @@ func TestOutcomeSeal(t *testing.T) {
 			if err := json.Unmarshal(b, &m); err != nil {
 				t.Fatal(err)
 			}
-			delete(m, "outcome_seal")
+			delete(m, "seal")
 			b, _ = json.Marshal(m)
 			if err := os.WriteFile(p, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
+		},
+		"job id edited": func(t *testing.T, l *Ledger, p string) {
+			rewrite(t, p, `"job_id": "7"`, `"job_id": "8"`)
 		},
 		"key replaced": func(t *testing.T, l *Ledger, p string) {
 			if err := os.Remove(filepath.Join(l.Dir, OutcomeKeyFile)); err != nil {
@@ -161,7 +165,7 @@ func TestOutcomeSeal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := &Entry{Episode: "ep-seal", Jobs: map[string]*Submission{}, Isolation: "none"}
+			e := &Entry{Episode: "ep-seal", Jobs: map[string]*Submission{"eval": {JobID: "7"}}, Isolation: "none"}
 			if err := l.Create(e, []byte("p")); err != nil {
 				t.Fatal(err)
 			}
@@ -206,4 +210,38 @@ func rewrite(t *testing.T, p, old, new string) {
 	if err := os.WriteFile(p, []byte(strings.Replace(string(b), old, new, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCancelMarkerSeal: a cancel marker nemorl-slurm wrote is honoured; one
+// planted by anything else (to turn a 0 into a masked sample) is ignored.
+func TestCancelMarkerSeal(t *testing.T) {
+	l, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.RequestCancel("ep-a", ReasonCancelled); err != nil || got != ReasonCancelled || l.CancelRequest("ep-a") != ReasonCancelled {
+		t.Fatalf("RequestCancel: %q %v; CancelRequest %q", got, err, l.CancelRequest("ep-a"))
+	}
+	for name, data := range map[string]string{
+		"bare reason":      "cancelled\n",
+		"another's seal":   "cancelled\n" + strings.Split(readFile(t, l.cancelPath("ep-a")), "\n")[1] + "\n",
+		"edited reason":    "deadline\n" + strings.Split(readFile(t, l.cancelPath("ep-a")), "\n")[1] + "\n",
+		"garbage for seal": "cancelled\nzz\n",
+	} {
+		if err := os.WriteFile(l.cancelPath("ep-b"), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r := l.CancelRequest("ep-b"); r != "" {
+			t.Errorf("%s: planted marker honoured as %q", name, r)
+		}
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -13,13 +13,16 @@ import (
 	"path/filepath"
 )
 
-// An outcome, once decided, is sealed: the ledger entry carries an
-// HMAC-SHA256 of it under a key kept beside the ledger (OutcomeKeyFile,
-// 0600). A job that can reach the ledger (the tool run on a login node
-// whose home the jobs share, under runtime none) could otherwise edit a
-// final entry's reward and have `result` print it. Load replaces an outcome
-// whose seal does not verify with an integrity_violation (ReasonLedgerTampered),
-// so every view of the episode shows the alarm instead of the edited reward.
+// Every ledger entry is sealed: it carries an HMAC-SHA256 of its whole
+// content under a key kept beside the ledger (OutcomeKeyFile, 0600), and so
+// does every cancel marker. A job that can reach the ledger (the tool run
+// on a login node whose home the jobs share, under runtime none) could
+// otherwise edit a final entry's reward and have `result` print it, point
+// an unfinished entry's eval job id at an impostor job, or plant a cancel
+// marker to turn its 0 into a masked sample. Load replaces an entry whose
+// seal does not verify with an integrity_violation outcome
+// (ReasonLedgerTampered), so every view of the episode shows the alarm; a
+// cancel marker whose seal does not verify is ignored.
 //
 // What this does not stop: a process that can read the key (same user, no
 // container) can compute a valid seal. With a container runtime the jobs
@@ -28,11 +31,11 @@ import (
 // OutcomeKeyFile is the seal key's file name in the ledger directory.
 const OutcomeKeyFile = "outcome.key"
 
-// ReasonLedgerTampered: a final ledger entry's outcome does not match its
-// seal (edited after it was decided, or its key replaced).
+// ReasonLedgerTampered: a ledger entry does not match its seal (edited by
+// something other than nemorl-slurm, or its key replaced).
 const ReasonLedgerTampered = "ledger_tampered"
 
-const sealContext = "nemorl-slurm outcome seal v1\n"
+const sealContext = "nemorl-slurm ledger seal v1\n"
 
 func (l *Ledger) keyPath() string { return filepath.Join(l.Dir, OutcomeKeyFile) }
 
@@ -75,48 +78,55 @@ func (l *Ledger) sealKey(create bool) ([]byte, error) {
 	return k, nil
 }
 
-// seal computes the seal of the episode's outcome. The outcome is
-// canonicalized (encoded, decoded, encoded) so that what Load decodes
-// encodes to the same bytes.
-func seal(key []byte, episode string, o *Outcome) (string, error) {
-	b, err := json.Marshal(o)
+// sealEntry computes the seal of an entry: an HMAC of its JSON with the
+// seal left out. The entry is canonicalized (encoded, decoded, encoded) so
+// that what Load decodes encodes to the same bytes.
+func sealEntry(key []byte, e *Entry) (string, error) {
+	c := *e
+	c.Seal = ""
+	b, err := json.Marshal(&c)
 	if err != nil {
 		return "", err
 	}
-	var c Outcome
-	if err := json.Unmarshal(b, &c); err != nil {
+	var d Entry
+	if err := json.Unmarshal(b, &d); err != nil {
 		return "", err
 	}
-	if b, err = json.Marshal(&c); err != nil {
+	if b, err = json.Marshal(&d); err != nil {
 		return "", err
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(sealContext + episode + "\n"))
-	m.Write(b)
-	return hex.EncodeToString(m.Sum(nil)), nil
+	return mac(key, "entry", e.Episode, b), nil
 }
 
-// checkSeal verifies a final entry's seal; a missing key, a missing seal
-// or a mismatch is an error naming which.
+func mac(key []byte, kind, episode string, data []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(sealContext + kind + "\n" + episode + "\n"))
+	m.Write(data)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func sameMAC(a, b string) bool {
+	x, err1 := hex.DecodeString(a)
+	y, err2 := hex.DecodeString(b)
+	return err1 == nil && err2 == nil && hmac.Equal(x, y)
+}
+
+// checkSeal verifies an entry's seal; a missing key, a missing seal or a
+// mismatch is an error naming which.
 func (l *Ledger) checkSeal(e *Entry) error {
-	if e.OutcomeSeal == "" {
-		return errors.New("the final entry carries no seal")
+	if e.Seal == "" {
+		return errors.New("the entry carries no seal")
 	}
 	key, err := l.sealKey(false)
 	if err != nil {
 		return err
 	}
-	want, err := seal(key, e.Episode, e.Outcome)
+	want, err := sealEntry(key, e)
 	if err != nil {
 		return err
 	}
-	got, err := hex.DecodeString(e.OutcomeSeal)
-	if err != nil {
-		return fmt.Errorf("the seal is not hex: %w", err)
-	}
-	w, _ := hex.DecodeString(want)
-	if !hmac.Equal(got, w) {
-		return errors.New("the outcome does not match its seal: it was changed after it was decided")
+	if !sameMAC(e.Seal, want) {
+		return errors.New("the entry does not match its seal: it was changed by something other than nemorl-slurm")
 	}
 	return nil
 }
@@ -128,7 +138,7 @@ func tamperedOutcome(e *Entry, why error, path string) *Outcome {
 		Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]JobSummary{},
 		Tampering: true,
 	}
-	if e.Outcome != nil {
+	if e.Outcome != nil && e.Outcome.Jobs != nil {
 		o.Jobs, o.Decided = e.Outcome.Jobs, e.Outcome.Decided
 	}
 	return o.fail(IntegrityViolation, "", ReasonLedgerTampered,
