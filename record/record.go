@@ -99,7 +99,35 @@ type Author struct {
 	TimedOut bool `json:"timed_out"`
 	// ResponseSHA256 is the hex sha256 of response.json, the transcript.
 	ResponseSHA256 string `json:"response_sha256"`
+	// TerminalReason says why the Claude Code run ended (TerminalReasons;
+	// "" when unknown).
+	TerminalReason string `json:"terminal_reason"`
+	// ModelCalls counts the model calls of the run: distinct assistant
+	// messages from a real model (Claude Code's synthetic API-error
+	// messages are not calls). Turns is ModelCalls clamped to MaxTurns.
+	ModelCalls int `json:"model_calls"`
+	// DroppedEvents counts the transcript lines the converter could not
+	// read (not JSON, cut short, or beyond its bound for one line), so
+	// whatever they held is missing from response.json.
+	DroppedEvents int `json:"dropped_events"`
 }
+
+// Terminal reasons of the author record (Author.TerminalReason).
+const (
+	TerminalSuccess       = "success"         // Claude Code ended the run itself, without error
+	TerminalMaxTurns      = "max_turns"       // stopped at --max-turns; the patch so far is kept
+	TerminalAPIError      = "api_error"       // the policy endpoint kept failing (Claude Code gave up)
+	TerminalPromptTooLong = "prompt_too_long" // the endpoint refused the context as too long; the patch so far is kept
+	TerminalTimeout       = "timeout"         // the research time limit killed Claude Code
+	TerminalError         = "error"           // no result event, or a result flagged is_error for another reason
+)
+
+// TerminalReasons lists the values Author.TerminalReason may take ("" is
+// valid too: unknown).
+var TerminalReasons = []string{TerminalSuccess, TerminalMaxTurns, TerminalAPIError, TerminalPromptTooLong, TerminalTimeout, TerminalError}
+
+// MaxModelCalls bounds Author.ModelCalls and Author.DroppedEvents.
+const MaxModelCalls = 1 << 20
 
 // Stage implements Record.
 func (*Author) Stage() Stage { return StageAuthor }

@@ -40,7 +40,7 @@ func goodTrain() *Train {
 
 func goodAuthor() *Author {
 	return &Author{PatchSHA256: sha3hex, PatchBytes: 1234, FilesChanged: 3, Turns: 57,
-		ExitStatus: 0, TimedOut: false, ResponseSHA256: sha2hex}
+		ExitStatus: 0, TimedOut: false, ResponseSHA256: sha2hex, TerminalReason: TerminalSuccess, ModelCalls: 57}
 }
 
 func mustFormat(t testing.TB, r Record) string {
@@ -65,7 +65,7 @@ func evalLine(t *testing.T, old, new string) string {
 
 func TestFieldNames(t *testing.T) {
 	want := map[Stage][]string{
-		StageAuthor: {"patch_sha256", "patch_bytes", "files_changed", "turns", "exit_status", "timed_out", "response_sha256"},
+		StageAuthor: {"patch_sha256", "patch_bytes", "files_changed", "turns", "exit_status", "timed_out", "response_sha256", "terminal_reason", "model_calls", "dropped_events"},
 		StageTrain:  {"status", "train_reward", "inner_steps", "weights_sha256", "weights_bytes", "trainer_exit_status"},
 		StageEval: {"reward", "aime25_exact", "aime25_avg_at_8", "completed", "wandb_url", "slurm_job_id",
 			"weights_sha256", "rollouts_sha256", "problems", "samples_per_problem", "correct", "per_question_correct"},
@@ -111,7 +111,9 @@ func TestFormatRefusesInvalid(t *testing.T) {
 
 func TestRoundTrip(t *testing.T) {
 	for _, r := range []Record{goodAuthor(), goodTrain(), goodEval(),
-		&Author{PatchSHA256: EmptySHA256, ResponseSHA256: sha1hex, Turns: 200, ExitStatus: -1, TimedOut: true},
+		&Author{PatchSHA256: EmptySHA256, ResponseSHA256: sha1hex, Turns: 200, ExitStatus: -1, TimedOut: true,
+			TerminalReason: TerminalTimeout, ModelCalls: 250, DroppedEvents: 2},
+		&Author{PatchSHA256: EmptySHA256, ResponseSHA256: sha1hex, ExitStatus: 1, TerminalReason: TerminalAPIError},
 		&Train{Status: StatusTrainerFailed, TrainerExitStatus: 1, TrainReward: -0.5},
 		&Train{Status: StatusNoCheckpoint, TrainReward: 0.2, InnerSteps: 0},
 	} {
@@ -390,6 +392,10 @@ func TestAuthorRejections(t *testing.T) {
 		{"files without bytes", func(a *Author) { a.PatchBytes, a.PatchSHA256 = 0, EmptySHA256 }, "files_changed"},
 		{"too many turns", func(a *Author) { a.Turns = 201 }, "turns"},
 		{"exit status", func(a *Author) { a.ExitStatus = -2 }, "exit_status"},
+		{"terminal reason", func(a *Author) { a.TerminalReason = "done" }, "terminal_reason"},
+		{"negative model calls", func(a *Author) { a.ModelCalls = -1 }, "model_calls"},
+		{"too many model calls", func(a *Author) { a.ModelCalls = MaxModelCalls + 1 }, "model_calls"},
+		{"negative dropped events", func(a *Author) { a.DroppedEvents = -1 }, "dropped_events"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -460,4 +466,28 @@ func jsonEncode(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// TestAuthorNewFieldsRequired: an author record without terminal_reason,
+// model_calls or dropped_events (the format before them) is rejected as a
+// missing field, and a value of the wrong kind as such.
+func TestAuthorNewFieldsRequired(t *testing.T) {
+	line := mustFormat(t, goodAuthor())
+	for _, c := range []struct{ old, new, field string }{
+		{`,"terminal_reason":"success"`, ``, "terminal_reason"},
+		{`,"model_calls":57`, ``, "model_calls"},
+		{`,"dropped_events":0`, ``, "dropped_events"},
+	} {
+		if !strings.Contains(line, c.old) {
+			t.Fatalf("%s not in %s", c.old, line)
+		}
+		_, err := Scan(StageAuthor, []byte(strings.Replace(line, c.old, c.new, 1)+"\n"))
+		var rej *Rejection
+		if !errors.As(err, &rej) || rej.Reason != ReasonMissingField || rej.Field != c.field {
+			t.Errorf("without %s: %v", c.field, err)
+		}
+	}
+	if _, err := Scan(StageAuthor, []byte(strings.Replace(line, `"model_calls":57`, `"model_calls":"57"`, 1)+"\n")); err == nil {
+		t.Error("a string model_calls was accepted")
+	}
 }

@@ -2,6 +2,7 @@ package record
 
 import (
 	"math"
+	"slices"
 	"unicode"
 )
 
@@ -68,6 +69,12 @@ func (a *Author) Validate() error {
 		return reject(ReasonInvalidValue, "turns", "%d outside 0..%d", a.Turns, MaxTurns)
 	case !exitStatusOK(a.ExitStatus):
 		return reject(ReasonInvalidValue, "exit_status", "%d outside -1..255", a.ExitStatus)
+	case a.TerminalReason != "" && !slices.Contains(TerminalReasons, a.TerminalReason):
+		return reject(ReasonInvalidValue, "terminal_reason", "unknown reason %q", a.TerminalReason)
+	case a.ModelCalls < 0 || a.ModelCalls > MaxModelCalls:
+		return reject(ReasonInvalidValue, "model_calls", "%d outside 0..%d", a.ModelCalls, MaxModelCalls)
+	case a.DroppedEvents < 0 || a.DroppedEvents > MaxModelCalls:
+		return reject(ReasonInvalidValue, "dropped_events", "%d outside 0..%d", a.DroppedEvents, MaxModelCalls)
 	}
 	return nil
 }

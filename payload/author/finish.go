@@ -145,6 +145,9 @@ func Finish(ctx context.Context, in FinishInput) (*record.Author, error) {
 		ExitStatus:     in.ExitStatus,
 		TimedOut:       in.TimedOut,
 		ResponseSHA256: hex.EncodeToString(respSum[:]),
+		TerminalReason: tr.TerminalReason(in.TimedOut),
+		ModelCalls:     tr.ModelCalls(),
+		DroppedEvents:  tr.Dropped(),
 	}
 	if err := rec.Validate(); err != nil {
 		return nil, fmt.Errorf("author finish: record: %w", err)

@@ -264,7 +264,8 @@ func TestFinish(t *testing.T) {
 	if got := diffFiles(patch); !reflect.DeepEqual(got, wantFiles) {
 		t.Errorf("files in change.diff:\n got %v\nwant %v\n%s", got, wantFiles, patch)
 	}
-	if rec.FilesChanged != len(wantFiles) || rec.PatchBytes != int64(len(patch)) || rec.Turns != 5 || rec.ExitStatus != 0 || rec.TimedOut {
+	if rec.FilesChanged != len(wantFiles) || rec.PatchBytes != int64(len(patch)) || rec.Turns != 4 || rec.ModelCalls != 4 ||
+		rec.TerminalReason != record.TerminalSuccess || rec.DroppedEvents != 0 || rec.ExitStatus != 0 || rec.TimedOut {
 		t.Errorf("record %+v", rec)
 	}
 	for _, want := range []string{"GIT binary patch", "deleted file mode 100644", "rename from NeMo-RL/c.py", "old mode 100644\nnew mode 100755", "new file mode 100644"} {
@@ -459,7 +460,7 @@ func TestFinishPolicyGitState(t *testing.T) {
 		t.Error("colour in change.diff")
 	}
 	testGit(t, pristine, "apply", "--check", filepath.Join(out, PatchFile))
-	if rec.Turns != 3 || rec.ExitStatus != 1 {
+	if rec.Turns != 2 || rec.ModelCalls != 2 || rec.TerminalReason != record.TerminalMaxTurns || rec.ExitStatus != 1 {
 		t.Errorf("record %+v", rec)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -40,12 +41,33 @@ func FuzzParseStreamJSON(f *testing.F) {
 		if n := tr.Turns(); n < 0 || n > record.MaxTurns {
 			t.Fatalf("turns %d", n)
 		}
+		// Every call is followed by its output, but the unanswered ones,
+		// which end the items.
+		unanswered := 0
 		for i, it := range tr.Items {
 			if it.Type == ItemFunctionCall {
-				if i+1 >= len(tr.Items) || tr.Items[i+1].Type != ItemFunctionCallOutput || tr.Items[i+1].CallID != it.CallID || it.ID != it.CallID {
-					t.Fatalf("function_call %d not followed by its output: %+v", i, tr.Items)
+				if it.ID != it.CallID {
+					t.Fatalf("function_call %d: id %q call id %q", i, it.ID, it.CallID)
+				}
+				if i+1 < len(tr.Items) && tr.Items[i+1].Type == ItemFunctionCallOutput && tr.Items[i+1].CallID == it.CallID {
+					continue
+				}
+				unanswered++
+				for _, later := range tr.Items[i+1:] {
+					if later.Type != ItemFunctionCall {
+						t.Fatalf("function_call %d not followed by its output: %+v", i, tr.Items)
+					}
 				}
 			}
+		}
+		if unanswered != tr.UnansweredCalls {
+			t.Fatalf("%d calls without output, UnansweredCalls %d", unanswered, tr.UnansweredCalls)
+		}
+		if tr.ModelCalls() < 0 || tr.Dropped() != tr.Skipped {
+			t.Fatalf("model calls %d dropped %d skipped %d", tr.ModelCalls(), tr.Dropped(), tr.Skipped)
+		}
+		if !slices.Contains(record.TerminalReasons, tr.TerminalReason(timedOut)) {
+			t.Fatalf("terminal reason %q", tr.TerminalReason(timedOut))
 		}
 		r := tr.Response("", goldenTime, "", timedOut)
 		out, err := r.JSON()

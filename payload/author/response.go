@@ -8,20 +8,28 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nemorl/nemorl-slurm/record"
 )
 
-// Response statuses and incomplete reasons.
+// Response statuses and incomplete reasons. An incomplete response's
+// reason is the run's terminal reason (Transcript.TerminalReason).
 const (
 	StatusCompleted  = "completed"
 	StatusIncomplete = "incomplete"
 
 	// ReasonTimeout: the research time limit killed Claude Code.
-	ReasonTimeout = "timeout"
+	ReasonTimeout = record.TerminalTimeout
 	// ReasonMaxTurns: Claude Code stopped at --max-turns.
-	ReasonMaxTurns = "max_turns"
+	ReasonMaxTurns = record.TerminalMaxTurns
+	// ReasonAPIError: the policy endpoint kept failing; Claude Code gave up.
+	ReasonAPIError = record.TerminalAPIError
+	// ReasonPromptTooLong: the endpoint refused the context as too long.
+	ReasonPromptTooLong = record.TerminalPromptTooLong
 	// ReasonError: the stream has no final result event (Claude Code died
-	// or its output was cut).
-	ReasonError = "error"
+	// or its output was cut), or its result is flagged is_error for another
+	// reason.
+	ReasonError = record.TerminalError
 )
 
 // Response is response.json: a Responses-API response object, with the
@@ -108,16 +116,21 @@ const maxMetadataValue = 512
 //
 // id is the response id ("" draws a random "resp_<32 hex>"); created gives
 // created_at (unix seconds); model names the model ("" uses the
-// transcript's). Status is "incomplete" with incomplete_details.reason
-// "timeout" when timedOut, else "max_turns" when Claude Code's result
-// subtype is error_max_turns, else "error" when the stream has no result
-// event; otherwise it is "completed" (also for a result of subtype
-// error_during_execution, whose subtype metadata.result_subtype keeps).
+// transcript's). Status is "completed" only when the run's terminal reason
+// (Transcript.TerminalReason) is success; otherwise it is "incomplete" with
+// incomplete_details.reason the terminal reason: timeout, max_turns,
+// api_error, prompt_too_long or error.
 //
-// If the transcript holds no assistant message, one empty message is
-// appended. Usage is Transcript.Usage (input and output tokens; cached and
-// reasoning tokens are 0). Metadata holds num_turns (Transcript.Turns, the
-// record's turns) and, when known, session_id and result_subtype.
+// Claude Code's synthetic API-error messages are never in the output. If
+// the transcript holds no assistant message, one empty message is appended.
+// Usage is Transcript.Usage (input and output tokens; cached and reasoning
+// tokens are 0). Metadata holds num_turns and model_calls (the model calls,
+// Transcript.Turns and ModelCalls), terminal_reason and dropped_events (as
+// in the author record), and, when known or non-zero: session_id,
+// result_subtype, claude_num_turns (Claude Code's own count, one more than
+// its model calls), api_error (the text of Claude Code's last API-error
+// message), long_lines, truncated_outputs and truncated_bytes, unknown_calls
+// and unanswered_calls.
 func (t *Transcript) Response(id string, created time.Time, model string, timedOut bool) *Response {
 	if id == "" {
 		id = NewResponseID()
@@ -125,6 +138,7 @@ func (t *Transcript) Response(id string, created time.Time, model string, timedO
 	if model == "" {
 		model = t.Model
 	}
+	reason := t.TerminalReason(timedOut)
 	r := &Response{
 		ID:                id,
 		Object:            "response",
@@ -135,20 +149,37 @@ func (t *Transcript) Response(id string, created time.Time, model string, timedO
 		ParallelToolCalls: true,
 		ToolChoice:        "auto",
 		Tools:             []any{},
-		Metadata:          map[string]string{"num_turns": strconv.Itoa(t.Turns())},
+		Metadata: map[string]string{
+			"num_turns":       strconv.Itoa(t.Turns()),
+			"model_calls":     strconv.Itoa(t.ModelCalls()),
+			"terminal_reason": reason,
+			"dropped_events":  strconv.Itoa(t.Dropped()),
+		},
 	}
-	switch {
-	case timedOut:
-		r.IncompleteDetails = &IncompleteDetails{Reason: ReasonTimeout}
-	case t.ResultSubtype == "error_max_turns":
-		r.IncompleteDetails = &IncompleteDetails{Reason: ReasonMaxTurns}
-	case !t.ResultSeen:
-		r.IncompleteDetails = &IncompleteDetails{Reason: ReasonError}
-	}
-	if r.IncompleteDetails != nil {
+	if reason != record.TerminalSuccess {
 		r.Status = StatusIncomplete
+		r.IncompleteDetails = &IncompleteDetails{Reason: reason}
+	}
+	counts := map[string]int64{"long_lines": int64(t.LongLines), "truncated_outputs": int64(t.TruncatedOutputs),
+		"truncated_bytes": t.TruncatedBytes, "unknown_calls": int64(t.UnknownCalls), "unanswered_calls": int64(t.UnansweredCalls)}
+	for k, n := range counts {
+		if n > 0 {
+			r.Metadata[k] = strconv.FormatInt(n, 10)
+		}
+	}
+	if t.HasNumTurns {
+		r.Metadata["claude_num_turns"] = strconv.FormatInt(t.NumTurns, 10)
+	}
+	if t.APIErrors > 0 {
+		r.Metadata["api_error"] = truncateUTF8(t.APIErrorText, maxMetadataValue)
 	}
 
+	answered := map[string]bool{}
+	for _, it := range t.Items {
+		if it.Type == ItemFunctionCallOutput {
+			answered[it.CallID] = true
+		}
+	}
 	hasMessage := false
 	for _, it := range t.Items {
 		switch it.Type {
@@ -156,8 +187,13 @@ func (t *Transcript) Response(id string, created time.Time, model string, timedO
 			hasMessage = true
 			r.Output = append(r.Output, message(it.ID, it.Text))
 		case ItemFunctionCall:
+			// A call no result answered (the run ended first) is incomplete.
+			status := StatusIncomplete
+			if answered[it.CallID] {
+				status = StatusCompleted
+			}
 			r.Output = append(r.Output, &FunctionCall{Type: string(ItemFunctionCall), ID: it.ID, CallID: it.CallID,
-				Name: it.Name, Arguments: it.Arguments, Status: StatusCompleted})
+				Name: it.Name, Arguments: it.Arguments, Status: status})
 		case ItemFunctionCallOutput:
 			r.Output = append(r.Output, &FunctionCallOutput{Type: string(ItemFunctionCallOutput), CallID: it.CallID,
 				Output: it.Output, Status: StatusCompleted})

@@ -12,9 +12,23 @@ import (
 	"github.com/nemorl/nemorl-slurm/record"
 )
 
-// MaxLineBytes bounds one stream-json line. A longer line is counted in
-// Transcript.Skipped and otherwise ignored.
+// MaxLineBytes is the longest stream-json line read whole. A longer line
+// (an Edit of a large file makes one: Claude Code echoes the whole file in
+// the event's tool_use_result) is skimmed instead: its top-level
+// tool_use_result (Claude Code's own copy of the tool's result, which
+// response.json never shows) is skipped, any other string longer than
+// 4 × MaxLineBytes is cut (Transcript.CutStrings), and what is left is read
+// as any other event (Transcript.LongLines counts them).
 const MaxLineBytes = 16 << 20
+
+// MaxToolOutputBytes bounds one tool output in response.json: a longer one
+// keeps its first MaxToolOutputBytes bytes and ends with a line saying how
+// many bytes were cut (Transcript.TruncatedOutputs).
+const MaxToolOutputBytes = 1 << 20
+
+// SyntheticModel is the model Claude Code names in the assistant message it
+// makes up after an API failure ("API Error: …"): no model wrote it.
+const SyntheticModel = "<synthetic>"
 
 // ItemType is the type of one Responses-API output item.
 type ItemType string
@@ -32,11 +46,17 @@ const (
 //     assistant text with any buffered thinking prefixed as
 //     "<think>\n…\n</think>\n\n".
 //   - ItemFunctionCall: ID and CallID (both the tool_use id), Name and
-//     Arguments (the tool input as a JSON string). Emitted only when the
-//     matching tool_result arrives, right before its output.
+//     Arguments (the tool input as a JSON string). Emitted when the matching
+//     tool_result arrives, right before its output; thinking that preceded
+//     the tool_use is emitted where the tool_use appeared, as a message of
+//     its own, so it stays before the call. A call no result answered is
+//     emitted at the end, without an output (Transcript.UnansweredCalls). A
+//     tool_result whose tool_use was never read (its line was dropped) gets
+//     a call named "unknown" with arguments "{}" (Transcript.UnknownCalls),
+//     so no call goes missing silently.
 //   - ItemFunctionCallOutput: CallID (the tool_result's tool_use_id),
-//     Output (its text) and IsError (its is_error flag; not part of the
-//     Responses object).
+//     Output (its text, cut to MaxToolOutputBytes) and IsError (its
+//     is_error flag; not part of the Responses object).
 type Item struct {
 	Type      ItemType
 	ID        string
@@ -61,7 +81,8 @@ type Usage struct {
 // stdout.
 type Transcript struct {
 	// Items are the output items, in order (see Item). Tool calls that
-	// never got a result are not among them (see UnansweredCalls).
+	// never got a result are at the end, without an output (see
+	// UnansweredCalls).
 	Items []Item
 	// Model is the model named by the init event, else by the first
 	// assistant message that names one.
@@ -75,6 +96,9 @@ type Transcript struct {
 	ResultSubtype string // "success", "error_max_turns", "error_during_execution", …
 	ResultIsError bool
 	ResultText    string
+	// ResultTerminalReason is the result event's terminal_reason
+	// ("api_error", "prompt_too_long", …; "" when absent).
+	ResultTerminalReason string
 	// NumTurns is the result event's num_turns, valid when HasNumTurns.
 	NumTurns    int64
 	HasNumTurns bool
@@ -83,32 +107,77 @@ type Transcript struct {
 	ResultUsage    Usage
 	HasResultUsage bool
 
-	// AssistantMessages counts distinct assistant messages (Claude Code
-	// prints one event per content block, all with the message's id).
+	// AssistantMessages counts distinct assistant messages from a real
+	// model (Claude Code prints one event per content block, all with the
+	// message's id): the run's model calls. Synthetic messages are not
+	// among them.
 	AssistantMessages int
+	// APIErrors counts Claude Code's synthetic assistant messages (model
+	// "<synthetic>" or is_api_error_message): they never enter Items.
+	// APIErrorText is the text of the last one.
+	APIErrors    int
+	APIErrorText string
 	// AssistantUsage sums the usage of the distinct assistant messages
 	// (per message, the largest value of each field among its events).
 	AssistantUsage Usage
 
 	// Lines counts the non-blank lines read, Events the JSON objects among
-	// them, Skipped the others (not JSON, not an object, truncated, longer
-	// than MaxLineBytes).
+	// them, Skipped the others (not JSON, not an object, cut short): the
+	// dropped events.
 	Lines, Events, Skipped int
+	// LongLines counts the lines longer than MaxLineBytes that were
+	// skimmed (see MaxLineBytes); CutStrings the strings cut in them.
+	LongLines, CutStrings int
 	// UnansweredCalls counts tool_use blocks no tool_result answered.
 	UnansweredCalls int
+	// UnknownCalls counts tool results whose tool_use was never read.
+	UnknownCalls int
+	// TruncatedOutputs counts the tool outputs cut to MaxToolOutputBytes,
+	// TruncatedBytes the bytes cut from them.
+	TruncatedOutputs int
+	TruncatedBytes   int64
 	// ToolErrors counts tool results flagged is_error.
 	ToolErrors int
 }
 
-// Turns is the number of agent turns: the result event's num_turns when
-// present, else the number of assistant messages, clamped to
-// 0..record.MaxTurns.
-func (t *Transcript) Turns() int {
-	n := int64(t.AssistantMessages)
-	if t.HasNumTurns {
-		n = t.NumTurns
+// ModelCalls is the number of model calls: the distinct assistant messages
+// from a real model. Claude Code's num_turns counts one more than its model
+// calls, and its synthetic API-error messages are no calls.
+func (t *Transcript) ModelCalls() int { return min(t.AssistantMessages, record.MaxModelCalls) }
+
+// Turns is ModelCalls clamped to record.MaxTurns.
+func (t *Transcript) Turns() int { return min(t.ModelCalls(), record.MaxTurns) }
+
+// Dropped is the number of events the converter could not read.
+func (t *Transcript) Dropped() int { return min(t.Skipped, record.MaxModelCalls) }
+
+// TerminalReason says why the run ended (one of record.TerminalReasons):
+// timeout when timedOut (the research time limit killed Claude Code);
+// error without a result event; else the result event's terminal_reason
+// when it is api_error, prompt_too_long or max_turns; max_turns for the
+// subtype error_max_turns; success for a result not flagged is_error; error
+// otherwise. A run that wrote a synthetic API-error message and then ended
+// with an error says api_error.
+func (t *Transcript) TerminalReason(timedOut bool) string {
+	switch {
+	case timedOut:
+		return record.TerminalTimeout
+	case !t.ResultSeen:
+		return record.TerminalError
 	}
-	return int(min(max(n, 0), record.MaxTurns))
+	switch t.ResultTerminalReason {
+	case record.TerminalAPIError, record.TerminalPromptTooLong, record.TerminalMaxTurns:
+		return t.ResultTerminalReason
+	}
+	switch {
+	case t.ResultSubtype == "error_max_turns":
+		return record.TerminalMaxTurns
+	case !t.ResultIsError && (t.ResultSubtype == "success" || t.ResultSubtype == ""):
+		return record.TerminalSuccess
+	case t.APIErrors > 0:
+		return record.TerminalAPIError
+	}
+	return record.TerminalError
 }
 
 // Usage is the run's token usage: the result event's when it has one (it
@@ -132,43 +201,222 @@ func ParseStreamJSON(r io.Reader) (*Transcript, error) {
 }
 
 func parseStream(r io.Reader, maxLine int) (*Transcript, error) {
-	p := &parser{t: &Transcript{}, pending: map[string]pendingCall{}, usage: map[string]int{}}
+	p := &parser{t: &Transcript{}, pending: map[string]pendingCall{}, calls: map[string]bool{}, msgs: map[string]int{}}
 	br := bufio.NewReaderSize(r, 64<<10)
 	var line []byte
-	tooLong := false
 	first := true
 	for {
 		chunk, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(line)+len(chunk) > maxLine {
-				tooLong, line = true, line[:0]
-			} else {
-				line = append(line, chunk...)
-			}
+		if err != nil && err != io.EOF && err != bufio.ErrBufferFull {
+			return nil, fmt.Errorf("read transcript: %w", err)
 		}
+		if len(line)+len(chunk) > maxLine {
+			lr := &lineReader{br: br, head: append(line, chunk...), done: err != bufio.ErrBufferFull, eof: err == io.EOF}
+			if first {
+				lr.head = bytes.TrimPrefix(lr.head, []byte("\xef\xbb\xbf"))
+			}
+			p.longLine(lr, 4*maxLine)
+			if _, derr := io.Copy(io.Discard, lr); derr != nil {
+				return nil, fmt.Errorf("read transcript: %w", derr)
+			}
+			first, line = false, line[:0]
+			if lr.eof {
+				break
+			}
+			continue
+		}
+		line = append(line, chunk...)
 		if err == bufio.ErrBufferFull {
 			continue
 		}
-		if err != nil && err != io.EOF {
-			return nil, fmt.Errorf("read transcript: %w", err)
-		}
-		if tooLong {
-			p.t.Lines++
-			p.t.Skipped++
-		} else if len(line) > 0 {
+		if len(line) > 0 {
 			if first {
 				line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 			}
 			p.line(line)
 		}
 		first = false
-		line, tooLong = line[:0], false
+		line = line[:0]
 		if err == io.EOF {
 			break
 		}
 	}
 	p.finish()
 	return p.t, nil
+}
+
+// lineReader reads the rest of one line from br: head first, then br up to
+// and including the next newline (or the end of the input).
+type lineReader struct {
+	br        *bufio.Reader
+	head      []byte
+	done, eof bool
+}
+
+func (l *lineReader) Read(b []byte) (int, error) {
+	for len(l.head) == 0 {
+		if l.done {
+			return 0, io.EOF
+		}
+		chunk, err := l.br.ReadSlice('\n')
+		switch err {
+		case nil:
+			l.done = true
+		case io.EOF:
+			l.done, l.eof = true, true
+		case bufio.ErrBufferFull:
+		default:
+			return 0, err
+		}
+		l.head = append(l.head[:0], chunk...)
+	}
+	n := copy(b, l.head)
+	l.head = l.head[n:]
+	return n, nil
+}
+
+// longLine reads a long line token by token: the top-level tool_use_result
+// is skipped, other strings longer than maxString are cut,
+// and the rest, rebuilt as a JSON object, is read as any event. A line that
+// is not one JSON object is dropped (Skipped).
+func (p *parser) longLine(r io.Reader, maxString int) {
+	maxLine := maxString
+	cuts := p.t.CutStrings
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	var b bytes.Buffer
+	ok := false
+	if tok, err := dec.Token(); err == nil && tok == json.Delim('{') {
+		b.WriteByte('{')
+		ok = p.skimObject(dec, &b, maxLine, true)
+	}
+	if ok {
+		// Nothing but blanks may follow the object on its line.
+		if _, err := dec.Token(); err != io.EOF {
+			ok = false
+		}
+	}
+	if !ok {
+		p.t.CutStrings = cuts
+		p.t.Lines++
+		p.t.Skipped++
+		return
+	}
+	p.t.LongLines++
+	p.line(b.Bytes())
+}
+
+// skimObject copies the members of an object whose '{' was read (and
+// written) to b, up to and including its '}'.
+func (p *parser) skimObject(dec *json.Decoder, b *bytes.Buffer, maxLine int, top bool) bool {
+	n := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if tok == json.Delim('}') {
+			b.WriteByte('}')
+			return true
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return false
+		}
+		if top && (key == "tool_use_result" || key == "toolUseResult") {
+			if !skipValue(dec) {
+				return false
+			}
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		writeJSONString(b, key)
+		b.WriteByte(':')
+		if !p.skimValue(dec, b, maxLine) {
+			return false
+		}
+	}
+}
+
+func (p *parser) skimValue(dec *json.Decoder, b *bytes.Buffer, maxLine int) bool {
+	tok, err := dec.Token()
+	if err != nil {
+		return false
+	}
+	switch v := tok.(type) {
+	case json.Delim:
+		switch v {
+		case '{':
+			b.WriteByte('{')
+			return p.skimObject(dec, b, maxLine, false)
+		case '[':
+			b.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				if !p.skimValue(dec, b, maxLine) {
+					return false
+				}
+			}
+			if end, err := dec.Token(); err != nil || end != json.Delim(']') {
+				return false
+			}
+			b.WriteByte(']')
+			return true
+		}
+		return false
+	case string:
+		if len(v) > maxLine {
+			p.t.CutStrings++
+			cut := len(v) - maxLine
+			v = truncateUTF8(v, maxLine) + cutNote(int64(cut))
+		}
+		writeJSONString(b, v)
+	case json.Number:
+		b.WriteString(v.String())
+	case bool:
+		b.WriteString(strconv.FormatBool(v))
+	case nil:
+		b.WriteString("null")
+	default:
+		return false
+	}
+	return true
+}
+
+// skipValue reads one value without keeping it.
+func skipValue(dec *json.Decoder) bool {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if d, ok := tok.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+		if depth == 0 {
+			return true
+		}
+	}
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc, _ := json.Marshal(s) // a string always encodes
+	b.Write(enc)
+}
+
+// cutNote is the line that ends a text cut by n bytes.
+func cutNote(n int64) string {
+	return "\n[nemorl: " + strconv.FormatInt(n, 10) + " more bytes cut]"
 }
 
 type pendingCall struct {
@@ -178,8 +426,10 @@ type pendingCall struct {
 type parser struct {
 	t        *Transcript
 	pending  map[string]pendingCall // tool_use id → call, until its result
-	think    string                 // thinking waiting for the next text
-	usage    map[string]int         // assistant message id → index in msgUsage
+	order    []string               // tool_use ids in the order read
+	calls    map[string]bool        // every tool_use id read
+	think    string                 // thinking waiting for the next text or call
+	msgs     map[string]int         // assistant message id → index in msgUsage
 	msgUsage []Usage
 	anonCall int
 }
@@ -218,26 +468,53 @@ func (p *parser) line(line []byte) {
 
 func (p *parser) assistant(ev object) {
 	msg, _ := ev.obj("message")
-	if p.t.Model == "" {
-		if m, ok := msg.str("model"); ok {
-			p.t.Model = m
+	model, _ := msg.str("model")
+	apiErr, _ := ev.bool("is_api_error_message")
+	if !apiErr {
+		apiErr, _ = msg.bool("is_api_error_message")
+	}
+	if apiErr || model == SyntheticModel {
+		// Claude Code's own "API Error: …" after a failed call: no model
+		// wrote it, so it is neither output nor a model call.
+		p.t.APIErrors++
+		content, _ := msg.arr("content")
+		var text string
+		for _, raw := range content {
+			if b, ok := parseObject(raw); ok {
+				if t, _ := b.str("type"); t == "text" {
+					s, _ := b.str("text")
+					text += s
+				}
+			}
 		}
+		p.t.APIErrorText = text
+		return
+	}
+	if p.t.Model == "" && model != "" {
+		p.t.Model = model
 	}
 	// One API message arrives as several events sharing its id, each with
 	// the message's usage: count it once.
 	u, _ := msg.obj("usage")
 	usage := usageOf(u)
 	id, _ := msg.str("id")
-	if i, seen := p.usage[id]; seen && id != "" {
+	if i, seen := p.msgs[id]; seen && id != "" {
 		p.msgUsage[i] = maxUsage(p.msgUsage[i], usage)
 	} else {
-		p.usage[id] = len(p.msgUsage)
+		p.msgs[id] = len(p.msgUsage)
 		p.msgUsage = append(p.msgUsage, usage)
 	}
 
+	// Blocks in order: thinking waits for the next text or tool call, so a
+	// thought stays before the call it led to.
 	content, _ := msg.arr("content")
 	var text string
-	var calls []object
+	flushText := func() {
+		if text != "" {
+			p.addMessage(p.takeThink() + text)
+			text = ""
+		}
+	}
 	for _, raw := range content {
 		b, ok := parseObject(raw)
 		if !ok {
@@ -248,6 +525,7 @@ func (p *parser) assistant(ev object) {
 			s, _ := b.str("text")
 			text += s
 		case "thinking", "reasoning":
+			flushText()
 			s, _ := b.str("thinking")
 			if s == "" {
 				s, _ = b.str("text")
@@ -259,25 +537,40 @@ func (p *parser) assistant(ev object) {
 				p.think += s
 			}
 		case "tool_use":
-			calls = append(calls, b)
+			flushText()
+			if p.think != "" {
+				p.addMessage(p.takeThink())
+			}
+			p.call(b)
 		}
 	}
-	if text != "" {
-		if p.think != "" {
-			text = "<think>\n" + p.think + "\n</think>\n\n" + text
-			p.think = ""
-		}
-		p.addMessage(text)
+	flushText()
+}
+
+// takeThink returns the buffered thinking as a "<think>" prefix ("" when
+// there is none) and clears it.
+func (p *parser) takeThink() string {
+	if p.think == "" {
+		return ""
 	}
-	for _, b := range calls {
-		id, _ := b.str("id")
-		if id == "" {
-			p.anonCall++
-			id = "call_" + strconv.Itoa(p.anonCall) // never answered
-		}
-		name, _ := b.str("name")
-		p.pending[id] = pendingCall{name: name, arguments: arguments(b["input"])}
+	s := "<think>\n" + p.think + "\n</think>\n\n"
+	p.think = ""
+	return s
+}
+
+// call keeps a tool_use block until its result, once per id.
+func (p *parser) call(b object) {
+	id, _ := b.str("id")
+	if id == "" {
+		p.anonCall++
+		id = "call_" + strconv.Itoa(p.anonCall) // never answered
+	} else if p.calls[id] {
+		return // the same block printed again
 	}
+	name, _ := b.str("name")
+	p.calls[id] = true
+	p.pending[id] = pendingCall{name: name, arguments: arguments(b["input"])}
+	p.order = append(p.order, id)
 }
 
 func (p *parser) addMessage(text string) {
@@ -323,12 +616,26 @@ func (p *parser) user(ev object) {
 		if call, ok := p.pending[id]; ok {
 			delete(p.pending, id)
 			p.t.Items = append(p.t.Items, Item{Type: ItemFunctionCall, ID: id, CallID: id, Name: call.name, Arguments: call.arguments})
+		} else if !p.calls[id] {
+			// Its tool_use was never read (its line was dropped): say so
+			// rather than leave an output without its call.
+			p.t.UnknownCalls++
+			p.calls[id] = true
+			p.t.Items = append(p.t.Items, Item{Type: ItemFunctionCall, ID: id, CallID: id, Name: "unknown", Arguments: "{}"})
 		}
 		isErr, _ := b.bool("is_error")
 		if isErr {
 			p.t.ToolErrors++
 		}
-		p.t.Items = append(p.t.Items, Item{Type: ItemFunctionCallOutput, CallID: id, Output: resultText(b["content"]), IsError: isErr})
+		out := resultText(b["content"])
+		if len(out) > MaxToolOutputBytes {
+			kept := truncateUTF8(out, MaxToolOutputBytes)
+			cut := int64(len(out) - len(kept))
+			p.t.TruncatedOutputs++
+			p.t.TruncatedBytes = satAdd(p.t.TruncatedBytes, cut)
+			out = kept + cutNote(cut)
+		}
+		p.t.Items = append(p.t.Items, Item{Type: ItemFunctionCallOutput, CallID: id, Output: out, IsError: isErr})
 	}
 }
 
@@ -374,6 +681,7 @@ func (p *parser) result(ev object) {
 	t.ResultSubtype, _ = ev.str("subtype")
 	t.ResultIsError, _ = ev.bool("is_error")
 	t.ResultText, _ = ev.str("result")
+	t.ResultTerminalReason, _ = ev.str("terminal_reason")
 	t.NumTurns, t.HasNumTurns = ev.int("num_turns")
 	if u, ok := ev.obj("usage"); ok {
 		t.ResultUsage, t.HasResultUsage = usageOf(u), true
@@ -386,6 +694,14 @@ func (p *parser) result(ev object) {
 }
 
 func (p *parser) finish() {
+	if p.think != "" {
+		p.addMessage(p.takeThink())
+	}
+	for _, id := range p.order {
+		if call, ok := p.pending[id]; ok {
+			p.t.Items = append(p.t.Items, Item{Type: ItemFunctionCall, ID: id, CallID: id, Name: call.name, Arguments: call.arguments})
+		}
+	}
 	var sum Usage
 	for _, u := range p.msgUsage {
 		sum = addUsage(sum, u)

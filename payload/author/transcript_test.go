@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -166,7 +167,8 @@ func TestFullTranscript(t *testing.T) {
 		{"ResultSubtype", tr.ResultSubtype, "success"},
 		{"ResultIsError", tr.ResultIsError, false},
 		{"NumTurns", tr.NumTurns, int64(5)},
-		{"Turns", tr.Turns(), 5},
+		{"Turns", tr.Turns(), 4}, // num_turns 5 counts one more than the model calls
+		{"ModelCalls", tr.ModelCalls(), 4},
 		{"AssistantMessages", tr.AssistantMessages, 4},
 		// Per message the largest usage of its events: 1200/85 + 1500/60 +
 		// 1800/70 + 2000/120, not the sum over the 7 assistant events.
@@ -197,7 +199,8 @@ func TestFullTranscript(t *testing.T) {
 	if !reflect.DeepEqual(m["usage"], wantUsage) {
 		t.Errorf("usage %v, want %v", m["usage"], wantUsage)
 	}
-	wantMeta := map[string]any{"num_turns": "5", "session_id": "3f8a2c1e-7b4d-4e2a-9c61-0d5e8f7a1b23", "result_subtype": "success"}
+	wantMeta := map[string]any{"num_turns": "4", "model_calls": "4", "claude_num_turns": "5", "terminal_reason": "success",
+		"dropped_events": "0", "session_id": "3f8a2c1e-7b4d-4e2a-9c61-0d5e8f7a1b23", "result_subtype": "success"}
 	if !reflect.DeepEqual(m["metadata"], wantMeta) {
 		t.Errorf("metadata %v, want %v", m["metadata"], wantMeta)
 	}
@@ -234,6 +237,7 @@ func TestTruncatedTranscript(t *testing.T) {
 		{"message", "msg_0", "", ""},
 		{"function_call", "toolu_01Grep", "toolu_01Grep", "Grep"},
 		{"function_call_output", "", "toolu_01Grep", ""},
+		{"function_call", "toolu_02Edit", "toolu_02Edit", "Edit"}, // never answered: at the end, no output
 	}
 	if got := summarize(tr.Items); !reflect.DeepEqual(got, want) {
 		t.Fatalf("items:\n got %v\nwant %v", got, want)
@@ -256,7 +260,8 @@ func TestTruncatedTranscript(t *testing.T) {
 	if m["status"] != "incomplete" || !reflect.DeepEqual(m["incomplete_details"], map[string]any{"reason": "error"}) {
 		t.Errorf("status %v %v, want incomplete/error", m["status"], m["incomplete_details"])
 	}
-	if md := m["metadata"].(map[string]any); md["num_turns"] != "2" || md["result_subtype"] != nil {
+	if md := m["metadata"].(map[string]any); md["num_turns"] != "2" || md["result_subtype"] != nil || md["dropped_events"] != "2" ||
+		md["terminal_reason"] != "error" || md["unanswered_calls"] != "1" {
 		t.Errorf("metadata %v", md)
 	}
 	m = decoded(t, tr.Response(goldenID, goldenTime, "", true))
@@ -277,7 +282,7 @@ func TestMaxTurnsTranscript(t *testing.T) {
 	if got := summarize(tr.Items); !reflect.DeepEqual(got, want) {
 		t.Fatalf("items:\n got %v\nwant %v", got, want)
 	}
-	if tr.ResultSubtype != "error_max_turns" || tr.Turns() != 3 || tr.Usage() != (Usage{InputTokens: 1750, OutputTokens: 55}) {
+	if tr.ResultSubtype != "error_max_turns" || tr.Turns() != 2 || tr.NumTurns != 3 || tr.Usage() != (Usage{InputTokens: 1750, OutputTokens: 55}) {
 		t.Errorf("subtype %q turns %d usage %+v", tr.ResultSubtype, tr.Turns(), tr.Usage())
 	}
 	r := tr.Response(goldenID, goldenTime, "override-model", false)
@@ -297,6 +302,7 @@ func TestMaxTurnsTranscript(t *testing.T) {
 
 func TestResponseStatus(t *testing.T) {
 	const text = `{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"hi"}]}}` + "\n"
+	const synthetic = `{"type":"assistant","message":{"id":"s1","model":"<synthetic>","content":[{"type":"text","text":"API Error: 500"}]},"is_api_error_message":true}` + "\n"
 	cases := []struct {
 		name     string
 		stream   string
@@ -308,7 +314,11 @@ func TestResponseStatus(t *testing.T) {
 		{"success but timed out", text + `{"type":"result","subtype":"success","num_turns":1}`, true, "incomplete", "timeout"},
 		{"max turns", text + `{"type":"result","subtype":"error_max_turns","num_turns":1}`, false, "incomplete", "max_turns"},
 		{"max turns and timed out", text + `{"type":"result","subtype":"error_max_turns"}`, true, "incomplete", "timeout"},
-		{"error during execution", text + `{"type":"result","subtype":"error_during_execution","is_error":true}`, false, "completed", ""},
+		{"error during execution", text + `{"type":"result","subtype":"error_during_execution","is_error":true}`, false, "incomplete", "error"},
+		{"api error", text + synthetic + `{"type":"result","subtype":"success","is_error":true,"terminal_reason":"api_error","num_turns":2}`, false, "incomplete", "api_error"},
+		{"api error, no terminal_reason", text + synthetic + `{"type":"result","subtype":"success","is_error":true,"num_turns":2}`, false, "incomplete", "api_error"},
+		{"prompt too long", text + synthetic + `{"type":"result","subtype":"success","is_error":true,"terminal_reason":"prompt_too_long"}`, false, "incomplete", "prompt_too_long"},
+		{"max turns by terminal_reason", text + `{"type":"result","subtype":"success","terminal_reason":"max_turns"}`, false, "incomplete", "max_turns"},
 		{"no result", text, false, "incomplete", "error"},
 		{"empty stream", "", false, "incomplete", "error"},
 	}
@@ -382,7 +392,11 @@ func TestParseTolerance(t *testing.T) {
 	}
 	want := []Item{
 		{Type: ItemMessage, ID: "msg_0", Text: "ok"},
-		{Type: ItemFunctionCallOutput, CallID: "nope", Output: `{"k":[1,2]}`}, // orphan result kept
+		{Type: ItemFunctionCall, ID: "nope", CallID: "nope", Name: "unknown", Arguments: "{}"}, // its call was never read
+		{Type: ItemFunctionCallOutput, CallID: "nope", Output: `{"k":[1,2]}`},                  // orphan result kept
+	}
+	if tr.UnknownCalls != 1 {
+		t.Errorf("unknown calls %d, want 1", tr.UnknownCalls)
 	}
 	if !reflect.DeepEqual(tr.Items, want) {
 		t.Errorf("items %+v, want %+v", tr.Items, want)
@@ -398,24 +412,25 @@ func TestNumTurns(t *testing.T) {
 		{"12", 12, true},
 		{"3.0", 3, true},
 		{"4e1", 40, true},
-		{"-3", 0, true},
-		{"1e300", record.MaxTurns, true},
-		{"999999999999999999999999", record.MaxTurns, true},
+		{"-3", -3, true},
+		{"1e300", maxCount, true},
+		{"999999999999999999999999", maxCount, true},
 		{"2.5", 0, false},
 		{"null", 0, false},
 		{"true", 0, false},
 	} {
 		tr := parseString(t, `{"type":"result","subtype":"success","num_turns":`+c.raw+`}`)
-		if tr.Turns() != c.turns || tr.HasNumTurns != c.has {
-			t.Errorf("num_turns %s: turns %d has %v, want %d %v", c.raw, tr.Turns(), tr.HasNumTurns, c.turns, c.has)
+		// num_turns is kept as Claude Code's count; turns are model calls.
+		if int(tr.NumTurns) != c.turns || tr.HasNumTurns != c.has || tr.Turns() != 0 {
+			t.Errorf("num_turns %s: %d has %v turns %d, want %d %v 0", c.raw, tr.NumTurns, tr.HasNumTurns, tr.Turns(), c.turns, c.has)
 		}
 	}
-	// Without num_turns, assistant messages are counted, clamped too.
+	// Assistant messages are counted, clamped to MaxTurns.
 	var b strings.Builder
 	for i := range record.MaxTurns + 5 {
 		b.WriteString(`{"type":"assistant","message":{"id":"m` + string(rune('a'+i%26)) + strings.Repeat("x", i/26) + `","content":[]}}` + "\n")
 	}
-	if tr := parseString(t, b.String()); tr.AssistantMessages != record.MaxTurns+5 || tr.Turns() != record.MaxTurns {
+	if tr := parseString(t, b.String()); tr.AssistantMessages != record.MaxTurns+5 || tr.Turns() != record.MaxTurns || tr.ModelCalls() != record.MaxTurns+5 {
 		t.Errorf("assistant messages %d turns %d", tr.AssistantMessages, tr.Turns())
 	}
 }
@@ -458,10 +473,14 @@ func TestThinkingAndCalls(t *testing.T) {
 		`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"c3","content":[{"type":"image","source":{}},{"type":"text","text":"img"}]},{"type":"tool_result","tool_use_id":"c1","content":null},{"type":"tool_result","tool_use_id":"c2","content":12}]}}`,
 		`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"c1","content":"again"}]}}`,
 		`{"type":"assistant","message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}`,
-		`{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"dropped: no text follows"}]}}`,
+		`{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"not followed by text"}]}}`,
 	}, "\n")
 	tr := parseString(t, stream)
+	// The thinking before the Write call stays before it; the thinking that
+	// no text follows is kept at the end; the call without an id, never
+	// answered, comes last.
 	want := []Item{
+		{Type: ItemMessage, ID: "msg_0", Text: "<think>\nr1\nr2\n</think>\n\n"},
 		{Type: ItemFunctionCall, ID: "c3", CallID: "c3", Name: "X", Arguments: "[1,2]"},
 		{Type: ItemFunctionCallOutput, CallID: "c3", Output: "img"},
 		{Type: ItemFunctionCall, ID: "c1", CallID: "c1", Name: "Write", Arguments: "raw string"},
@@ -469,7 +488,9 @@ func TestThinkingAndCalls(t *testing.T) {
 		{Type: ItemFunctionCall, ID: "c2", CallID: "c2", Name: "LS", Arguments: "{}"},
 		{Type: ItemFunctionCallOutput, CallID: "c2", Output: "12"},
 		{Type: ItemFunctionCallOutput, CallID: "c1", Output: "again"}, // a second result: output only
-		{Type: ItemMessage, ID: "msg_7", Text: "<think>\nr1\nr2\n</think>\n\nab"},
+		{Type: ItemMessage, ID: "msg_8", Text: "ab"},
+		{Type: ItemMessage, ID: "msg_9", Text: "<think>\nnot followed by text\n</think>\n\n"},
+		{Type: ItemFunctionCall, ID: "call_1", CallID: "call_1", Name: "NoID", Arguments: "{}"},
 	}
 	if !reflect.DeepEqual(tr.Items, want) {
 		t.Errorf("items:\n got %+v\nwant %+v", tr.Items, want)
@@ -481,34 +502,147 @@ func TestThinkingAndCalls(t *testing.T) {
 
 func TestLongLines(t *testing.T) {
 	valid := `{"type":"assistant","message":{"content":[{"type":"text","text":"after"}]}}`
-	long := `{"type":"assistant","message":{"content":[{"type":"text","text":"` + strings.Repeat("x", 500) + `"}]}}`
-	for _, tail := range []string{"\n" + valid + "\n", ""} {
-		tr, err := parseStream(iotest.OneByteReader(strings.NewReader(long+tail)), 200)
+	long := `{"type":"assistant","message":{"content":[{"type":"text","text":"` + strings.Repeat("x", 1000) + `"}]}}`
+	broken := `{"type":"assistant","message":{"content":[{"type":"text","text":"` + strings.Repeat("x", 500)
+	for _, c := range []struct {
+		name, stream              string
+		skipped, long, items, cut int
+	}{
+		{"long line, then a line", long + "\n" + valid + "\n", 0, 1, 2, 1},
+		{"long line at the end", long, 0, 1, 1, 1},
+		{"broken long line, then a line", broken + "\n" + valid + "\n", 1, 0, 1, 0},
+		{"broken long line at the end", broken, 1, 0, 0, 0},
+		{"two objects on a long line", long + long + "\n" + valid, 1, 0, 1, 0},
+	} {
+		tr, err := parseStream(iotest.OneByteReader(strings.NewReader(c.stream)), 200)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantItems := 0
-		if tail != "" {
-			wantItems = 1
+		if tr.Skipped != c.skipped || tr.LongLines != c.long || len(tr.Items) != c.items || tr.CutStrings != c.cut || tr.Lines != tr.Events+tr.Skipped {
+			t.Errorf("%s: skipped %d long %d items %d cut %d lines %d events %d", c.name, tr.Skipped, tr.LongLines, len(tr.Items), tr.CutStrings, tr.Lines, tr.Events)
 		}
-		if tr.Skipped != 1 || len(tr.Items) != wantItems {
-			t.Errorf("tail %q: skipped %d items %d", tail, tr.Skipped, len(tr.Items))
+		// Long lines are read from 200 bytes on; strings in them are cut at 4 × 200.
+		if c.cut > 0 && tr.Items[0].Text != strings.Repeat("x", 800)+"\n[nemorl: 200 more bytes cut]" {
+			t.Errorf("%s: cut text %.300q", c.name, tr.Items[0].Text)
 		}
 	}
-	// The real limit: a line over MaxLineBytes is skipped, the next parsed.
-	r := io.MultiReader(strings.NewReader(`{"type":"x","pad":"`), bytes.NewReader(bytes.Repeat([]byte("y"), MaxLineBytes)),
-		strings.NewReader("\"}\n"+valid+"\n"))
-	tr, err := ParseStreamJSON(r)
+	// A line just under the limit is read whole.
+	line := `{"type":"x","pad":"` + strings.Repeat("y", MaxLineBytes-100) + `"}`
+	if tr, err := ParseStreamJSON(strings.NewReader(line)); err != nil || tr.Skipped != 0 || tr.Events != 1 || tr.LongLines != 0 {
+		t.Errorf("a %d-byte line: %+v %v", len(line), tr, err)
+	}
+}
+
+// TestHugeEditLine: the shape Claude Code 2.1.332 printed for an Edit of a
+// 17 MB file: the tool_result event carries the whole file (and the patch)
+// in its top-level tool_use_result, 34 MB on one line. The call, its output
+// and everything after it reach response.json; nothing is dropped.
+func TestHugeEditLine(t *testing.T) {
+	file := strings.Repeat("a: 1\n", 17<<20/5)
+	edit, _ := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": []any{map[string]any{
+		"type": "tool_result", "tool_use_id": "toolu_big", "content": "The file /w/NeMo-RL/big.yaml has been updated."}}},
+		"tool_use_result": map[string]any{"filePath": "/w/NeMo-RL/big.yaml", "oldString": "a: 1", "newString": "a: 2",
+			"originalFile": file, "structuredPatch": []any{map[string]any{"lines": []string{"-a: 1", "+a: 2", file}}}}})
+	if len(edit) < 34<<20 {
+		t.Fatalf("the edit line is %d bytes, want 34 MB", len(edit))
+	}
+	stream := strings.Join([]string{
+		`{"type":"system","subtype":"init","model":"policy","session_id":"s"}`,
+		`{"type":"assistant","message":{"id":"m1","model":"policy","content":[{"type":"thinking","thinking":"edit the big file"}]}}`,
+		`{"type":"assistant","message":{"id":"m1","model":"policy","content":[{"type":"tool_use","id":"toolu_big","name":"Edit","input":{"file_path":"/w/NeMo-RL/big.yaml","old_string":"a: 1","new_string":"a: 2"}}]}}`,
+		string(edit),
+		`{"type":"assistant","message":{"id":"m2","model":"policy","content":[{"type":"text","text":"Done."}]}}`,
+		`{"type":"result","subtype":"success","is_error":false,"num_turns":3,"terminal_reason":"completed"}`,
+	}, "\n") + "\n"
+	tr, err := ParseStreamJSON(strings.NewReader(stream))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Skipped != 1 || len(tr.Items) != 1 || tr.Items[0].Text != "after" {
-		t.Errorf("skipped %d items %+v", tr.Skipped, tr.Items)
+	want := []itemSummary{
+		{"message", "msg_0", "", ""},
+		{"function_call", "toolu_big", "toolu_big", "Edit"},
+		{"function_call_output", "", "toolu_big", ""},
+		{"message", "msg_3", "", ""},
 	}
-	// A line just under the limit is parsed.
-	line := `{"type":"x","pad":"` + strings.Repeat("y", MaxLineBytes-100) + `"}`
-	if tr, err := ParseStreamJSON(strings.NewReader(line)); err != nil || tr.Skipped != 0 || tr.Events != 1 {
-		t.Errorf("a %d-byte line: %+v %v", len(line), tr, err)
+	if got := summarize(tr.Items); !reflect.DeepEqual(got, want) {
+		t.Fatalf("items:\n got %v\nwant %v", got, want)
+	}
+	if tr.Items[2].Output != "The file /w/NeMo-RL/big.yaml has been updated." || tr.Items[0].Text != "<think>\nedit the big file\n</think>\n\n" {
+		t.Errorf("items %.200q %.200q", tr.Items[0].Text, tr.Items[2].Output)
+	}
+	if tr.Skipped != 0 || tr.LongLines != 1 || tr.Dropped() != 0 || tr.ModelCalls() != 2 || tr.TerminalReason(false) != record.TerminalSuccess {
+		t.Errorf("skipped %d long %d model calls %d reason %q", tr.Skipped, tr.LongLines, tr.ModelCalls(), tr.TerminalReason(false))
+	}
+	data, err := tr.Response(goldenID, goldenTime, "", false).JSON()
+	if err != nil || len(data) > 1<<20 {
+		t.Fatalf("response.json: %d bytes, %v", len(data), err)
+	}
+
+	// The same 34 MB as the tool's output text: kept up to the bound, with
+	// the count of what was cut.
+	big, _ := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{
+		"type": "tool_result", "tool_use_id": "toolu_cat", "content": []any{map[string]any{"type": "text", "text": file + file}}}}}})
+	stream = `{"type":"assistant","message":{"id":"m1","model":"policy","content":[{"type":"tool_use","id":"toolu_cat","name":"Bash","input":{"command":"cat big.yaml big.yaml"}}]}}` +
+		"\n" + string(big) + "\n"
+	tr, err = ParseStreamJSON(strings.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Items) != 2 || tr.Items[0].Name != "Bash" || tr.Items[1].CallID != "toolu_cat" {
+		t.Fatalf("items %v", summarize(tr.Items))
+	}
+	out := tr.Items[1].Output
+	cut := int64(2*len(file) - MaxToolOutputBytes)
+	if !strings.HasPrefix(out, file[:MaxToolOutputBytes]) || !strings.HasSuffix(out, "\n[nemorl: "+strconv.FormatInt(cut, 10)+" more bytes cut]") ||
+		tr.TruncatedOutputs != 1 || tr.TruncatedBytes != cut || tr.Skipped != 0 {
+		t.Errorf("output %d bytes ending %q; truncated %d (%d bytes), skipped %d", len(out), out[len(out)-40:], tr.TruncatedOutputs, tr.TruncatedBytes, tr.Skipped)
+	}
+	md := tr.Response(goldenID, goldenTime, "", true).Metadata
+	if md["truncated_outputs"] != "1" || md["truncated_bytes"] != strconv.FormatInt(cut, 10) || md["long_lines"] != "1" {
+		t.Errorf("metadata %v", md)
+	}
+}
+
+// TestAPIError: Claude Code 2.1.332 after the endpoint failed: a synthetic
+// assistant message ("<synthetic>", is_api_error_message, "API Error: …"),
+// then a result that says success but is_error, terminal_reason api_error
+// (or prompt_too_long), num_turns one more than the model calls. The
+// synthetic text never reaches response.json; the run is not completed.
+func TestAPIError(t *testing.T) {
+	for _, reason := range []string{record.TerminalAPIError, record.TerminalPromptTooLong} {
+		text := "API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal Server Error\"}}"
+		if reason == record.TerminalPromptTooLong {
+			text = "API Error: 400 prompt is too long: 270000 tokens > 262144 maximum"
+		}
+		synthetic, _ := json.Marshal(map[string]any{"type": "assistant", "message": map[string]any{"id": "0b1c", "type": "message",
+			"role": "assistant", "model": "<synthetic>", "content": []any{map[string]any{"type": "text", "text": text}},
+			"usage": map[string]any{"input_tokens": 0, "output_tokens": 0}}, "parent_tool_use_id": nil, "session_id": "s",
+			"is_api_error_message": true})
+		stream := strings.Join([]string{
+			`{"type":"system","subtype":"init","model":"policy","session_id":"s"}`,
+			`{"type":"assistant","message":{"id":"m1","model":"policy","content":[{"type":"text","text":"Reading."},{"type":"tool_use","id":"t1","name":"Read","input":{"file_path":"recipe.yaml"}}],"usage":{"input_tokens":10,"output_tokens":5}}}`,
+			`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"grpo: {}"}]}}`,
+			string(synthetic),
+			`{"type":"result","subtype":"success","is_error":true,"num_turns":2,"terminal_reason":"` + reason + `","result":` + strconv.Quote(text) + `}`,
+		}, "\n") + "\n"
+		tr := parseString(t, stream)
+		if tr.ModelCalls() != 1 || tr.Turns() != 1 || tr.APIErrors != 1 || tr.Model != "policy" || tr.TerminalReason(false) != reason {
+			t.Errorf("%s: model calls %d turns %d api errors %d model %q reason %q", reason, tr.ModelCalls(), tr.Turns(), tr.APIErrors, tr.Model, tr.TerminalReason(false))
+		}
+		r := tr.Response(goldenID, goldenTime, "", false)
+		data, _ := r.JSON()
+		if bytes.Contains(data, []byte("API Error")) && !strings.Contains(r.Metadata["api_error"], "API Error") {
+			t.Errorf("%s: the synthetic text is in the output: %s", reason, data)
+		}
+		for _, o := range r.Output {
+			if m, ok := o.(*OutputMessage); ok && strings.Contains(m.Content[0].Text, "API Error") {
+				t.Errorf("%s: synthetic message in the output: %q", reason, m.Content[0].Text)
+			}
+		}
+		if r.Status != StatusIncomplete || r.IncompleteDetails == nil || r.IncompleteDetails.Reason != reason ||
+			r.Metadata["terminal_reason"] != reason || r.Metadata["model_calls"] != "1" || r.Metadata["claude_num_turns"] != "2" {
+			t.Errorf("%s: status %s %+v metadata %v", reason, r.Status, r.IncompleteDetails, r.Metadata)
+		}
 	}
 }
 
