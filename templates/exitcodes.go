@@ -45,6 +45,14 @@ const (
 	// SINGULARITY_* variable could not be cleared. The payload never ran.
 	ExitIsolation = 69
 
+	ExitNoGPU = 70 // train, eval: the job's GPU is not visible (node fault: infra_failure/no_gpu)
+
+	// ExitPolicyEndpoint (author): the policy endpoint failed, not the
+	// policy: the proxy reported, on the status descriptor the script opened
+	// outside the container, no successful call, or a last call that failed
+	// with a 5xx, 429 or no HTTP answer (infrastructure: no reward).
+	ExitPolicyEndpoint = 75
+
 	// ExitSecretsMissing (author): secrets.env is missing (the job was
 	// re-run; its key is read once and deleted).
 	ExitSecretsMissing = 78

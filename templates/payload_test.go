@@ -139,7 +139,8 @@ func TestPayloads(t *testing.T) {
 	ar := rec.(*record.Author)
 	patch, _ := os.ReadFile(at("author/change.diff"))
 	if err := record.VerifyPatch(ar, patch); err != nil || ar.FilesChanged != 1 || !strings.Contains(string(patch), "+# tuned by the stand-in policy") {
-		t.Fatalf("patch %v, %+v:\n%s", err, ar, patch)
+		claudeLog, _ := os.ReadFile(at("author/claude.log"))
+		t.Fatalf("patch %v, %+v:\n%s\nclaude.log:\n%s", err, ar, patch, claudeLog)
 	}
 	if _, err := os.Stat(at("author/secrets.env")); !os.IsNotExist(err) {
 		t.Fatalf("secrets.env survived the author payload: %v", err)
@@ -346,5 +347,56 @@ func TestPayloadEvalWeightsRejected(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(log); strings.Contains(string(b), "vllm") {
 		t.Errorf("a server started for rejected weights:\n%s", b)
+	}
+}
+
+// TestRunAuthorEndpointStatus runs the rendered author script with a fake
+// payload that writes the proxy's status lines on descriptor 4: the script
+// exits 75 (ExitPolicyEndpoint) only when the built-in proxy's header is
+// there and no call succeeded, or the last one failed with 5xx, 429 or
+// connect; otherwise the payload's status stands (and a payload claiming 75
+// itself is reported as 1).
+func TestRunAuthorEndpointStatus(t *testing.T) {
+	if ExitPolicyEndpoint != 75 || !ReservedExit(ExitPolicyEndpoint) {
+		t.Fatalf("ExitPolicyEndpoint %d must be 75, in the reserved range", ExitPolicyEndpoint)
+	}
+	for _, c := range []struct {
+		name  string
+		lines []string
+		exit  int
+		want  int
+	}{
+		{"ok, ok", []string{"proxy 1 started", "ok", "ok"}, 0, 0},
+		{"ok, ok, payload failed", []string{"proxy 1 started", "ok", "ok"}, 3, 3},
+		{"ok, error 500", []string{"proxy 1 started", "ok", "error 500"}, 0, ExitPolicyEndpoint},
+		{"ok, error 429", []string{"proxy 1 started", "ok", "error 429"}, 1, ExitPolicyEndpoint},
+		{"ok, error connect", []string{"proxy 1 started", "ok", "error connect"}, 1, ExitPolicyEndpoint},
+		{"ok, error 400 - prompt too long", []string{"proxy 1 started", "ok", "error 400"}, 1, 1},
+		{"error 500, then ok", []string{"proxy 1 started", "error 500", "ok"}, 0, 0},
+		{"started only", []string{"proxy 1 started"}, 1, ExitPolicyEndpoint},
+		{"only errors 400", []string{"proxy 1 started", "error 400", "error 400"}, 1, ExitPolicyEndpoint},
+		{"no status - replaced command", nil, 0, 0},
+		{"no status, payload failed", nil, 2, 2},
+		{"no header: lines ignored", []string{"error 500"}, 0, 0},
+		{"payload claims 75", nil, 75, ExitPayloadReserved},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := `rm -f "$NEMORL_SECRETS"` + "\n"
+			for _, l := range c.lines {
+				body += "echo '" + l + "' >&4\n"
+			}
+			body += "exit " + strconv.Itoa(c.exit)
+			tr := stageRun(t, map[string]string{Author: body})
+			if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("NEMORL_POLICY_API_KEY=x\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, code := runScript(t, tr, Author)
+			if code != c.want {
+				t.Fatalf("exit %d, want %d\n%s", code, c.want, out)
+			}
+			if (code == ExitPolicyEndpoint) != strings.Contains(out, "nemorl: policy endpoint:") {
+				t.Errorf("stderr does not say why:\n%s", out)
+			}
+		})
 	}
 }

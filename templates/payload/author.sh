@@ -4,10 +4,16 @@
 # 1. copy the pristine pinned checkout (NeMo-RL/ with Gym inside it,
 #    recipe.yaml, train_math.jsonl) to a private node-local work dir and
 #    commit a git baseline;
-# 2. read the policy API key from secrets.env and delete the file at once;
-#    start the Anthropic-Messages endpoint for Claude Code (author_proxy.py,
-#    NeMo Gym's adapter in front of the policy's OpenAI-compatible server),
-#    the only process that ever holds the key;
+# 2. open secrets.env on descriptor 3 and delete the file at once; start
+#    the Anthropic-Messages endpoint for Claude Code (author_proxy.py, NeMo
+#    Gym's adapter in front of the policy's OpenAI-compatible server), which
+#    reads the key from that descriptor (--key-fd 3): the key is never in
+#    this shell, an environment or a command line, and the proxy, the only
+#    process that ever holds it, makes itself non-dumpable. Descriptor 4,
+#    opened by the batch script on a file outside the container, goes to the
+#    proxy alone (--status-fd 4: one line per upstream call, which the
+#    script reads to tell an endpoint outage from a policy failure); Claude
+#    Code inherits neither;
 # 3. run Claude Code headless in the work dir, bounded by research_seconds
 #    (timeout) and max_turns; its stream-json transcript goes to transcript.jsonl;
 # 4. nemorl-slurm payload author-finish: response.json (a Responses-API
@@ -25,19 +31,18 @@ root=${NEMORL_IMAGE_ROOT:-/opt/nemorl}
 bin=$root/bin/nemorl-slurm
 log() { echo "nemorl author: $*" >&2; }
 
-# The key first: read it, delete the file, whatever happens next.
-key=
-if [ -f "$NEMORL_SECRETS" ]; then
-  while IFS= read -r line || [ -n "$line" ]; do
-    case $line in NEMORL_POLICY_API_KEY=*) key=${line#NEMORL_POLICY_API_KEY=} ;; esac
-  done < "$NEMORL_SECRETS"
-fi
+# The key first: open the file on descriptor 3 and delete it, whatever
+# happens next. This shell never reads the key (its memory is readable by
+# same-user processes); grep checks a fresh open of the descriptor.
+if [ -f "$NEMORL_SECRETS" ]; then exec 3<"$NEMORL_SECRETS"; else exec 3</dev/null; fi
 rm -f -- "$NEMORL_SECRETS"
-unset line
-if [ -z "$key" ]; then
+if ! grep -q '^NEMORL_POLICY_API_KEY=.' /proc/self/fd/3; then
   log "$NEMORL_SECRETS held no NEMORL_POLICY_API_KEY"
   exit 78
 fi
+# Descriptor 4: the batch script's status file, for the proxy only (none when
+# run without the script).
+if ! { true >&4; } 2>/dev/null; then exec 4>/dev/null; fi
 
 eval "$("$bin" payload settings "$NEMORL_BUNDLE/author.json")"
 model=$NEMORL_SETTING_POLICY_MODEL_MODEL
@@ -57,10 +62,11 @@ baseline=$("$bin" payload author-baseline --work "$work")
 log "work dir $work, baseline $baseline"
 
 port=$("$bin" payload free-port)
-NEMORL_POLICY_API_KEY=$key "$root/gym-venv/bin/python" "$NEMORL_BUNDLE/author_proxy.py" \
-  --settings "$NEMORL_BUNDLE/author.json" --port "$port" > "$NEMORL_OUT/proxy.log" 2>&1 &
+"$root/gym-venv/bin/python" "$NEMORL_BUNDLE/author_proxy.py" --settings "$NEMORL_BUNDLE/author.json" \
+  --port "$port" --key-fd 3 --status-fd 4 > "$NEMORL_OUT/proxy.log" 2>&1 &
 proxy_pid=$!
-unset key
+# Only the proxy keeps the key and status descriptors.
+exec 3<&- 4>&-
 "$bin" payload wait-http --url "http://127.0.0.1:$port/" --pid "$proxy_pid" --timeout 300s
 
 mkdir -p "$work/.claude-config"

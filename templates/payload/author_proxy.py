@@ -11,14 +11,25 @@ Point Claude Code at it with ANTHROPIC_BASE_URL=http://127.0.0.1:<port>.
 
 Run it with the Gym venv of the author image:
 
-    NEMORL_POLICY_API_KEY=... /opt/nemorl/gym-venv/bin/python author_proxy.py \
-        --settings $NEMORL_BUNDLE/author.json [--port PORT] [--gym-root DIR]
+    /opt/nemorl/gym-venv/bin/python author_proxy.py --key-fd 3 [--status-fd 4] \
+        --settings $NEMORL_BUNDLE/author.json [--port PORT] [--gym-root DIR] 3<secrets.env
 
 author.json is the author bundle: {"policy_model": {"base_url": str or
 [str, ...], "model": str, "uses_reasoning_parser": bool}, ...}; other keys
 are ignored and an "api_key" in it is refused. The key is read from the
-environment variable NEMORL_POLICY_API_KEY only, which is removed from this
-process's environment once read.
+inherited descriptor --key-fd (a "NEMORL_POLICY_API_KEY=<key>" line, as in
+secrets.env, or the key alone), which is closed once read: never from the
+environment or the command line, which same-user processes can read in
+/proc. Before anything else the process makes itself non-dumpable
+(prctl PR_SET_DUMPABLE 0), so other processes of the user cannot read its
+/proc/PID/environ, mem or fd/.
+
+--status-fd N (optional): a descriptor the batch script opened on a file
+outside the container. The proxy writes "proxy <pid> started" on it at
+startup, then one line per call to the policy's endpoint as it ends: "ok"
+(an HTTP status below 400), "error <http-status>" or "error connect" (no
+HTTP answer: refused, reset, timed out). The script reads it to tell an
+endpoint outage (infrastructure) from a policy failure.
 
 Output: exactly one line on stdout, "READY <port>", once the server accepts
 connections (with --port 0, the default, the port is chosen by the kernel).
@@ -30,6 +41,7 @@ Gym tree (nothing is served); exit 1: the server failed.
 
 import argparse
 import asyncio
+import ctypes
 import io
 import json
 import os
@@ -83,7 +95,7 @@ def load_policy_model(path):
     if not isinstance(pm, dict):
         raise UsageError(f"author bundle {path}: no policy_model object")
     if "api_key" in pm:
-        raise UsageError(f"author bundle {path}: policy_model.api_key must not be in the bundle (use {KEY_ENV})")
+        raise UsageError(f"author bundle {path}: policy_model.api_key must not be in the bundle (the key comes from --key-fd)")
     base_url = pm.get("base_url")
     urls = [base_url] if isinstance(base_url, str) else base_url
     if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
@@ -97,12 +109,79 @@ def load_policy_model(path):
     return {"base_url": base_url, "model": model, "uses_reasoning_parser": reasoning}
 
 
-def take_key():
-    """Read the API key from the environment and remove it from there."""
-    key = os.environ.pop(KEY_ENV, None)
+PR_SET_DUMPABLE = 4
+
+
+def make_undumpable():
+    """prctl(PR_SET_DUMPABLE, 0): /proc/PID/{environ,mem,fd} of this process
+    become unreadable to other processes of the same user."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise UsageError(f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(ctypes.get_errno())}")
+
+
+def take_key(fd):
+    """Read the API key from descriptor fd, then close it."""
+    try:
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            data = f.read(1 << 16).decode("utf-8", "replace")
+    except OSError as e:
+        raise UsageError(f"--key-fd {fd}: {e}") from None
+    key = ""
+    lines = data.splitlines()
+    for line in lines:
+        if line.startswith(KEY_ENV + "="):
+            key = line[len(KEY_ENV) + 1 :]
+    if not key and len(lines) == 1 and "=" not in lines[0]:
+        key = lines[0]
+    key = key.strip()
     if not key:
-        raise UsageError(f"{KEY_ENV} is not set (or empty)")
+        raise UsageError(f"--key-fd {fd} held no key")
     return key
+
+
+class Status:
+    """The --status-fd protocol: one line per upstream call."""
+
+    def __init__(self, fd):
+        self._fd = fd
+
+    def line(self, s):
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, (s + "\n").encode())
+        except OSError:
+            pass
+
+    def attach(self, http, own):
+        """Record every request of the aiohttp session http but those to
+        this server itself (own: (host, port))."""
+        if self._fd is None:
+            return
+        import aiohttp
+
+        def upstream(url):
+            return (url.host, url.port) != own
+
+        async def on_end(session, ctx, params):
+            if upstream(params.url):
+                st = params.response.status
+                self.line("ok" if st < 400 else f"error {st}")
+
+        async def on_exception(session, ctx, params):
+            if upstream(params.url):
+                self.line("error connect")
+
+        tc = aiohttp.TraceConfig()
+        tc.on_request_end.append(on_end)
+        tc.on_request_exception.append(on_exception)
+        tc.freeze()
+        configs = getattr(http, "_trace_configs", None)
+        if not isinstance(configs, list):
+            print("author_proxy: warning: cannot trace the Gym HTTP client; upstream calls are not reported", file=sys.stderr)
+            return
+        configs.append(tc)
 
 
 def listen(port):
@@ -118,7 +197,7 @@ def listen(port):
     return sock
 
 
-async def serve(settings, key, sock, ready_out):
+async def serve(settings, key, sock, ready_out, status):
     """Serve Gym's VLLMModel adapter on sock until a signal stops it."""
     import uvicorn
     from omegaconf import OmegaConf
@@ -152,6 +231,7 @@ async def serve(settings, key, sock, ready_out):
         server_client=client,
     )
     http = set_global_aiohttp_client(GlobalAIOHTTPAsyncClientConfig())
+    status.attach(http, (HOST, port))
     server = uvicorn.Server(uvicorn.Config(adapter.setup_webserver(), host=HOST, port=port))
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
@@ -173,6 +253,8 @@ async def serve(settings, key, sock, ready_out):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Anthropic-Messages proxy to the policy model (NeMo Gym VLLMModel).")
     parser.add_argument("--settings", required=True, help="the author bundle JSON (author.json)")
+    parser.add_argument("--key-fd", type=int, required=True, help="inherited descriptor holding the API key (closed once read)")
+    parser.add_argument("--status-fd", type=int, default=None, help="inherited descriptor for one line per upstream call")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free port)")
     parser.add_argument(
         "--gym-root",
@@ -182,8 +264,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     ready_out = sys.stdout
+    status = Status(args.status_fd)
+    status.line(f"proxy {os.getpid()} started")
     try:
-        key = take_key()
+        make_undumpable()
+        key = take_key(args.key_fd)
         # From here on nothing can reach either stream with the key in it,
         # and stdout is kept for the READY line alone.
         sys.stderr = Redacting(sys.__stderr__, key)
@@ -199,7 +284,7 @@ def main(argv=None):
         print(f"author_proxy: {e}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(settings, key, sock, ready_out))
+        asyncio.run(serve(settings, key, sock, ready_out, status))
     except KeyboardInterrupt:
         pass
     except Exception as e:  # noqa: BLE001 - reported, then exit 1

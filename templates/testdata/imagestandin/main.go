@@ -16,19 +16,38 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/nemorl/nemorl-slurm/evaluate"
 	"github.com/nemorl/nemorl-slurm/internal/shell"
 )
 
+// inherited lists descriptors 3 and 4 when open at start (before this
+// program opens anything): Claude Code must inherit neither.
+var inherited string
+
 func main() {
 	name := filepath.Base(os.Args[0])
+	if name == "claude" {
+		for _, fd := range []int{3, 4} {
+			var st syscall.Stat_t
+			if syscall.Fstat(fd, &st) == nil {
+				// The Go runtime reads cgroup files at start.
+				if target, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); !strings.HasPrefix(target, "/sys/fs/cgroup/") {
+					inherited += fmt.Sprintf(" %d->%s", fd, target)
+				}
+			}
+		}
+	}
 	args := os.Args[1:]
 	// wait-http runs while a server starts in the background: logging it
 	// would make the order of the log lines a race.
@@ -98,12 +117,7 @@ func python(args []string) {
 	}
 	switch filepath.Base(args[0]) {
 	case "author_proxy.py":
-		if os.Getenv("NEMORL_POLICY_API_KEY") == "" {
-			fail("stand-in proxy: NEMORL_POLICY_API_KEY is not set")
-		}
-		logf("proxy: the policy key reached the proxy")
-		fmt.Println("READY " + flag(args, "--port"))
-		serve(flag(args, "--port"), "")
+		proxy(args)
 	case "run_grpo_nemo_gym.py":
 		trainer(args)
 	case "export_dcp.py":
@@ -113,6 +127,71 @@ func python(args []string) {
 	default:
 		fail("stand-in python: unknown script %s", args[0])
 	}
+}
+
+// proxy plays author_proxy.py: it makes itself non-dumpable, reads the key
+// from --key-fd (closing it), writes "proxy <pid> started" on --status-fd,
+// then answers HTTP, writing "ok" on the status descriptor for each POST
+// /v1/messages (NEMORL_STANDIN_MODE=endpoint-500: "error 500", and answers
+// 500).
+func proxy(args []string) {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		fail("stand-in proxy: prctl: %v", errno)
+	}
+	if os.Getenv("NEMORL_POLICY_API_KEY") != "" {
+		fail("stand-in proxy: the key is in the environment")
+	}
+	kfd, err := strconv.Atoi(flag(args, "--key-fd"))
+	if err != nil {
+		fail("stand-in proxy: --key-fd: %v", err)
+	}
+	kf := os.NewFile(uintptr(kfd), "key")
+	data, err := io.ReadAll(kf)
+	kf.Close()
+	if err != nil || !strings.Contains(string(data), "NEMORL_POLICY_API_KEY=") {
+		fail("stand-in proxy: no key on descriptor %d: %v", kfd, err)
+	}
+	logf("proxy: the policy key reached the proxy")
+	var status *os.File
+	if v := flagOr(args, "--status-fd"); v != "" {
+		sfd, err := strconv.Atoi(v)
+		if err != nil {
+			fail("stand-in proxy: --status-fd: %v", err)
+		}
+		status = os.NewFile(uintptr(sfd), "status")
+		fmt.Fprintf(status, "proxy %d started\n", os.Getpid())
+	}
+	fmt.Println("READY " + flag(args, "--port"))
+	l, err := net.Listen("tcp", "127.0.0.1:"+flag(args, "--port"))
+	if err != nil {
+		fail("stand-in proxy: %v", err)
+	}
+	var mu sync.Mutex
+	_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/messages" {
+			line, code := "ok", 200
+			if os.Getenv("NEMORL_STANDIN_MODE") == "endpoint-500" {
+				line, code = "error 500", 500
+			}
+			mu.Lock()
+			if status != nil {
+				fmt.Fprintln(status, line)
+			}
+			mu.Unlock()
+			w.WriteHeader(code)
+		}
+		fmt.Fprintln(w, "stand-in ok")
+	}))
+}
+
+// flagOr returns the value after name in args, or "".
+func flagOr(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 // serve answers HTTP on 127.0.0.1:port until killed; path "" answers
@@ -144,6 +223,27 @@ func claude(args []string) {
 	if os.Getenv("NEMORL_POLICY_API_KEY") != "" {
 		fail("stand-in claude: the policy key leaked into Claude Code's environment")
 	}
+	if inherited != "" {
+		fail("stand-in claude: inherited descriptors %s (the key or status descriptor leaked)", inherited)
+	}
+	// One model call through the proxy, as Claude Code makes.
+	resp, err := http.Post(os.Getenv("ANTHROPIC_BASE_URL")+"/v1/messages", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		fail("stand-in claude: %v", err)
+	}
+	resp.Body.Close()
+	logf("claude: model call status %d", resp.StatusCode)
+	if p := os.Getenv("NEMORL_STANDIN_CLAUDE_WAIT"); p != "" {
+		probeProxy()
+		// The test scans every process while this one and the proxy run.
+		logf("claude: waiting for %s", p)
+		for range 600 {
+			if _, err := os.Stat(p); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	f, err := os.OpenFile("recipe.yaml", os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		fail("stand-in claude: %v", err)
@@ -159,6 +259,23 @@ func claude(args []string) {
 		`{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","usage":{"input_tokens":230,"output_tokens":25}}`,
 	} {
 		fmt.Println(ev)
+	}
+}
+
+// probeProxy tries, as a policy would, to read the proxy's environment and
+// descriptors through /proc; it logs what it could read.
+func probeProxy() {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		b, _ := os.ReadFile(c)
+		if !strings.Contains(string(b), "author_proxy.py") {
+			continue
+		}
+		dir := filepath.Dir(c)
+		_, envErr := os.ReadFile(filepath.Join(dir, "environ"))
+		_, fdErr := os.ReadDir(filepath.Join(dir, "fd"))
+		_, keyErr := os.ReadFile(filepath.Join(dir, "fd", "3"))
+		logf("claude: proxy environ readable=%v fd readable=%v (euid %d)", envErr == nil, fdErr == nil || keyErr == nil, os.Geteuid())
 	}
 }
 
