@@ -19,7 +19,7 @@ func env(m map[string]string) func(string) (string, bool) {
 var testEnv = env(map[string]string{"POLICY_API_KEY": "sk-live-0123456789"})
 
 func TestExamplesLoad(t *testing.T) {
-	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab.yaml", "lab-real-author.yaml", "cluster-example.yaml"} {
 		data, err := Example(name)
 		if err != nil {
 			t.Fatal(err)

@@ -20,6 +20,16 @@ LAB_GPU_DEV=/dev/nemorl-fakegpu
 LAB_DB=slurm_acct_db
 LAB_DB_USER=slurm
 
+# The real author stage (configs/lab-real-author.yaml): the built-in author
+# payload runs on the host (runtime none) with its image root at
+# LAB_IMAGE_ROOT, as in the author image, but with lab stand-ins for the
+# sources and for the policy model (lab/policy-standin).
+LAB_IMAGE_ROOT=/opt/nemorl
+LAB_CLAUDE_VERSION=2.1.332
+LAB_CLAUDE_PREFIX=/opt/nemorl-lab/claude-code
+LAB_BIN=/opt/nemorl-lab/bin
+LAB_SOURCE_STAMP="$LAB_BIN/.source-sha256"
+
 SLURM_ETC=/etc/slurm
 SLURM_USER=slurm
 
@@ -302,4 +312,40 @@ ssh_probe() {
         -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$KNOWN_HOSTS" \
         -o GlobalKnownHostsFile=/dev/null -o ConnectTimeout=5 \
         "$LAB_USER@$LAB_SSH_HOST" true
+}
+
+# ---- the real author stage --------------------------------------------------
+
+# lab_go: the go command (CI has it in /usr/local/go/bin, not on root's PATH).
+lab_go() {
+    if command -v go >/dev/null 2>&1; then
+        command go "$@"
+    elif [ -x /usr/local/go/bin/go ]; then
+        /usr/local/go/bin/go "$@"
+    else
+        die "go not found (PATH, /usr/local/go/bin): needed to build nemorl-slurm for the lab's author stage"
+    fi
+}
+
+# lab_source_hash: one sha256 over every non-standard Go source and embedded
+# file nemorl-slurm and lab/policy-standin are built from (go list -deps),
+# go.mod, go.sum and the go version. lab/up rebuilds both when it changes;
+# cli/author_lab_test.go runs this same function to tell a stale install.
+lab_source_hash() {
+    local repo sums
+    repo="$(dirname "$LAB_SRC")"
+    sums="$(
+        set -eo pipefail
+        cd "$repo"
+        lab_go version
+        {
+            # shellcheck disable=SC2016
+            lab_go list -deps -f '{{if not .Standard}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}
+{{end}}{{range .CgoFiles}}{{$d}}/{{.}}
+{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}
+{{end}}{{end}}' ./cmd/nemorl-slurm ./lab/policy-standin
+            printf '%s\n' "$repo/go.mod" "$repo/go.sum"
+        } | LC_ALL=C sort -u | tr '\n' '\0' | xargs -0 sha256sum
+    )" || return 1
+    printf '%s\n' "$sums" | sha256sum | cut -d' ' -f1
 }
