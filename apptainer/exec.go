@@ -51,8 +51,23 @@ type Spec struct {
 	// PassEnv names job variables passed through by value at run time
 	// (SLURM_JOB_ID, CUDA_VISIBLE_DEVICES). --cleanenv drops everything else.
 	PassEnv []string
-	Argv    []string
+	// ScratchEnv sets variables to directories under the job's scratch
+	// directory (name → path relative to it): HOME and the caches. In a
+	// container they are under /tmp, which --workdir puts in the scratch
+	// directory (WorkdirVar/tmp on the host); without one, under WorkdirVar
+	// itself. Requires WorkdirVar.
+	ScratchEnv map[string]string
+	// Pwd is the container's working directory (--pwd): with --containall
+	// the host's working directory does not exist in the container, and
+	// Apptainer warns in every log when it cannot change to it. Unused
+	// without a container (the payload inherits the script's).
+	Pwd  string
+	Argv []string
 }
+
+// ScratchTmp is where, under the scratch directory given to --workdir,
+// Apptainer makes the container's /tmp.
+const ScratchTmp = "tmp"
 
 // Isolated says whether the spec runs in a container.
 func (s Spec) Isolated() bool { return s.Kind != configs.RuntimeNone }
@@ -104,6 +119,23 @@ func (s Spec) Line() (string, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	scratchKeys := make([]string, 0, len(s.ScratchEnv))
+	for k, rel := range s.ScratchEnv {
+		if !shell.IsName(k) || rel == "" || path.IsAbs(rel) || path.Clean(rel) != rel || strings.HasPrefix(rel, "..") || strings.ContainsAny(rel, "\"$`\\ \n:,") {
+			return "", fmt.Errorf("scratch environment %q=%q: want a valid name and a clean relative path", k, rel)
+		}
+		if _, dup := s.Env[k]; dup {
+			return "", fmt.Errorf("environment %q set twice", k)
+		}
+		scratchKeys = append(scratchKeys, k)
+	}
+	sort.Strings(scratchKeys)
+	if len(scratchKeys) > 0 && s.WorkdirVar == "" {
+		return "", fmt.Errorf("scratch environment without a scratch directory variable")
+	}
+	if s.Pwd != "" && (!path.IsAbs(s.Pwd) || path.Clean(s.Pwd) != s.Pwd || strings.ContainsAny(s.Pwd, "\"$`\\'\n")) {
+		return "", fmt.Errorf("working directory %q: want an absolute clean path", s.Pwd)
+	}
 	if s.ImageVar != "" && !shell.IsName(s.ImageVar) {
 		return "", fmt.Errorf("image variable %q is not a valid name", s.ImageVar)
 	}
@@ -120,9 +152,15 @@ func (s Spec) Line() (string, error) {
 	if !s.Isolated() {
 		// No container: the payload sees the host. Set the same variables
 		// with env(1), clearing the job's environment like --cleanenv.
-		w = append(w, "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent")
+		w = append(w, "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin")
+		if _, ok := s.ScratchEnv["HOME"]; !ok {
+			w = append(w, "HOME=/nonexistent")
+		}
 		for _, k := range keys {
 			w = append(w, shell.Quote(k+"="+s.Env[k]))
+		}
+		for _, k := range scratchKeys {
+			w = append(w, fmt.Sprintf(`"%s=$%s/%s"`, k, s.WorkdirVar, s.ScratchEnv[k]))
 		}
 		for _, k := range varKeys {
 			w = append(w, fmt.Sprintf(`"%s=$%s"`, k, s.EnvVars[k]))
@@ -145,6 +183,9 @@ func (s Spec) Line() (string, error) {
 	if s.GPU {
 		w = append(w, "--nv")
 	}
+	if s.Pwd != "" {
+		w = append(w, "--pwd", shell.Quote(s.Pwd))
+	}
 	for _, b := range s.Binds {
 		spec := b.Container
 		if b.ReadOnly {
@@ -158,6 +199,9 @@ func (s Spec) Line() (string, error) {
 	}
 	for _, k := range keys {
 		w = append(w, "--env", shell.Quote(k+"="+s.Env[k]))
+	}
+	for _, k := range scratchKeys {
+		w = append(w, "--env", shell.Quote(k+"="+path.Join("/tmp", s.ScratchEnv[k])))
 	}
 	for _, k := range varKeys {
 		w = append(w, "--env", fmt.Sprintf(`"%s=$%s"`, k, s.EnvVars[k]))

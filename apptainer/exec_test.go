@@ -3,6 +3,8 @@ package apptainer
 import (
 	"strings"
 	"testing"
+
+	"github.com/nemorl/nemorl-slurm/configs"
 )
 
 func TestLineApptainer(t *testing.T) {
@@ -122,5 +124,49 @@ func TestLineRejects(t *testing.T) {
 		if _, err := s.Line(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestScratchEnvAndPwd: HOME and the caches under the scratch directory
+// (the container's /tmp, or the scratch variable without a container), and
+// --pwd on container lines only.
+func TestScratchEnvAndPwd(t *testing.T) {
+	base := Spec{Kind: configs.RuntimeApptainer, Binary: "apptainer", Image: "/i/t.sif", WorkdirVar: "nemorl_scratch",
+		ScratchEnv: map[string]string{"HOME": "home", "UV_CACHE_DIR": "cache/uv"}, Pwd: "/tmp", Argv: []string{"/bin/true"}}
+	line, err := base.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{" --pwd /tmp ", " --env HOME=/tmp/home ", " --env UV_CACHE_DIR=/tmp/cache/uv "} {
+		if !strings.Contains(line, want) {
+			t.Errorf("container line lacks %q:\n%s", want, line)
+		}
+	}
+	none := base
+	none.Kind = configs.RuntimeNone
+	line, err = none.Line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(line, ` "HOME=$nemorl_scratch/home" `) || !strings.Contains(line, ` "UV_CACHE_DIR=$nemorl_scratch/cache/uv" `) ||
+		strings.Contains(line, "--pwd") || strings.Contains(line, "HOME=/nonexistent") {
+		t.Errorf("runtime none line:\n%s", line)
+	}
+	for _, bad := range []map[string]string{{"HOME": "/abs"}, {"HOME": "../up"}, {"HOME": "a b"}, {"HOME": `a"b`}, {"1X": "x"}} {
+		s := base
+		s.ScratchEnv = bad
+		if _, err := s.Line(); err == nil {
+			t.Errorf("scratch env %v accepted", bad)
+		}
+	}
+	s := base
+	s.WorkdirVar = ""
+	if _, err := s.Line(); err == nil {
+		t.Error("scratch env without a workdir variable accepted")
+	}
+	s = base
+	s.Pwd = "tmp"
+	if _, err := s.Line(); err == nil {
+		t.Error("relative --pwd accepted")
 	}
 }

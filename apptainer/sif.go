@@ -24,7 +24,9 @@ type Image struct {
 	// Arch is the architecture of the primary system partition
 	// ("amd64", "arm64").
 	Arch string `json:"arch"`
-	// Labels are the image's labels (%labels and the builder's own).
+	// Labels are the image's labels (%labels and the builder's own), from
+	// a labels object (Apptainer < 1.2) or a JSON.Generic object
+	// {"data":{"attributes":{"labels":{…}}}} (Apptainer ≥ 1.2).
 	Labels map[string]string `json:"labels"`
 	// Definition is the definition file the image was built from.
 	Definition string      `json:"definition"`
@@ -73,6 +75,28 @@ func Inspect(path string) (*Image, error) {
 			}
 			if err := decodeLabels(b, img.Labels); err != nil {
 				errs = append(errs, fmt.Errorf("labels object %d: %w", d.ID(), err))
+			}
+		case sif.DataGenericJSON:
+			// Apptainer ≥ 1.2 keeps the labels here:
+			// {"data":{"attributes":{"labels":{…}}}}. Other JSON objects
+			// are not labels and are skipped.
+			b, err := d.GetData()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("JSON object %d: %w", d.ID(), err))
+				break
+			}
+			var doc struct {
+				Data struct {
+					Attributes struct {
+						Labels json.RawMessage `json:"labels"`
+					} `json:"attributes"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(b, &doc) != nil || len(doc.Data.Attributes.Labels) == 0 || string(doc.Data.Attributes.Labels) == "null" {
+				break
+			}
+			if err := decodeLabels(doc.Data.Attributes.Labels, img.Labels); err != nil {
+				errs = append(errs, fmt.Errorf("labels in JSON object %d: %w", d.ID(), err))
 			}
 		case sif.DataPartition:
 			fs, pt, arch, err := d.PartitionMetadata()

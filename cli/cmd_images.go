@@ -91,24 +91,30 @@ func (e *env) imagesLock(c *ucli.Context) error {
 		return usageErr("images lock takes no arguments")
 	}
 	path := configPath(c)
-	ledger, err := openLedger()
+	// The config may lack runtime.digests.eval: writing it is this verb's
+	// job (every other verb requires it).
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
 	}
-	s, err := e.connect(c.Context, c, ledger, path, false)
+	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{SecretsOptional: true, EvalDigestOptional: true})
 	if err != nil {
-		return err
+		return withCode(ExitUsage, err, "")
 	}
-	defer s.close()
-	rt := s.Config.Runtime
+	rt := cfg.Runtime
 	if rt.Kind == configs.RuntimeNone {
 		return usageErr("%s: runtime.kind is none: there are no images to lock", path)
 	}
+	host, err := e.dialCluster(c, cfg, path)
+	if err != nil {
+		return err
+	}
+	defer host.Close()
 	images := map[string]string{"author": rt.Images.Author, "train": rt.Images.Train, "eval": rt.Images.Eval}
 	digests := map[string]string{}
 	for _, stage := range []string{"author", "train", "eval"} {
 		p := images[stage]
-		res, err := s.Host.Run(c.Context, remote.Command{Argv: []string{"sha256sum", "--", p}, Idempotent: true})
+		res, err := host.Run(c.Context, remote.Command{Argv: []string{"sha256sum", "--", p}, Idempotent: true})
 		if err != nil {
 			return withCode(ExitInfra, fmt.Errorf("runtime.images.%s: %w", stage, err), "")
 		}
@@ -118,10 +124,6 @@ func (e *env) imagesLock(c *ucli.Context) error {
 			return withCode(ExitInfra, fmt.Errorf("runtime.images.%s: sha256sum printed %q", stage, bytes.TrimSpace(res.Stdout)), "")
 		}
 		digests[stage] = d
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
 	}
 	updated, err := configs.SetDigests(path, data, digests)
 	if err != nil {
@@ -150,4 +152,25 @@ func (e *env) imagesLock(c *ucli.Context) error {
 	}
 	e.logf("wrote runtime.digests to %s", path)
 	return nil
+}
+
+// dialCluster reaches the cluster of cfg (loaded from path): this machine
+// when cluster.login is absent, else over SSH.
+func (e *env) dialCluster(c *ucli.Context, cfg *configs.Config, path string) (remote.Host, error) {
+	l := cfg.Cluster.Login
+	if l == nil {
+		return remote.NewLocal(), nil
+	}
+	opts := remote.Options{
+		Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
+		KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey,
+	}
+	if globalBool(c, "verbose") {
+		opts.Logf = e.logf
+	}
+	ssh, err := remote.Dial(c.Context, opts)
+	if err != nil {
+		return nil, withCode(ExitInfra, fmt.Errorf("connect to the cluster (%s, from %s): %w", l.Host, path, err), "")
+	}
+	return ssh, nil
 }

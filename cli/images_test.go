@@ -46,6 +46,18 @@ func TestImagesInspect(t *testing.T) {
 		im.Digest != "sha256:"+hex.EncodeToString(sum[:]) || !strings.Contains(im.Definition, "pytorch:25.01") {
 		t.Fatalf("inspect: %+v", doc)
 	}
+	// Apptainer ≥ 1.2 keeps the labels in a JSON.Generic object.
+	generic := filepath.Join(dir, "eval.sif")
+	siftest.WriteGenericLabels(t, generic, "Bootstrap: docker\nFrom: x\n", `{"org.nemorl.stage": "eval", "org.label-schema.schema-version": "1.0"}`)
+	code, out, errs = runMain(t, "images", "inspect", "--json", generic)
+	doc.Images = nil
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Images) != 1 ||
+		doc.Images[0].Labels["org.nemorl.stage"] != "eval" || doc.Images[0].Labels["org.label-schema.schema-version"] != "1.0" {
+		t.Fatalf("JSON.Generic labels: exit %d (%v): %s%s", code, err, out, errs)
+	}
+	if code, out, _ := runMain(t, "images", "inspect", generic); code != 0 || !strings.Contains(out, "label    org.nemorl.stage = eval") {
+		t.Fatalf("JSON.Generic labels, text: exit %d:\n%s", code, out)
+	}
 	notSIF := filepath.Join(dir, "x.sif")
 	os.WriteFile(notSIF, []byte("not a sif"), 0o644)
 	if code, out, errs := runMain(t, "images", "inspect", notSIF); code != ExitUsage || out != "" || !strings.Contains(errs, notSIF) {
@@ -116,5 +128,68 @@ func TestImagesLockLab(t *testing.T) {
 	// The lab config has no images: a clear usage error, nothing written.
 	if code, _, errs := runMain(t, "images", "lock", "--config", "../configs/lab.yaml"); code != ExitUsage || !strings.Contains(errs, "runtime.kind is none") {
 		t.Fatalf("lab config: exit %d: %s", code, errs)
+	}
+}
+
+// TestImagesLockBootstrap: `images lock` works on a config that has no
+// runtime.digests.eval yet (every other verb refuses such a config and asks
+// for `images lock`), here on this machine (no cluster.login).
+func TestImagesLockBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	want := map[string]string{}
+	for _, s := range []string{"author", "train", "eval"} {
+		data := []byte("bootstrap image of the " + s + " stage\n")
+		if err := os.WriteFile(filepath.Join(dir, s+".sif"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		want[s] = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	cfgText := `cluster:
+  workdir: ` + dir + `/work
+  partition: gpu
+runtime:
+  kind: apptainer
+  images:
+    author: ` + dir + `/author.sif
+    train: ` + dir + `/train.sif
+    eval: ` + dir + `/eval.sif
+policy_model:
+  base_url: http://127.0.0.1:9/v1
+  api_key: k
+  model: m
+  uses_reasoning_parser: false
+`
+	cfgPath := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runMain(t, "config", "check", "--config", cfgPath); code != ExitUsage || !strings.Contains(errs, "images lock") {
+		t.Fatalf("config check without the eval digest: exit %d, want %d asking for images lock:\n%s", code, ExitUsage, errs)
+	}
+	code, out, errs := runMain(t, "images", "lock", "--config", cfgPath)
+	if code != 0 {
+		t.Fatalf("images lock on a config without digests: exit %d:\n%s", code, errs)
+	}
+	for s, d := range want {
+		if !strings.Contains(out, d) {
+			t.Errorf("output lacks %s %s:\n%s", s, d, out)
+		}
+	}
+	cfg, err := configs.LoadFile(cfgPath)
+	if err != nil {
+		t.Fatalf("the locked config does not load: %v", err)
+	}
+	if got := cfg.Runtime.Digests; got.Author != want["author"] || got.Train != want["train"] || got.Eval != want["eval"] {
+		t.Fatalf("digests %+v, want %v", got, want)
+	}
+	// Anything else wrong with the config is still an error.
+	bad := strings.Replace(cfgText, "kind: apptainer", "kind: docker", 1)
+	if err := os.WriteFile(cfgPath, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runMain(t, "images", "lock", "--config", cfgPath); code != ExitUsage || !strings.Contains(errs, "runtime.kind") {
+		t.Fatalf("bad kind: exit %d:\n%s", code, errs)
 	}
 }

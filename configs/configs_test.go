@@ -93,6 +93,9 @@ policy_model: {base_url: "http://p/v1", api_key: k, model: m, uses_reasoning_par
 		{"gres", cfg.Cluster.Gres, "gpu:h100:1"},
 		{"login", cfg.Cluster.Login == nil, true},
 		{"binary", cfg.Runtime.Binary, ""},
+		{"gpu_devices", cfg.Cluster.GPUDevices, "/dev/nvidia[0-9]*"},
+		{"train network", s.Train.Network, false},
+		{"eval network", s.Eval.Network, false},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -101,6 +104,37 @@ policy_model: {base_url: "http://p/v1", api_key: k, model: m, uses_reasoning_par
 	}
 	if AIME25Problems*AIME25Samples != 240 || EvalTemperature != 0.7 || EvalTopP != 1.0 {
 		t.Errorf("evaluation protocol drifted from the reference")
+	}
+}
+
+// TestNetworkAndEvalDigestOptional: stages.{train,eval}.network take a
+// YAML boolean; EvalDigestOptional (images lock) accepts a container
+// runtime without runtime.digests.eval, which Load refuses.
+func TestNetworkAndEvalDigestOptional(t *testing.T) {
+	cfg, err := Load("n.yaml", []byte(`
+cluster: {workdir: /w, gpu_devices: "/dev/nemorl-fakegpu[0-9]*"}
+runtime: {kind: none}
+policy_model: {base_url: "http://p/v1", api_key: k, model: m, uses_reasoning_parser: true}
+stages: {train: {network: true}, eval: {network: false}}
+`), testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Stages.Train.Network || cfg.Stages.Eval.Network || cfg.Cluster.GPUDevices != "/dev/nemorl-fakegpu[0-9]*" {
+		t.Errorf("network train=%v eval=%v gpu_devices=%q", cfg.Stages.Train.Network, cfg.Stages.Eval.Network, cfg.Cluster.GPUDevices)
+	}
+	noDigest := []byte(`
+cluster: {workdir: /w}
+runtime:
+  kind: apptainer
+  images: {author: /i/a.sif, train: /i/t.sif, eval: /i/e.sif}
+policy_model: {base_url: "http://p/v1", api_key: k, model: m, uses_reasoning_parser: true}
+`)
+	if _, err := Load("d.yaml", noDigest, testEnv); err == nil || !strings.Contains(err.Error(), "runtime.digests.eval") {
+		t.Errorf("Load without the eval digest: %v", err)
+	}
+	if _, err := LoadWith("d.yaml", noDigest, testEnv, LoadOptions{EvalDigestOptional: true}); err != nil {
+		t.Errorf("LoadWith EvalDigestOptional: %v", err)
 	}
 }
 

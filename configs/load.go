@@ -72,6 +72,9 @@ type LoadOptions struct {
 	// variable. For the commands that never stage an episode (cancel,
 	// status, result, logs, clean, render): only submitting needs the key.
 	SecretsOptional bool
+	// EvalDigestOptional accepts a container runtime without
+	// runtime.digests.eval: for `images lock`, which writes it.
+	EvalDigestOptional bool
 }
 
 // LoadWith is Load with options.
@@ -110,7 +113,7 @@ func LoadWith(file string, data []byte, lookup func(string) (string, bool), opt 
 			}
 		}
 	}
-	l.problems = append(l.problems, validate(cfg, l.line)...)
+	l.problems = append(l.problems, validate(cfg, l.line, l.opt)...)
 	if len(l.problems) > 0 {
 		return nil, l.err()
 	}

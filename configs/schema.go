@@ -18,6 +18,7 @@ type Config struct {
 	PolicyModel PolicyModel `yaml:"policy_model"`
 	Stages      Stages      `yaml:"stages"`
 	Episodes    Episodes    `yaml:"episodes"`
+	Serve       Serve       `yaml:"serve"`
 
 	// Source is the file the config was loaded from ("" for in-memory).
 	Source string `yaml:"-"`
@@ -37,6 +38,11 @@ type Cluster struct {
 	QOS         string   `yaml:"qos"`
 	Gres        string   `yaml:"gres"`
 	ExtraSbatch []string `yaml:"extra_sbatch"`
+	// GPUDevices is a glob of the GPU device files on a compute node
+	// (default /dev/nvidia[0-9]*). The train and eval scripts refuse to run
+	// (exit 70, no GPU) when nothing matches it, on the node and, with a
+	// container runtime, inside the container after --nv.
+	GPUDevices string `yaml:"gpu_devices"`
 }
 
 // Login is how to reach the login node over SSH.
@@ -117,7 +123,10 @@ type AuthorStage struct {
 // TrainStage is the time-boxed GRPO training on one GPU.
 type TrainStage struct {
 	TrainSeconds int `yaml:"train_seconds"`
-	Resources    `yaml:",inline"`
+	// Network gives the train container the host network; false (the
+	// default) runs it with --net --network none (loopback only).
+	Network   bool `yaml:"network"`
+	Resources `yaml:",inline"`
 }
 
 // EvalStage is the AIME25 evaluation on one GPU.
@@ -126,7 +135,10 @@ type EvalStage struct {
 	// TimeLimitSeconds bounds the eval job (vLLM start-up plus 240
 	// generations of up to 32K tokens).
 	TimeLimitSeconds int `yaml:"time_limit_seconds"`
-	Resources        `yaml:",inline"`
+	// Network gives the eval container the host network; false (the
+	// default) runs it with --net --network none (loopback only).
+	Network   bool `yaml:"network"`
+	Resources `yaml:",inline"`
 }
 
 // Episodes governs many episodes in flight.
@@ -183,6 +195,9 @@ const (
 	BaseModelRev  = "989aa7980e4cf806f80c7fef2b1adb7bc71aa306"
 	DefaultGres   = "gpu:h100:1"
 	DefaultBinary = "apptainer"
+	// DefaultGPUDevices is cluster.gpu_devices' default: the NVIDIA GPU
+	// device files (not /dev/nvidiactl, /dev/nvidia-uvm).
+	DefaultGPUDevices = "/dev/nvidia[0-9]*"
 )
 
 // UnmarshalYAML reads "5s"-style durations.

@@ -39,6 +39,7 @@ func applyDefaults(c *Config, present func(string) bool) {
 		}
 	}
 	setStr("cluster.gres", &c.Cluster.Gres, DefaultGres)
+	setStr("cluster.gpu_devices", &c.Cluster.GPUDevices, DefaultGPUDevices)
 	if c.Cluster.Login != nil {
 		setStr("cluster.login.known_hosts", &c.Cluster.Login.KnownHosts, DefaultKnownHostsInHome)
 	}
@@ -65,6 +66,7 @@ func applyDefaults(c *Config, present func(string) bool) {
 	if c.Episodes.PollMax.Duration == 0 && !present("episodes.poll_max") {
 		c.Episodes.PollMax.Duration = DefaultPollMax
 	}
+	applyServeDefaults(c, present)
 }
 
 var (
@@ -76,6 +78,9 @@ var (
 	reDigest    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	reSbatchOpt = regexp.MustCompile(`^--([a-z][a-z0-9-]*)=([A-Za-z0-9._:,=@/+%-]+)$`)
 	reBinary    = regexp.MustCompile(`^[A-Za-z0-9._/+-]+$`)
+	// reDevGlob is a device-file glob under /dev: it is written unquoted
+	// into the scripts, so only these characters.
+	reDevGlob = regexp.MustCompile(`^/dev/[A-Za-z0-9._/*?\[\]-]+$`)
 )
 
 // ReservedSbatch are the options the tool sets itself; extra_sbatch may not
@@ -100,7 +105,7 @@ func (c *checker) add(p string, format string, args ...any) {
 	c.problems = append(c.problems, Problem{Path: p, Line: c.line(p), Msg: fmt.Sprintf(format, args...)})
 }
 
-func validate(cfg *Config, line func(string) int) []Problem {
+func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 	c := &checker{line: line}
 	c.scriptSafe(reflect.ValueOf(cfg).Elem(), "")
 
@@ -111,6 +116,9 @@ func validate(cfg *Config, line func(string) int) []Problem {
 	c.name("cluster.qos", cl.QOS)
 	if !reGres.MatchString(cl.Gres) {
 		c.add("cluster.gres", "want name[:type]:count such as gpu:h100:1, got %q", cl.Gres)
+	}
+	if !reDevGlob.MatchString(cl.GPUDevices) || strings.Contains(cl.GPUDevices, "..") {
+		c.add("cluster.gpu_devices", "want a glob of device files under /dev of [A-Za-z0-9._/*?[]-] such as /dev/nvidia[0-9]*, got %q", cl.GPUDevices)
 	}
 	for i, o := range cl.ExtraSbatch {
 		p := fmt.Sprintf("cluster.extra_sbatch[%d]", i)
@@ -150,7 +158,7 @@ func validate(cfg *Config, line func(string) int) []Problem {
 		c.clusterPath("runtime.images.author", rt.Images.Author, true)
 		c.clusterPath("runtime.images.train", rt.Images.Train, true)
 		c.clusterPath("runtime.images.eval", rt.Images.Eval, true)
-		if rt.Digests.Eval == "" {
+		if rt.Digests.Eval == "" && !opt.EvalDigestOptional {
 			c.add("runtime.digests.eval", "required with runtime.kind %s: the eval job refuses any image but the pinned one (sha256sum the eval image, or run nemorl-slurm images lock)", rt.Kind)
 		}
 	case RuntimeNone:
@@ -223,6 +231,7 @@ func validate(cfg *Config, line func(string) int) []Problem {
 	if ep.PollMax.Duration < ep.PollMin.Duration || ep.PollMax.Duration > time.Hour {
 		c.add("episodes.poll_max", "want between poll_min (%s) and 1h, got %s", ep.PollMin.Duration, ep.PollMax.Duration)
 	}
+	c.serve(cfg.Serve)
 	return c.problems
 }
 

@@ -147,7 +147,20 @@ type scriptData struct {
 	Exec                             string
 	// GuardExec runs the isolation guard with the payload's exact flags,
 	// binds and environment (container mode only).
-	GuardExec    string
+	GuardExec string
+	// NoNetwork: the stage runs with --net --network none.
+	NoNetwork bool
+	// GPU (train, eval): the script checks that the job's GPU is visible
+	// before anything runs: GPUDevices (cluster.gpu_devices) must match a
+	// device file on the node and, through GPUCheckExec (container mode),
+	// in the container after --nv. NoGPUExit is ExitNoGPU.
+	GPU                      bool
+	GPUDevices, GPUCheckExec string
+	NoGPUExit                int
+	// ScratchDirs are the directories the script makes under the scratch
+	// directory before the payload starts (HOME and the caches), relative
+	// to it as the host sees them.
+	ScratchDirs  []string
 	Exit         exitCodes
 	WatchSeconds int // eval: EvalOutputWatchSeconds
 	// train
@@ -294,10 +307,20 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		env["NEMORL_BUNDLE"] = see("eval/bundle")
 		env["NEMORL_OUT"] = see("eval/work")
 	}
-	// Train and eval get no network; the author must reach the policy
-	// endpoint.
-	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, NoNetwork: stage != Author,
-		Env: env, PassEnv: pass, Argv: argv, WorkdirVar: ScratchVar}
+	// Train and eval get no network unless stages.<stage>.network says
+	// otherwise; the author must reach the policy endpoint.
+	noNet := false
+	switch stage {
+	case Train:
+		noNet = !cfg.Stages.Train.Network
+	case Eval:
+		noNet = !cfg.Stages.Eval.Network
+	}
+	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, NoNetwork: noNet,
+		Env: env, PassEnv: pass, Argv: argv, WorkdirVar: ScratchVar, ScratchEnv: ScratchEnv(stage)}
+	if isolated {
+		spec.Pwd = ContainerPwd
+	}
 	if stage == Eval {
 		// The node-local copies the script checked, not the shared files.
 		spec.ImageVar = EvalImageVar
@@ -323,17 +346,41 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	if isolated {
 		// Same spec, only the command differs: the guard sees exactly what
 		// the payload will.
-		guardLine, err = spec.WithArgv("/bin/bash", r.inside(true, guardRel, stage), stage).Line()
+		guardArgv := []string{"/bin/bash", r.inside(true, guardRel, stage)}
+		if gpu && !noNet {
+			guardArgv = append(guardArgv, "--host-network")
+		}
+		guardLine, err = spec.WithArgv(append(guardArgv, stage)...).Line()
 		if err != nil {
 			return nil, err
 		}
+	}
+	var gpuLine string
+	if isolated && gpu {
+		// The device files must be in the container too: --nv on a node
+		// without a working driver succeeds and binds nothing.
+		gpuLine, err = spec.WithArgv("/bin/sh", "-c", fmt.Sprintf(
+			`for d in %s; do [ -e "$d" ] && exit 0; done; echo "nemorl: no GPU: no device file matches %s in the container after --nv" >&2; exit %d`,
+			cfg.Cluster.GPUDevices, cfg.Cluster.GPUDevices, ExitNoGPU)).Line()
+		if err != nil {
+			return nil, err
+		}
+	}
+	var scratchDirs []string
+	for _, rel := range []string{"home", "cache", "config"} {
+		if isolated {
+			rel = path.Join(apptainer.ScratchTmp, rel)
+		}
+		scratchDirs = append(scratchDirs, rel)
 	}
 
 	data := scriptData{
 		Episode: r.in.Episode, Stage: stage, Version: r.in.Version, Runtime: cfg.Runtime.Kind,
 		Isolated: isolated, ScratchVar: ScratchVar, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
 		GuardExec: guardLine, Exit: scriptExits, WatchSeconds: EvalOutputWatchSeconds,
-		Sbatch: r.sbatchOptions(stage, res, seconds, gpu),
+		NoNetwork: noNet, GPU: gpu, GPUDevices: cfg.Cluster.GPUDevices, GPUCheckExec: gpuLine, NoGPUExit: ExitNoGPU,
+		ScratchDirs: scratchDirs,
+		Sbatch:      r.sbatchOptions(stage, res, seconds, gpu),
 	}
 	switch stage {
 	case Train:
@@ -416,6 +463,44 @@ func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds in
 // --workdir: the container's /tmp and /var/tmp are there, on the node's disk,
 // not in Apptainer's small in-memory session directory.
 const ScratchVar = "nemorl_scratch"
+
+// ContainerPwd is the payload's working directory in the container
+// (--pwd): its /tmp, in the job's scratch directory.
+const ContainerPwd = "/tmp"
+
+// scratchEnv are the variables every stage's payload gets pointing under
+// the job's scratch directory (paths relative to the container's /tmp, or
+// to the scratch directory without a container): with --no-home, HOME would
+// stay /home/<user>, which does not exist in the container, and every cache
+// NeMo RL, vLLM, Triton, uv, pip, PyTorch, CUDA and Hugging Face write would
+// go there.
+var scratchEnv = map[string]string{
+	"HOME":                    "home",
+	"XDG_CACHE_HOME":          "cache",
+	"XDG_CONFIG_HOME":         "config",
+	"TRITON_CACHE_DIR":        "cache/triton",
+	"VLLM_CACHE_ROOT":         "cache/vllm",
+	"UV_CACHE_DIR":            "cache/uv",
+	"HF_HOME":                 "cache/huggingface",
+	"TORCHINDUCTOR_CACHE_DIR": "cache/torchinductor",
+	"CUDA_CACHE_PATH":         "cache/nv",
+	"PIP_CACHE_DIR":           "cache/pip",
+}
+
+// ScratchEnv returns the variables a stage's payload gets under its scratch
+// directory (name → path relative to it; see scratchEnv). Train keeps the
+// image's HF_HOME: the train image pins it to the read-only snapshot of the
+// base model (HF_HUB_OFFLINE=1), which training loads by name from there.
+func ScratchEnv(stage string) map[string]string {
+	m := make(map[string]string, len(scratchEnv))
+	for k, v := range scratchEnv {
+		if stage == Train && k == "HF_HOME" {
+			continue
+		}
+		m[k] = v
+	}
+	return m
+}
 
 // EvalImageVar is the eval script's variable holding the node-local copy of
 // the eval image: the copy is what is hashed and what runs, so replacing or

@@ -281,6 +281,7 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 	dir := t.TempDir()
 	cfg := loadExample(t, "lab.yaml")
 	cfg.Cluster.Workdir = dir
+	cfg.Cluster.GPUDevices = testGPUDevices
 	for stage, body := range snippets {
 		p := filepath.Join(dir, "standin-"+stage)
 		if err := os.WriteFile(p, []byte("#!/bin/bash\n"+body+"\n"), 0o755); err != nil {
@@ -302,6 +303,11 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 	writeTree(t, tr)
 	return tr
 }
+
+// testGPUDevices is cluster.gpu_devices in the tests that run scripts: a
+// device file every machine has, standing for the GPU (the scripts only
+// check that one exists). runScriptTo sets CUDA_VISIBLE_DEVICES=0.
+const testGPUDevices = "/dev/nul[l]"
 
 // runScript runs a stage's rendered script under bash as slurmd would:
 // stdout and stderr on the stage's out.log (truncated), which it returns.
@@ -326,7 +332,7 @@ func runScript(t *testing.T, tr *Tree, stage string, env ...string) (string, int
 func runScriptTo(t *testing.T, tr *Tree, stage string, out *os.File, env ...string) int {
 	t.Helper()
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(stage)))
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "POLICY_API_KEY=" + testKey, "TMPDIR=" + tr.Dir + "/.node-tmp"}, env...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "CUDA_VISIBLE_DEVICES=0", "POLICY_API_KEY=" + testKey, "TMPDIR=" + tr.Dir + "/.node-tmp"}, env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := os.MkdirAll(tr.Dir+"/.node-tmp", 0o700); err != nil {
 		t.Fatal(err)
@@ -350,12 +356,15 @@ func runScriptTo(t *testing.T, tr *Tree, stage string, out *os.File, env ...stri
 func execLines(t *testing.T, script []byte) (payload, guard string) {
 	t.Helper()
 	for _, l := range strings.Split(string(script), "\n") {
+		l = strings.TrimPrefix(l, "setsid ") // the payload runs in its own process group
 		if !strings.Contains(l, " exec --containall ") && !strings.HasPrefix(l, "env -i ") {
 			continue
 		}
-		if strings.Contains(l, "/guard.sh ") {
+		switch {
+		case strings.Contains(l, "/guard.sh "):
 			guard = l
-		} else {
+		case strings.Contains(l, " /bin/sh -c "): // the GPU check
+		default:
 			payload = l
 		}
 	}
@@ -363,6 +372,17 @@ func execLines(t *testing.T, script []byte) (payload, guard string) {
 		t.Fatalf("no exec line in\n%s", script)
 	}
 	return payload, guard
+}
+
+// gpuCheckLine is the container GPU check's exec line of a script ("" if
+// none).
+func gpuCheckLine(script []byte) string {
+	for _, l := range strings.Split(string(script), "\n") {
+		if strings.Contains(l, " exec --containall ") && strings.Contains(l, " /bin/sh -c ") {
+			return l
+		}
+	}
+	return ""
 }
 
 // TestRunEval runs the rendered eval script under bash: it runs the
@@ -445,7 +465,7 @@ func TestTermForwarded(t *testing.T) {
 	}
 	var out syncBuffer
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Train)))
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=0"}
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -520,6 +540,7 @@ echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 	}
 	cfg := loadExample(t, "cluster-example.yaml")
 	cfg.Cluster.Workdir = filepath.Join(dir, "work")
+	cfg.Cluster.GPUDevices = testGPUDevices
 	cfg.Runtime.Binary = fake
 	cfg.Runtime.Images.Eval = shared
 	cfg.Runtime.Digests.Eval = "sha256:" + hex.EncodeToString(sum[:])

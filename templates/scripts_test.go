@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -261,7 +262,7 @@ binds=()
 while [ $# -gt 0 ]; do
   case $1 in
     --bind) binds+=("$2"); shift 2 ;;
-    --workdir | --env | --network | --no-mount) shift 2 ;;
+    --workdir | --env | --network | --no-mount | --pwd) shift 2 ;;
     -*) shift ;;
     *) break ;;
   esac
@@ -283,6 +284,7 @@ echo "payload-ran $*" >&2
 	}
 	cfg := loadExample(t, "cluster-example.yaml")
 	cfg.Cluster.Workdir = filepath.Join(dir, "work")
+	cfg.Cluster.GPUDevices = testGPUDevices
 	cfg.Runtime.Binary = fake
 	tr := render(t, cfg)
 	writeTree(t, tr)
@@ -303,8 +305,8 @@ echo "payload-ran $*" >&2
 			t.Errorf("%s reached apptainer:\n%s", m[1], out)
 		}
 	}
-	if len(seen) != 4 { // the two kept, seen by the guard's exec and the payload's
-		t.Errorf("want APPTAINER_TMPDIR and SINGULARITY_CACHEDIR kept on both exec lines:\n%s", out)
+	if len(seen) != 6 { // the two kept, seen by the guard's exec, the GPU check's and the payload's
+		t.Errorf("want APPTAINER_TMPDIR and SINGULARITY_CACHEDIR kept on all three exec lines:\n%s", out)
 	}
 
 	mkdirAll(t, filepath.Join(g.root, "run/munge"))
@@ -339,7 +341,7 @@ func TestRunEvalRenamedAfterRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Eval)))
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "TMPDIR=" + tr.Dir + "/.node-tmp"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "CUDA_VISIBLE_DEVICES=0", "TMPDIR=" + tr.Dir + "/.node-tmp"}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -368,5 +370,187 @@ func TestRunEvalRenamedAfterRecord(t *testing.T) {
 	ee, ok := err.(*exec.ExitError)
 	if got := readAll(t, f); !ok || ee.ExitCode() != ExitOutputNotOwn || !strings.Contains(got, "output check (after the record)") {
 		t.Fatalf("exit %v, want %d:\n%s", err, ExitOutputNotOwn, got)
+	}
+}
+
+// TestRenderScratchEnvNetworkPwd: every stage's exec line sets HOME and the
+// caches under the job's scratch directory; container lines pass --pwd /tmp;
+// train and eval get --net --network none unless stages.<stage>.network,
+// and then the guard is told (--host-network); the author always keeps the
+// network; train and eval check the GPU in the container.
+func TestRenderScratchEnvNetworkPwd(t *testing.T) {
+	cfg := loadExample(t, "cluster-example.yaml")
+	tr := render(t, cfg)
+	for _, stage := range Stages {
+		f, _ := tr.Lookup(Script(stage))
+		payload, guard := execLines(t, f.Data)
+		for k, rel := range ScratchEnv(stage) {
+			if want := " --env " + k + "=/tmp/" + rel + " "; !strings.Contains(payload, want) || !strings.Contains(guard, want) {
+				t.Errorf("%s: exec lines lack %q:\n%s", stage, want, payload)
+			}
+		}
+		for _, want := range []string{" --env HOME=/tmp/home ", " --env XDG_CACHE_HOME=/tmp/cache ", " --env XDG_CONFIG_HOME=/tmp/config ",
+			" --env TRITON_CACHE_DIR=/tmp/cache/triton ", " --env VLLM_CACHE_ROOT=/tmp/cache/vllm ", " --env UV_CACHE_DIR=/tmp/cache/uv ",
+			" --env TORCHINDUCTOR_CACHE_DIR=/tmp/cache/torchinductor ", " --env CUDA_CACHE_PATH=/tmp/cache/nv ", " --env PIP_CACHE_DIR=/tmp/cache/pip ", " --pwd /tmp "} {
+			if !strings.Contains(payload, want) {
+				t.Errorf("%s: payload line lacks %q:\n%s", stage, want, payload)
+			}
+		}
+		// The train image pins HF_HOME to its read-only base model snapshot.
+		if hf := strings.Contains(payload, " --env HF_HOME=/tmp/cache/huggingface "); hf != (stage != Train) {
+			t.Errorf("%s: HF_HOME under scratch = %v:\n%s", stage, hf, payload)
+		}
+		if !strings.Contains(string(f.Data), `mkdir -p -- "$nemorl_scratch/tmp/home" "$nemorl_scratch/tmp/cache" "$nemorl_scratch/tmp/config"`) {
+			t.Errorf("%s: HOME and the caches are not made in the container's /tmp", stage)
+		}
+		noNet := strings.Contains(payload, " --net --network none ")
+		if noNet != (stage != Author) || strings.Contains(guard, "--host-network") {
+			t.Errorf("%s: default network: --net --network none=%v\n%s", stage, noNet, guard)
+		}
+		gpu := gpuCheckLine(f.Data)
+		if (gpu != "") != (stage != Author) {
+			t.Errorf("%s: container GPU check %q", stage, gpu)
+		}
+		if gpu != "" && (!strings.Contains(gpu, " --nv ") || !strings.Contains(gpu, "for d in /dev/nvidia[0-9]*; do") || !strings.Contains(gpu, "exit 70")) {
+			t.Errorf("%s: container GPU check:\n%s", stage, gpu)
+		}
+		if hasGPU := strings.Contains(string(f.Data), "for nemorl_d in /dev/nvidia[0-9]*; do"); hasGPU != (stage != Author) {
+			t.Errorf("%s: host GPU check present = %v", stage, hasGPU)
+		}
+	}
+
+	cfg.Stages.Train.Network = true
+	tr = render(t, cfg)
+	for _, stage := range Stages {
+		f, _ := tr.Lookup(Script(stage))
+		payload, guard := execLines(t, f.Data)
+		noNet := strings.Contains(payload, " --net --network none ")
+		if noNet != (stage == Eval) || strings.Contains(guard, "--host-network") != (stage == Train) {
+			t.Errorf("train network true: %s: --net --network none=%v\n%s", stage, noNet, guard)
+		}
+	}
+
+	lab := render(t, loadExample(t, "lab.yaml"))
+	for _, stage := range Stages {
+		f, _ := lab.Lookup(Script(stage))
+		payload, _ := execLines(t, f.Data)
+		for k, rel := range ScratchEnv(stage) {
+			if want := ` "` + k + `=$nemorl_scratch/` + rel + `" `; !strings.Contains(payload, want) {
+				t.Errorf("lab %s: lacks %s:\n%s", stage, want, payload)
+			}
+		}
+		if strings.Contains(payload, "/nonexistent") || !strings.Contains(string(f.Data), `mkdir -p -- "$nemorl_scratch/home"`) {
+			t.Errorf("lab %s: HOME not in scratch:\n%s", stage, payload)
+		}
+	}
+}
+
+// TestRunNoGPU: train and eval exit 70 with "nemorl: no GPU:" before their
+// payload when Slurm gave no GPU or no device file matches
+// cluster.gpu_devices.
+func TestRunNoGPU(t *testing.T) {
+	t.Parallel()
+	tr := stageRun(t, map[string]string{Train: `echo payload-ran`, Eval: `echo payload-ran`})
+	writeWeights(t, tr)
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []string{Train, Eval} {
+		out, code := runScript(t, tr, stage, "CUDA_VISIBLE_DEVICES=")
+		if code != ExitNoGPU || !strings.Contains(out, "nemorl: no GPU: Slurm gave job 4242 no visible GPU") || strings.Contains(out, "payload-ran") {
+			t.Errorf("%s without CUDA_VISIBLE_DEVICES: exit %d, want %d:\n%s", stage, code, ExitNoGPU, out)
+		}
+		out, code = runScript(t, tr, stage, "CUDA_VISIBLE_DEVICES=", "SLURM_JOB_GPUS=1")
+		if code != 0 || !strings.Contains(out, "nemorl: GPU 1 visible (/dev/null)") {
+			t.Errorf("%s with SLURM_JOB_GPUS: exit %d:\n%s", stage, code, out)
+		}
+	}
+	// A node whose driver is missing: no device file matches.
+	cfg := loadExample(t, "lab.yaml")
+	cfg.Cluster.Workdir = tr.Dir[:strings.LastIndex(tr.Dir, "/")]
+	cfg.Cluster.GPUDevices = "/dev/nemorl-no-such-gpu[0-9]*"
+	cfg.Stages.Train.Command = []string{"/bin/echo", "payload-ran"}
+	tr2, err := Render(cfg, Input{Episode: "ep-nogpu", Prompt: []byte("p"), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, tr2)
+	if err := os.WriteFile(filepath.Join(tr2.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runScript(t, tr2, Train)
+	if code != ExitNoGPU || !strings.Contains(out, "nemorl: no GPU: GPU 0: no device file matches /dev/nemorl-no-such-gpu[0-9]*") || strings.Contains(out, "payload-ran") {
+		t.Errorf("no device file: exit %d, want %d:\n%s", code, ExitNoGPU, out)
+	}
+}
+
+// TestTermKillsPayloadThatIgnoresIt: a payload that ignores TERM is killed
+// (its whole process group) nemorl_term_wait s after the batch shell got
+// TERM — two thirds of KillWait, read from scontrol (a stand-in here says
+// 3 s) — and the script removes its scratch directory and exits before
+// Slurm's KILL would.
+func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
+	t.Parallel()
+	tr := stageRun(t, map[string]string{Train: `trap '' TERM; echo "home=$HOME"; sleep 300 & echo started; wait`})
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(tr.Dir, "fakebin")
+	mkdirAll(t, bin)
+	if err := os.WriteFile(filepath.Join(bin, "scontrol"), []byte("#!/bin/sh\necho 'KillWait                = 3 sec'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "squeue"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mkdirAll(t, tr.Dir+"/.node-tmp")
+	var out syncBuffer
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Train)))
+	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=0", "SLURM_JOB_ID=4243", "TMPDIR=" + tr.Dir + "/.node-tmp"}
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "started") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	home := regexp.MustCompile(`home=(\S+)`).FindStringSubmatch(out.String())
+	if home == nil || !strings.HasPrefix(home[1], tr.Dir+"/.node-tmp/nemorl-train.") {
+		t.Fatalf("HOME not in the scratch directory:\n%s", out.String())
+	}
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if took := time.Since(start); took < 1500*time.Millisecond || took > 3500*time.Millisecond {
+			t.Errorf("the script ended %v after TERM, want about 2 s (2/3 of KillWait 3 s)", took)
+		}
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 137 {
+			t.Errorf("want exit 137 (payload killed), got %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("batch shell did not end after TERM\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "killing its process group") || !strings.Contains(out.String(), "which has 2 s to exit") {
+		t.Errorf("no kill after the bounded wait:\n%s", out.String())
+	}
+	if _, err := os.Stat(filepath.Dir(home[1])); !os.IsNotExist(err) {
+		t.Errorf("scratch %s left: %v", filepath.Dir(home[1]), err)
+	}
+	// The payload's background sleep was in its process group: gone too.
+	if b, _ := exec.Command("pgrep", "-f", "^sleep 300$").Output(); len(b) > 0 {
+		for _, pid := range strings.Fields(string(b)) {
+			if env, _ := os.ReadFile("/proc/" + pid + "/environ"); strings.Contains(string(env), home[1]) {
+				t.Errorf("the payload's child %s survived", pid)
+			}
+		}
 	}
 }

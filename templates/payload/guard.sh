@@ -8,7 +8,8 @@
 # non-zero status of the guard into its own exit 69). With runtime.kind none
 # no guard runs: nothing isolates the payload.
 #
-# usage: guard.sh [--root DIR] [--proc DIR] STAGE      (STAGE: author|train|eval)
+# usage: guard.sh [--root DIR] [--proc DIR] [--host-network] STAGE
+#        (STAGE: author|train|eval)
 #
 # --root (default /) is the filesystem scanned and --proc (default /proc) the
 # proc tree read. They exist for tests, which point them at fake trees; they
@@ -37,22 +38,25 @@
 #   /sbin /bin;
 # - /etc/slurm, /run/munge, /var/run/munge or /etc/munge present;
 # and on train and eval (--net --network none):
-# - any network interface but lo in /proc/net/dev.
+# - any network interface but lo in /proc/net/dev; not with --host-network,
+#   which the script passes when stages.<stage>.network is true (the site
+#   gave the stage the host network on purpose).
 # The author keeps the host network (it must reach the policy endpoint), so
 # abstract-namespace sockets and TCP are out of this guard's reach there;
 # Slurm's daemons authenticate with munge, whose socket is checked above.
 set -uo pipefail
 
 usage() {
-  echo "nemorl: isolation: guard usage: guard.sh [--root DIR] [--proc DIR] author|train|eval" >&2
+  echo "nemorl: isolation: guard usage: guard.sh [--root DIR] [--proc DIR] [--host-network] author|train|eval" >&2
   exit 64
 }
 
-root=/ proc=/proc
+root=/ proc=/proc hostnet=0
 while [ $# -gt 0 ]; do
   case $1 in
     --root) [ $# -ge 2 ] || usage; root=$2; shift 2 ;;
     --proc) [ $# -ge 2 ] || usage; proc=$2; shift 2 ;;
+    --host-network) hostnet=1; shift ;;
     --) shift; break ;;
     -*) usage ;;
     *) break ;;
@@ -142,7 +146,7 @@ else
 fi
 
 # 3. Network interfaces (train and eval run with --net --network none).
-if [ "$stage" != author ]; then
+if [ "$stage" != author ] && [ "$hostnet" = 0 ]; then
   if [ -r "$proc/net/dev" ]; then
     while IFS= read -r line; do
       case $line in *:*) ;; *) continue ;; esac # the two header lines
