@@ -1,0 +1,88 @@
+package configs
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+)
+
+// Serve configures `nemorl-slurm serve`, the NeMo Gym agent endpoint.
+type Serve struct {
+	// Listen is the HTTP address (host:port); loopback unless a token is set.
+	Listen string `yaml:"listen"`
+	// Concurrency bounds the episodes in flight; further rows wait in
+	// arrival order with their connections open.
+	Concurrency int `yaml:"concurrency"`
+	// Failures says how a masked outcome (infra_failure,
+	// integrity_violation) is answered: "mask" (200 with
+	// _ng_failure_class and instance_config.mask_sample) or "error"
+	// (HTTP 500 with a JSON body, as the reference agent).
+	Failures string `yaml:"failures"`
+	// Token is the bearer token every request must carry; required when
+	// Listen is not a loopback address.
+	Token Secret `yaml:"token"`
+}
+
+// Serve defaults and the failures modes.
+const (
+	DefaultServeListen      = "127.0.0.1:8765"
+	DefaultServeConcurrency = 4
+	ServeFailuresMask       = "mask"
+	ServeFailuresError      = "error"
+)
+
+func applyServeDefaults(c *Config, present func(string) bool) {
+	s := &c.Serve
+	if s.Listen == "" && !present("serve.listen") {
+		s.Listen = DefaultServeListen
+	}
+	if s.Concurrency == 0 && !present("serve.concurrency") {
+		s.Concurrency = DefaultServeConcurrency
+	}
+	if s.Failures == "" && !present("serve.failures") {
+		s.Failures = ServeFailuresMask
+	}
+}
+
+func (c *checker) serve(s Serve) {
+	if err := CheckListen(s.Listen); err != nil {
+		c.add("serve.listen", "%v", err)
+	}
+	c.rangeInt("serve.concurrency", s.Concurrency, 1, 4096)
+	if s.Failures != ServeFailuresMask && s.Failures != ServeFailuresError {
+		c.add("serve.failures", "want mask or error, got %q", s.Failures)
+	}
+	for _, r := range s.Token {
+		if r <= ' ' || r == 0x7f {
+			c.add("serve.token", "contains whitespace or a control character")
+			break
+		}
+	}
+}
+
+// CheckListen checks a host:port listen address.
+func CheckListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port such as %s, got %q", DefaultServeListen, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("want a port 0..65535, got %q", port)
+	}
+	_ = host
+	return nil
+}
+
+// Loopback reports whether a listen address only accepts connections from
+// this machine (127.0.0.0/8, ::1, localhost).
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
