@@ -154,12 +154,12 @@ func scriptVerdict(code int) bool { return templates.ReservedExit(code) }
 const (
 	// NoGPUExit: the train or eval script found no GPU where Slurm said it
 	// gave one (--nv on a node without a working driver succeeds silently).
-	NoGPUExit = 70
+	NoGPUExit = templates.ExitNoGPU
 	// PolicyEndpointExit: the author script found that the policy's
 	// endpoint failed (the proxy, not the policy's container, reports each
 	// upstream call to the script): no successful call, or the last one
 	// failed with a 5xx, a 429 or no connection.
-	PolicyEndpointExit = 75
+	PolicyEndpointExit = templates.ExitPolicyEndpoint
 )
 
 // verdictFailed is the outcome of a stage job whose batch script refused
