@@ -400,3 +400,65 @@ func TestRunAuthorEndpointStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestPayloadAuthorKeyNeverInEnviron: while the author payload runs (the
+// stand-in Claude Code holds still after its model call, the proxy up), no
+// process on the machine carries the API key in its environment or its
+// command line: the key travels on a descriptor only.
+func TestPayloadAuthorKeyNeverInEnviron(t *testing.T) {
+	tr, root, log, at := payloadEpisode(t)
+	release := filepath.Join(t.TempDir(), "release")
+	cmd := payloadCmd(t, tr, Author, root, log, map[string]string{"NEMORL_STANDIN_CLAUDE_WAIT": release,
+		"NEMORL_OUT": at("author"), "NEMORL_BUNDLE": at("author/bundle"), "NEMORL_PROMPT": at("author/prompt.txt"), "NEMORL_SECRETS": at("author/secrets.env")})
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = os.WriteFile(release, nil, 0o600)
+		<-done
+	}()
+	// Wait for the stand-in claude to be holding (it logs its model call).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, _ := os.ReadFile(log)
+		if strings.Contains(string(b), "claude: waiting for") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stand-in claude never reached its wait\n%s", errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	scanned, proxies := 0, 0
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"environ", "cmdline"} {
+			b, err := os.ReadFile(filepath.Join(p, f))
+			if err != nil {
+				continue // gone, or not ours to read
+			}
+			scanned++
+			if f == "cmdline" && bytes.Contains(b, []byte("author_proxy.py")) {
+				proxies++
+			}
+			if bytes.Contains(b, []byte(testKey)) {
+				t.Errorf("%s/%s holds the API key: %q", p, f, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+			}
+		}
+	}
+	if proxies != 1 || scanned < 10 {
+		t.Fatalf("scanned %d /proc files, %d proxy processes; want the proxy running during the scan", scanned, proxies)
+	}
+	_ = os.WriteFile(release, nil, 0o600)
+	if err := <-done; err != nil {
+		t.Fatalf("author payload: %v\n%s", err, errb.String())
+	}
+	done <- nil
+	if _, err := os.Stat(at("author/secrets.env")); !os.IsNotExist(err) {
+		t.Errorf("secrets.env still there: %v", err)
+	}
+}
