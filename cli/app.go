@@ -48,6 +48,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			cancelCommand(e),
 			runCommand(e),
 			resumeCommand(e),
+			serveCommand(e),
 			cleanCommand(e),
 			imagesCommand(e),
 			payloadCommand(e),

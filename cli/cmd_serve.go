@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/serve"
+	"github.com/nemorl/nemorl-slurm/slurm"
+)
+
+func serveCommand(e *env) *ucli.Command {
+	return &ucli.Command{
+		Name:      "serve",
+		Usage:     "the NeMo Gym agent endpoint: POST /run runs each row as an episode and answers with its verified outcome",
+		ArgsUsage: " ",
+		Flags: withGlobals(
+			&ucli.StringFlag{Name: "listen", Usage: "host:port to listen on (default serve.listen, else " + configs.DefaultServeListen + ")"},
+			&ucli.BoolFlag{Name: "allow-no-isolation", Usage: "serve with runtime.kind none (the lab): rewards cannot be trusted against an adversarial policy"},
+		),
+		Action: e.serve,
+	}
+}
+
+func (e *env) serve(c *ucli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr("serve takes no arguments, got %q", c.Args().First())
+	}
+	path := configPath(c)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
+	}
+	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{})
+	if err != nil {
+		return withCode(ExitUsage, err, "")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	listen := cfg.Serve.Listen
+	if l := c.String("listen"); l != "" {
+		if err := configs.CheckListen(l); err != nil {
+			return usageErr("--listen: %v", err)
+		}
+		listen = l
+	}
+	token := cfg.Serve.Token.Reveal()
+	if !configs.Loopback(listen) && token == "" {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("serve: %s is not a loopback address and serve.token is not set: anyone who reaches the port could run episodes on your allocation", listen),
+			Hint: "set serve.token: ${NEMORL_SERVE_TOKEN} (sent as Authorization: Bearer …), or listen on 127.0.0.1"}
+	}
+	if cfg.Runtime.Kind == configs.RuntimeNone {
+		if !c.Bool("allow-no-isolation") {
+			return &Error{Code: ExitUsage, Err: fmt.Errorf("serve: %s: runtime.kind none runs the stages without isolation: the policy can reach Slurm and forge its own evaluation", path),
+				Hint: "use apptainer or singularity; for the lab only, pass --allow-no-isolation"}
+		}
+		e.logf("warning: %s: runtime.kind none: the stages run without isolation and can reach Slurm and each other's files; rewards cannot be trusted against an adversarial policy (answers say \"isolation\": \"none\"; use it for the lab only)", path)
+	}
+
+	ledger, err := openLedger()
+	if err != nil {
+		return err
+	}
+	var reconnects atomic.Int64
+	verbose := globalBool(c, "verbose")
+	var host remote.Host
+	if l := cfg.Cluster.Login; l == nil {
+		host = remote.NewLocal()
+	} else {
+		opts := remote.Options{
+			Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
+			KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey,
+			Logf: func(format string, args ...any) {
+				msg := fmt.Sprintf(format, args...)
+				if strings.HasSuffix(msg, ": reconnected") {
+					reconnects.Add(1)
+				}
+				if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
+					e.logf("%s", msg)
+				}
+			},
+		}
+		ssh, err := remote.Dial(c.Context, opts)
+		if err != nil {
+			return withCode(ExitInfra, fmt.Errorf("connect to the cluster (%s, from %s): %w", l.Host, path, err), "")
+		}
+		host = ssh
+	}
+	defer host.Close()
+	sum := sha256.Sum256(data)
+	d := &episode.Driver{
+		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
+		Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: Version,
+		Logf: func(format string, args ...any) { e.logf(format, args...) },
+	}
+	if err := d.Preflight(c.Context); err != nil {
+		var pe *episode.PreflightError
+		if errors.As(err, &pe) {
+			return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %w", path, err), Hint: "fix the config"}
+		}
+		return withCode(ExitInfra, err, "")
+	}
+	engine := d.NewEngine(episode.EngineOptions{})
+	opt := serve.Options{Driver: d, Engine: engine, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
+		Token: token, Logf: func(format string, args ...any) { e.logf(format, args...) }}
+	if cfg.Cluster.Login != nil {
+		opt.Reconnects = reconnects.Load
+	}
+	srv, err := serve.New(opt)
+	if err != nil {
+		return err
+	}
+	// The server's own log lines are redacted by serve; the driver's too.
+	d.Logf = func(format string, args ...any) { opt.Logf("%s", srv.Redact(fmt.Sprintf(format, args...))) }
+
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ectx, cancelEngine := context.WithCancel(context.Background())
+	defer cancelEngine()
+	engineDone := make(chan struct{})
+	go func() { defer close(engineDone); _ = engine.Run(ectx) }()
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return withCode(ExitUsage, fmt.Errorf("serve: listen %s: %w", listen, err), "")
+	}
+	// No read or write timeout: a /run stays open for the whole episode.
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	e.logf("serve: listening on http://%s (config %s, serve.concurrency %d, failures %s, ledger %s)", ln.Addr(), abs, cfg.Serve.Concurrency, cfg.Serve.Failures, ledger.Dir)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	stop()
+	e.logf("serve: stopping: queued rows are answered 503; running episodes go on and the next serve re-attaches to them")
+	srv.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	cancelEngine()
+	<-engineDone
+	return nil
+}

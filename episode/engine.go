@@ -1,0 +1,227 @@
+package episode
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Engine is a long-lived Watch over a set of episodes that changes while it
+// runs (serve): episodes are added with Follow, one poll (one sacct) covers
+// every job of every episode followed, each episode is advanced as Watch
+// advances it, and whoever follows an episode is told once it is final.
+// Final episodes leave the set (their locks released).
+type Engine struct {
+	d   *Driver
+	opt EngineOptions
+
+	mu      sync.Mutex
+	pending []pendingEpisode
+	waiters map[string][]chan *Entry // by episode: every follower
+	rows    []Row                    // as of the last successful poll
+	stats   EngineStats
+	wake    chan struct{}
+}
+
+// EngineOptions tune an Engine.
+type EngineOptions struct {
+	// PollMin and PollMax bound the interval between polls (zero: the
+	// config's), as in WatchOptions.
+	PollMin, PollMax time.Duration
+}
+
+// EngineStats are counters for metrics.
+type EngineStats struct {
+	Polls, PollFailures int64
+	// LastPoll is how long the last poll (sacct and advancing) took.
+	LastPoll time.Duration
+	// PollSeconds is the total time spent polling.
+	PollSeconds float64
+	// Followed is how many episodes the engine follows now.
+	Followed int
+}
+
+type pendingEpisode struct {
+	e    *Entry
+	lock *Lock
+}
+
+// NewEngine returns an engine of d; Run drives it.
+func (d *Driver) NewEngine(opt EngineOptions) *Engine {
+	return &Engine{d: d, opt: opt, waiters: map[string][]chan *Entry{}, wake: make(chan struct{}, 1)}
+}
+
+// Follow adds episode e (held by lock, or nil: the engine takes the lock
+// at its next poll, as Watch does, or only observes when another process
+// holds it) and returns a channel that receives the final entry once. An
+// episode already followed is not added twice: the channel joins its
+// followers. A final e is sent at once.
+func (g *Engine) Follow(e *Entry, lock *Lock) <-chan *Entry {
+	ch := make(chan *Entry, 1)
+	if e.Final() {
+		if lock != nil {
+			lock.Unlock()
+		}
+		ch <- e
+		return ch
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ws, ok := g.waiters[e.Episode]; ok {
+		g.waiters[e.Episode] = append(ws, ch)
+		if lock != nil {
+			lock.Unlock()
+		}
+		return ch
+	}
+	g.waiters[e.Episode] = []chan *Entry{ch}
+	g.pending = append(g.pending, pendingEpisode{e: e, lock: lock})
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+// Following reports whether ep is followed now.
+func (g *Engine) Following(ep string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.waiters[ep]
+	return ok
+}
+
+// Rows returns one row per followed episode, as of the last poll.
+func (g *Engine) Rows() []Row {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]Row(nil), g.rows...)
+}
+
+// Stats returns the engine's counters.
+func (g *Engine) Stats() EngineStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.stats
+	s.Followed = len(g.waiters)
+	return s
+}
+
+// Run polls until ctx ends: one Query per poll for every job of every
+// followed episode, advancing those it holds. A failed poll is logged and
+// retried (the interval grows to PollMax); the episodes stay followed.
+func (g *Engine) Run(ctx context.Context) error {
+	d := g.d
+	st := &watchState{entries: map[string]*Entry{}, locks: map[string]*Lock{}, since: map[string]time.Time{}}
+	defer func() {
+		for _, l := range st.locks {
+			l.Unlock()
+		}
+	}()
+	pollMin, pollMax := g.opt.PollMin, g.opt.PollMax
+	if pollMin <= 0 {
+		pollMin = d.Config.Episodes.PollMin.Duration
+	}
+	if pollMax < pollMin {
+		pollMax = max(d.Config.Episodes.PollMax.Duration, pollMin)
+	}
+	interval := pollMin
+	var last []Row
+	for {
+		g.mu.Lock()
+		added := len(g.pending) > 0
+		for _, p := range g.pending {
+			ep := p.e.Episode
+			if _, dup := st.entries[ep]; !dup {
+				st.order = append(st.order, ep)
+			}
+			st.entries[ep] = p.e
+			if p.lock != nil {
+				st.locks[ep] = p.lock
+			}
+		}
+		g.pending = nil
+		g.mu.Unlock()
+
+		var rows []Row
+		var err error
+		if len(st.order) > 0 {
+			t0 := time.Now()
+			rows, err = d.poll(ctx, st, true)
+			took := time.Since(t0)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			g.mu.Lock()
+			g.stats.Polls++
+			g.stats.LastPoll = took
+			g.stats.PollSeconds += took.Seconds()
+			if err != nil {
+				g.stats.PollFailures++
+			}
+			g.mu.Unlock()
+			if err != nil {
+				d.logf("poll failed (retrying): %v", err)
+			}
+		}
+		if err == nil {
+			g.settle(st, rows)
+		}
+		if err == nil && (added || !sameRows(rows, last)) {
+			interval = pollMin
+		} else {
+			interval = min(interval*2, pollMax)
+		}
+		last = rows
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-g.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// settle tells the followers of every final episode and drops it from st;
+// the rows of the others become Rows.
+func (g *Engine) settle(st *watchState, rows []Row) {
+	keep := st.order[:0]
+	var final []*Entry
+	for _, ep := range st.order {
+		e := st.entries[ep]
+		if !e.Final() {
+			keep = append(keep, ep)
+			continue
+		}
+		final = append(final, e)
+		if l := st.locks[ep]; l != nil {
+			l.Unlock()
+		}
+		delete(st.locks, ep)
+		delete(st.entries, ep)
+		for k := range st.since {
+			if len(k) > len(ep) && k[:len(ep)+1] == ep+"/" {
+				delete(st.since, k)
+			}
+		}
+	}
+	st.order = keep
+	live := make([]Row, 0, len(rows))
+	for _, r := range rows {
+		if st.entries[r.Episode] != nil {
+			live = append(live, r)
+		}
+	}
+	g.mu.Lock()
+	g.rows = live
+	for _, e := range final {
+		for _, ch := range g.waiters[e.Episode] {
+			ch <- e
+		}
+		delete(g.waiters, e.Episode)
+	}
+	g.mu.Unlock()
+}

@@ -1,0 +1,190 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+// Aggregate is the /aggregate_metrics answer (Gym's AggregateMetrics).
+type Aggregate struct {
+	GroupLevelMetrics []any          `json:"group_level_metrics"`
+	AgentMetrics      map[string]any `json:"agent_metrics"`
+	KeyMetrics        map[string]any `json:"key_metrics"`
+}
+
+// verifyResponse is what /aggregate_metrics reads of each rollout.
+type verifyResponse struct {
+	Reward        *float64 `json:"reward"`
+	Outcome       string   `json:"outcome"`
+	FailureReason string   `json:"failure_reason"`
+	MaskSample    bool     `json:"mask_sample"`
+	FailureClass  string   `json:"_ng_failure_class"`
+	AIME25AvgAt8  *float64 `json:"aime25_avg_at_8"`
+}
+
+// aggregate computes the metrics of a collection's rollouts: the mean
+// reward over the rows that count (neither masked nor failed in Gym's
+// sense), the number of each outcome and failure reason.
+func aggregate(rows []verifyResponse) Aggregate {
+	outcomes, reasons := map[string]int{}, map[string]int{}
+	var sum, sumAll, sumAIME float64
+	counted, masked := 0, 0
+	for _, r := range rows {
+		o := r.Outcome
+		if o == "" {
+			o = "unknown"
+		}
+		outcomes[o]++
+		if r.FailureReason != "" {
+			reasons[r.FailureReason]++
+		}
+		rw := 0.0
+		if r.Reward != nil {
+			rw = *r.Reward
+		}
+		sumAll += rw
+		if r.MaskSample || r.FailureClass != "" {
+			masked++
+			continue
+		}
+		counted++
+		sum += rw
+		if r.AIME25AvgAt8 != nil {
+			sumAIME += *r.AIME25AvgAt8
+		}
+	}
+	mean := func(s float64, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return s / float64(n)
+	}
+	agent := map[string]any{
+		"mean/reward":          mean(sum, counted),
+		"mean/reward_all_rows": mean(sumAll, len(rows)),
+		"mean/aime25_avg_at_8": mean(sumAIME, counted),
+		"num_rollouts":         len(rows),
+		"num_counted":          counted,
+		"num_masked":           masked,
+	}
+	for k, n := range outcomes {
+		agent["outcome/"+k] = n
+	}
+	for k, n := range reasons {
+		agent["failure_reason/"+k] = n
+	}
+	key := map[string]any{
+		"mean/reward":  mean(sum, counted),
+		"num_rollouts": len(rows),
+		"num_masked":   masked,
+		"num_scored":   outcomes["scored"],
+	}
+	return Aggregate{GroupLevelMetrics: []any{}, AgentMetrics: agent, KeyMetrics: key}
+}
+
+func (s *Server) handleAggregate(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(w, r, MaxAggregateBytes)
+	if rerr != nil {
+		s.badRequest(w, rerr)
+		return
+	}
+	top, rerr := decodeObject(body, "body")
+	if rerr != nil {
+		s.badRequest(w, rerr)
+		return
+	}
+	raw, ok := top["verify_responses"]
+	if !ok {
+		s.badRequest(w, bad("verify_responses", "required"))
+		return
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		s.badRequest(w, bad("verify_responses", "want a list"))
+		return
+	}
+	rows := make([]verifyResponse, 0, len(items))
+	for i, it := range items {
+		var v verifyResponse
+		if err := json.Unmarshal(it, &v); err != nil {
+			s.badRequest(w, bad(fmt.Sprintf("verify_responses[%d]", i), "want an object with a numeric reward: %v", err))
+			return
+		}
+		rows = append(rows, v)
+	}
+	s.writeJSON(w, http.StatusOK, aggregate(rows))
+}
+
+// handleMetrics writes the Prometheus text exposition format.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	var b strings.Builder
+	metric := func(name, typ, help string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	inFlight, queued := s.slots.counts()
+	metric("nemorl_serve_episodes_in_flight", "gauge", "Episodes running (holding a slot of serve.concurrency).")
+	fmt.Fprintf(&b, "nemorl_serve_episodes_in_flight %d\n", inFlight)
+	metric("nemorl_serve_queue_length", "gauge", "Rows waiting for a slot, in arrival order.")
+	fmt.Fprintf(&b, "nemorl_serve_queue_length %d\n", queued)
+
+	byStage := map[string]int{}
+	for _, row := range s.opt.Engine.Rows() {
+		byStage[row.Stage+"|"+row.State]++
+	}
+	metric("nemorl_serve_episodes", "gauge", "Episodes followed, by current stage and Slurm state.")
+	for _, k := range sortedKeys(byStage) {
+		stage, state, _ := strings.Cut(k, "|")
+		fmt.Fprintf(&b, "nemorl_serve_episodes{stage=%q,state=%q} %d\n", stage, state, byStage[k])
+	}
+
+	s.mu.Lock()
+	outcomes := make(map[string]int64, len(s.outcomes))
+	for k, n := range s.outcomes {
+		outcomes[k[0]+"|"+k[1]] = n
+	}
+	answers := make(map[string]int64, len(s.answers))
+	for c, n := range s.answers {
+		answers[fmt.Sprint(c)] = n
+	}
+	attached := s.attached
+	s.mu.Unlock()
+	metric("nemorl_serve_outcomes_total", "counter", "Episodes ended, by outcome and failure reason.")
+	for _, k := range sortedKeys(outcomes) {
+		o, reason, _ := strings.Cut(k, "|")
+		fmt.Fprintf(&b, "nemorl_serve_outcomes_total{outcome=%q,reason=%q} %d\n", o, reason, outcomes[k])
+	}
+	metric("nemorl_serve_run_answers_total", "counter", "/run answers, by HTTP status.")
+	for _, k := range sortedKeys(answers) {
+		fmt.Fprintf(&b, "nemorl_serve_run_answers_total{code=%q} %d\n", k, answers[k])
+	}
+	metric("nemorl_serve_attached_total", "counter", "/run requests that joined an episode already running for the same rollout.")
+	fmt.Fprintf(&b, "nemorl_serve_attached_total %d\n", attached)
+
+	st := s.opt.Engine.Stats()
+	metric("nemorl_serve_sacct_polls_total", "counter", "Polls of the cluster (one sacct for every job in flight each).")
+	fmt.Fprintf(&b, "nemorl_serve_sacct_polls_total %d\n", st.Polls)
+	metric("nemorl_serve_sacct_poll_failures_total", "counter", "Polls that failed.")
+	fmt.Fprintf(&b, "nemorl_serve_sacct_poll_failures_total %d\n", st.PollFailures)
+	metric("nemorl_serve_sacct_poll_seconds", "gauge", "Duration of the last poll (sacct and advancing the episodes).")
+	fmt.Fprintf(&b, "nemorl_serve_sacct_poll_seconds %g\n", st.LastPoll.Seconds())
+	metric("nemorl_serve_sacct_poll_seconds_total", "counter", "Time spent polling.")
+	fmt.Fprintf(&b, "nemorl_serve_sacct_poll_seconds_total %g\n", st.PollSeconds)
+	if s.opt.Reconnects != nil {
+		metric("nemorl_serve_ssh_reconnects_total", "counter", "Reconnections of the SSH connection to the cluster.")
+		fmt.Fprintf(&b, "nemorl_serve_ssh_reconnects_total %d\n", s.opt.Reconnects())
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = w.Write([]byte(s.redact(b.String())))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

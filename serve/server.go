@@ -1,0 +1,400 @@
+// Package serve is `nemorl-slurm serve`: the NeMo Gym agent endpoint. Gym
+// (and NeMo RL through it) POSTs each dataset row to /run; the server runs
+// the row as one episode on the cluster (author → train → eval) and answers
+// with the episode's verified outcome in the fields of nemorl_env's
+// NeMoRLEnvResponse. All episodes share one connection to the cluster and
+// one watch loop (episode.Engine: one sacct per poll for every job).
+package serve
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/episode"
+)
+
+// Options configure a Server.
+type Options struct {
+	Driver *episode.Driver
+	Engine *episode.Engine
+	// Concurrency bounds the episodes in flight (serve.concurrency).
+	Concurrency int
+	// Failures is serve.failures: "mask" (default) or "error".
+	Failures string
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// every endpoint but GET /.
+	Token string
+	// Prompt turns a row's task into the author prompt; nil: the task as is.
+	Prompt func(task string) []byte
+	// Logf receives one line per event; nil discards them. Secrets are
+	// redacted before it sees a line.
+	Logf func(format string, args ...any)
+	// Reconnects counts the SSH connection's reconnections (metrics); nil
+	// when the cluster is this machine.
+	Reconnects func() int64
+}
+
+// Server is the HTTP handler of serve.
+type Server struct {
+	opt    Options
+	d      *episode.Driver
+	keys   *keyStore
+	slots  *slots
+	secret []string // redacted from every response and log line
+
+	// ctx outlives requests: episodes go on when a client leaves.
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu       sync.Mutex
+	runs     map[string]*run // by idempotency key, while the episode runs
+	live     map[*run]bool   // every run in progress
+	outcomes map[[2]string]int64
+	answers  map[int]int64 // HTTP status → count of /run answers
+	attached int64
+}
+
+// run is one episode as the server drives it; requests wait on done.
+type run struct {
+	key      string
+	task     string
+	done     chan struct{}
+	started  bool
+	episode  string
+	entry    *episode.Entry // final
+	err      error          // before an episode existed (or shutdown)
+	attached bool           // re-attached on start
+}
+
+// New returns a server; call Start to re-attach to the episodes a previous
+// server left running.
+func New(opt Options) (*Server, error) {
+	if opt.Driver == nil || opt.Engine == nil {
+		return nil, errors.New("serve: a driver and an engine are required")
+	}
+	if opt.Failures == "" {
+		opt.Failures = configs.ServeFailuresMask
+	}
+	keys, err := openKeyStore(opt.Driver.Ledger.Dir, opt.Driver.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opt: opt, d: opt.Driver, keys: keys, slots: newSlots(opt.Concurrency),
+		runs: map[string]*run{}, live: map[*run]bool{}, outcomes: map[[2]string]int64{}, answers: map[int]int64{}}
+	if k := opt.Driver.Config.PolicyModel.APIKey.Reveal(); k != "" {
+		s.secret = append(s.secret, k)
+	}
+	if opt.Token != "" {
+		s.secret = append(s.secret, opt.Token)
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	return s, nil
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.opt.Logf != nil {
+		s.opt.Logf("%s", s.redact(fmt.Sprintf(format, args...)))
+	}
+}
+
+// redact removes the API key and the token from s.
+func (s *Server) redact(str string) string {
+	for _, k := range s.secret {
+		str = strings.ReplaceAll(str, k, configs.Redacted)
+	}
+	return str
+}
+
+// Start re-attaches to every unfinished episode of this config in the
+// ledger (as resume does): their rows, re-sent, attach to them. They hold
+// slots until they end.
+func (s *Server) Start() error {
+	entries, err := s.d.Ledger.List()
+	if err != nil {
+		return err
+	}
+	byEpisode := map[string]string{}
+	mapped, err := s.keys.all()
+	if err != nil {
+		return err
+	}
+	for k, ep := range mapped {
+		byEpisode[ep] = k
+	}
+	for _, e := range entries {
+		if e.Final() || e.ConfigPath != s.d.ConfigPath {
+			continue
+		}
+		r := &run{key: byEpisode[e.Episode], done: make(chan struct{}), started: true, episode: e.Episode, attached: true}
+		s.mu.Lock()
+		if r.key != "" {
+			s.runs[r.key] = r
+		}
+		s.live[r] = true
+		s.mu.Unlock()
+		s.slots.force()
+		s.logf("re-attached to %s", e.Episode)
+		go s.follow(r, e, nil)
+	}
+	return nil
+}
+
+// Shutdown stops taking rows: waiting requests whose episode never
+// started, and every request still open, are answered 503; running
+// episodes go on on the cluster for the next server to re-attach.
+func (s *Server) Shutdown() {
+	s.slots.close()
+	s.stop()
+}
+
+// Handler routes the endpoints.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("POST /run", s.auth(s.handleRun))
+	mux.HandleFunc("POST /aggregate_metrics", s.auth(s.handleAggregate))
+	mux.HandleFunc("GET /episodes", s.auth(s.handleEpisodes))
+	mux.HandleFunc("GET /metrics", s.auth(s.handleMetrics))
+	return mux
+}
+
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opt.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opt.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="nemorl-slurm"`)
+				s.writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token (Authorization: Bearer <serve.token>)"})
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+// writeJSON answers v with status; the secrets never leave.
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"encoding the answer failed"}`)
+	}
+	out := s.redact(string(b))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(out))
+	_, _ = w.Write([]byte("\n"))
+}
+
+func (s *Server) badRequest(w http.ResponseWriter, e *requestError) {
+	s.writeJSON(w, e.status, map[string]string{"error": e.Error(), "field": e.field})
+}
+
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
+	body, rerr := readBody(w, r, MaxBodyBytes)
+	if rerr == nil {
+		var rw *row
+		if rw, rerr = parseRow(body); rerr == nil {
+			var key string
+			if key, rerr = idempotencyKey(r.Header.Get("Idempotency-Key"), rw); rerr == nil {
+				s.serveRow(w, r, rw, key)
+				return
+			}
+		}
+	}
+	s.count(rerr.status)
+	s.logf("/run: %d: %v", rerr.status, rerr)
+	s.badRequest(w, rerr)
+}
+
+func (s *Server) count(status int) {
+	s.mu.Lock()
+	s.answers[status]++
+	s.mu.Unlock()
+}
+
+// serveRow finds or starts the row's episode and answers with its outcome.
+func (s *Server) serveRow(w http.ResponseWriter, r *http.Request, rw *row, key string) {
+	ru, stored, err := s.claim(rw, key)
+	if err != nil {
+		s.count(http.StatusInternalServerError)
+		s.writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	if stored != nil {
+		s.answer(w, r, rw, stored, nil, true)
+		return
+	}
+	select {
+	case <-ru.done:
+		s.answer(w, r, rw, ru.entry, ru.err, false)
+	case <-r.Context().Done():
+		// The client left; the episode goes on (a re-sent row attaches).
+	case <-s.ctx.Done():
+		s.answer(w, r, rw, nil, errClosed, false)
+	}
+}
+
+// claim returns the run a row waits on: the key's episode in progress, or
+// a new one. A key whose episode is final with a scored, policy or
+// integrity outcome returns that entry (stored) instead; after an
+// infrastructure failure a new attempt starts.
+func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key != "" {
+		if ru := s.runs[key]; ru != nil {
+			s.attached++
+			s.logf("/run: %s: attached to %s", key, orPending(ru.episode))
+			return ru, nil, nil
+		}
+		ep, err := s.keys.get(key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ep != "" {
+			e, err := s.d.Ledger.Load(ep)
+			switch {
+			case errors.Is(err, episode.ErrNotInLedger):
+				// Mapped, never submitted (a crash before the ledger entry).
+			case err != nil:
+				return nil, nil, err
+			case e.Final() && e.Outcome.Outcome != episode.InfraFailure:
+				s.logf("/run: %s: the stored outcome of %s", key, ep)
+				return nil, e, nil
+			case !e.Final():
+				// Unfinished but not followed (its start failed to load it):
+				// follow it now.
+				ru := &run{key: key, task: rw.task, done: make(chan struct{}), started: true, episode: ep}
+				s.runs[key] = ru
+				s.live[ru] = true
+				s.slots.force()
+				go s.follow(ru, e, nil)
+				return ru, nil, nil
+			}
+		}
+	}
+	ru = &run{key: key, task: rw.task, done: make(chan struct{})}
+	if key != "" {
+		s.runs[key] = ru
+	}
+	s.live[ru] = true
+	go s.execute(ru)
+	return ru, nil, nil
+}
+
+func orPending(ep string) string {
+	if ep == "" {
+		return "(queued)"
+	}
+	return ep
+}
+
+// execute waits for a slot, submits the row's episode and follows it.
+func (s *Server) execute(ru *run) {
+	if err := s.slots.acquire(s.ctx); err != nil {
+		s.end(ru, nil, errClosed)
+		return
+	}
+	id := episode.NewID(time.Now())
+	s.mu.Lock()
+	ru.started, ru.episode = true, id
+	s.mu.Unlock()
+	if ru.key != "" {
+		if err := s.keys.put(ru.key, id); err != nil {
+			s.slots.release()
+			s.end(ru, nil, err)
+			return
+		}
+	}
+	prompt := []byte(ru.task)
+	if s.opt.Prompt != nil {
+		prompt = s.opt.Prompt(ru.task)
+	}
+	e, lock, err := s.d.Submit(s.ctx, id, prompt)
+	if err != nil {
+		if e == nil {
+			// Nothing was staged or submitted.
+			if ru.key != "" {
+				s.keys.drop(ru.key, id)
+			}
+			s.slots.release()
+			s.logf("%s: submit failed: %v", id, err)
+			s.end(ru, nil, fmt.Errorf("submit: %w", err))
+			return
+		}
+		// In the ledger: the engine carries it on, as resume would.
+		s.logf("%s: submit interrupted (%v); the watcher carries it on", id, err)
+		lock = nil
+	} else {
+		s.logf("%s: submitted; author job %s", id, e.JobID(episode.Author))
+	}
+	s.follow(ru, e, lock)
+}
+
+// follow hands the episode to the engine and waits for its end.
+func (s *Server) follow(ru *run, e *episode.Entry, lock *episode.Lock) {
+	ch := s.opt.Engine.Follow(e, lock)
+	select {
+	case final := <-ch:
+		s.slots.release()
+		s.end(ru, final, nil)
+	case <-s.ctx.Done():
+		s.end(ru, nil, errClosed)
+	}
+}
+
+func (s *Server) end(ru *run, final *episode.Entry, err error) {
+	s.mu.Lock()
+	ru.entry, ru.err = final, err
+	if ru.key != "" && s.runs[ru.key] == ru {
+		delete(s.runs, ru.key)
+	}
+	delete(s.live, ru)
+	if final != nil {
+		o := final.Outcome
+		s.outcomes[[2]string{string(o.Outcome), o.FailureReason}]++
+	}
+	s.mu.Unlock()
+	if final != nil {
+		o := final.Outcome
+		s.logf("%s: %s %s", final.Episode, o.Outcome, o.FailureReason)
+	}
+	close(ru.done)
+}
+
+func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
+	rows := s.opt.Engine.Rows()
+	out := make([]rowJSON, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, rowJSON{Episode: r.Episode, Stage: r.Stage, JobID: r.JobID, State: r.State,
+			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Episode < out[j].Episode })
+	inFlight, queued := s.slots.counts()
+	s.writeJSON(w, http.StatusOK, map[string]any{"episodes": out, "in_flight": inFlight, "queued": queued})
+}
+
+// rowJSON is an episode as status --json shows it.
+type rowJSON struct {
+	Episode        string           `json:"episode"`
+	Stage          string           `json:"stage"`
+	JobID          string           `json:"job_id"`
+	State          string           `json:"state"`
+	ElapsedSeconds int64            `json:"elapsed_seconds"`
+	Outcome        *episode.Outcome `json:"outcome,omitempty"`
+}
+
+// Redact removes the policy API key and the serve token from a line.
+func (s *Server) Redact(str string) string { return s.redact(str) }
