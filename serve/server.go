@@ -369,7 +369,11 @@ func (s *Server) end(ru *run, final *episode.Entry, err error) {
 	s.mu.Unlock()
 	if final != nil {
 		o := final.Outcome
-		s.logf("%s: %s %s", final.Episode, o.Outcome, o.FailureReason)
+		msg := string(o.Outcome)
+		if o.FailureReason != "" {
+			msg += " (" + o.FailureStage + ": " + o.FailureReason + ")"
+		}
+		s.logf("%s: answered %s", final.Episode, msg)
 	}
 	close(ru.done)
 }
