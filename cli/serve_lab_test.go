@@ -133,7 +133,7 @@ func TestServeLab(t *testing.T) {
 	for i, w := range want {
 		a := answers[i]
 		if a["outcome"] != w.outcome || a["failure_reason"] != w.reason || str(a["_ng_failure_class"]) != w.class {
-			t.Errorf("row %d: outcome %v reason %v class %v, want %+v", i, a["outcome"], a["failure_reason"], a["_ng_failure_class"], w)
+			t.Errorf("row %d: outcome %v reason %v class %v (detail %v), want %+v", i, a["outcome"], a["failure_reason"], a["_ng_failure_class"], a["detail"], w)
 		}
 	}
 	if answers[0]["episode"] != answers[1]["episode"] {

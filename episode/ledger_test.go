@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -244,4 +245,39 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestSealKeyConcurrent: processes saving their first entries at once all
+// end up with the same, whole key (a reader never sees a partly written one).
+func TestSealKeyConcurrent(t *testing.T) {
+	for range 20 {
+		l, err := OpenLedger(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := make(chan []byte, 16)
+		errs := make(chan error, 16)
+		for range 16 {
+			go func() {
+				k, err := l.sealKey(true)
+				keys <- k
+				errs <- err
+			}()
+		}
+		var first []byte
+		for range 16 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			k := <-keys
+			if first == nil {
+				first = k
+			} else if !bytes.Equal(first, k) || len(k) != 32 {
+				t.Fatalf("keys differ: %x %x", first, k)
+			}
+		}
+		if fi, err := os.Stat(filepath.Join(l.Dir, OutcomeKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("key file: %v %v", fi, err)
+		}
+	}
 }

@@ -61,19 +61,24 @@ func (l *Ledger) sealKey(create bool) ([]byte, error) {
 	if _, err := rand.Read(k); err != nil {
 		return nil, fmt.Errorf("ledger: seal key: %w", err)
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return l.sealKey(false) // another process made it first
-	}
+	// Publish it whole: written and synced under a temporary name, then
+	// linked to its name, which fails if another process got there first
+	// (a reader never sees a partly written key).
+	f, err := os.CreateTemp(l.Dir, ".outcome.key.*")
 	if err != nil {
 		return nil, fmt.Errorf("ledger: seal key: %w", err)
 	}
+	defer os.Remove(f.Name())
 	_, werr := f.WriteString(hex.EncodeToString(k))
 	serr := f.Sync()
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(p)
-		return nil, fmt.Errorf("ledger: seal key %s: %w", p, err)
+		return nil, fmt.Errorf("ledger: seal key: %w", err)
+	}
+	if err := os.Link(f.Name(), p); errors.Is(err, fs.ErrExist) {
+		return l.sealKey(false) // another process made it first
+	} else if err != nil {
+		return nil, fmt.Errorf("ledger: seal key: %w", err)
 	}
 	return k, nil
 }
