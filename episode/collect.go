@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/templates"
@@ -115,7 +116,7 @@ func (o *Outcome) evalRecord(err error) *Outcome {
 // does not bind eval/), so there it is the policy's too, and with isolation
 // it is a breach.
 func (o *Outcome) planted(e *Entry, pe *plantedError) *Outcome {
-	if pe.Stage == Eval && e.Isolation != "none" {
+	if pe.Stage == Eval && e.Isolation != configs.RuntimeNone {
 		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered, pe.Error()).tampered()
 	}
 	return o.fail(PolicyFailure, pe.Stage, ReasonPlantedOutput, pe.Error()).tampered()
@@ -132,51 +133,28 @@ func (o *Outcome) jobFailed(stage string, j slurm.JobInfo) *Outcome {
 	return o.fail(InfraFailure, stage, reason, fmt.Sprintf("%s job %s ended %s, exit code %s", stage, j.ID, j.State.Raw, j.ExitCode.Raw))
 }
 
-// Exit statuses of the stage jobs that are verdicts, not accidents. The
-// author and train scripts report a payload status in 64..79 as 1, so those
-// come from the trusted scripts only (templates/exitcodes.go); eval's payload
-// (the pinned, unpatched evaluator) has verdicts of its own.
-const (
-	EvalRefusedExit         = templates.ExitInputsTampered  // 65: eval image or inputs differ from those pinned
-	InputMissingExit        = templates.ExitInputBad        // 66: the patch (train) or the weights (eval) missing or not a regular file
-	EvalOutputNotOwnExit    = templates.ExitOutputNotOwn    // 67: eval's stdout is not its out.log
-	EvalWeightsRejectedExit = templates.ExitWeightsRejected // 68: the trusted check rejected the weights
-	IsolationExit           = templates.ExitIsolation       // 69: the guard found Slurm reachable from the container
-	// EvalRejectedExit: the evaluator's score step rejected the rollouts
-	// (nemorl-slurm evaluate score exit 4).
-	EvalRejectedExit = 4
-)
-
-// scriptVerdict reports an exit status reserved for the batch scripts.
-func scriptVerdict(code int) bool { return templates.ReservedExit(code) }
-
-// Script verdicts of issue #10's checks.
-const (
-	// NoGPUExit: the train or eval script found no GPU where Slurm said it
-	// gave one (--nv on a node without a working driver succeeds silently).
-	NoGPUExit = templates.ExitNoGPU
-	// PolicyEndpointExit: the author script found that the policy's
-	// endpoint failed (the proxy, not the policy's container, reports each
-	// upstream call to the script): no successful call, or the last one
-	// failed with a 5xx, a 429 or no connection.
-	PolicyEndpointExit = templates.ExitPolicyEndpoint
-)
+// EvalRejectedExit is the eval payload's status when the evaluator's score
+// step rejected the rollouts (nemorl-slurm evaluate score exit 4). The
+// scripts' own verdicts are templates.Exit* (64..79): the author and train
+// scripts report a payload status in that range as 1, so those come from
+// the trusted scripts only; eval's payload (the pinned, unpatched
+// evaluator) has verdicts of its own.
+const EvalRejectedExit = 4
 
 // verdictFailed is the outcome of a stage job whose batch script refused
 // to run its payload (before any code of the policy's ran in the job), or
 // found that the cluster failed it.
 func (o *Outcome) verdictFailed(stage string, j slurm.JobInfo) *Outcome {
 	switch j.ExitCode.Code {
-	case NoGPUExit:
+	case templates.ExitNoGPU:
 		return o.fail(InfraFailure, stage, ReasonNoGPU,
-			fmt.Sprintf("%s job %s found no GPU where Slurm gave it one (exit %d, node %s)", stage, j.ID, NoGPUExit, j.NodeList))
-	case PolicyEndpointExit:
+			fmt.Sprintf("%s job %s found no GPU where Slurm gave it one (exit %d, node %s)", stage, j.ID, templates.ExitNoGPU, j.NodeList))
+	case templates.ExitPolicyEndpoint:
 		return o.fail(InfraFailure, stage, ReasonPolicyEndpointFailed,
-			fmt.Sprintf("%s job %s: the policy's endpoint failed (exit %d): no model call succeeded, or the last one failed; see nemorl-slurm logs --stage author", stage, j.ID, PolicyEndpointExit))
-	}
-	if j.ExitCode.Code == IsolationExit {
+			fmt.Sprintf("%s job %s: the policy's endpoint failed (exit %d): no model call succeeded, or the last one failed; see nemorl-slurm logs --stage author", stage, j.ID, templates.ExitPolicyEndpoint))
+	case templates.ExitIsolation:
 		return o.fail(InfraFailure, stage, ReasonIsolationBreach,
-			fmt.Sprintf("%s job %s refused to start its payload (exit %d): Slurm was reachable from inside its container; see nemorl-slurm logs --stage %s", stage, j.ID, IsolationExit, stage))
+			fmt.Sprintf("%s job %s refused to start its payload (exit %d): Slurm was reachable from inside its container; see nemorl-slurm logs --stage %s", stage, j.ID, templates.ExitIsolation, stage))
 	}
 	return o.fail(InfraFailure, stage, ReasonScriptRefused,
 		fmt.Sprintf("%s job %s: its batch script refused to start the payload (exit %s); see nemorl-slurm logs --stage %s", stage, j.ID, j.ExitCode.Raw, stage))
@@ -198,7 +176,7 @@ func (d *Driver) cancelled(ctx context.Context, e *Entry, o *Outcome, stage stri
 	if j.State.ByUID < 0 {
 		// sacct (22.05) sometimes drops the uid of a running job's
 		// canceller. Without isolation the policy's code may have been it.
-		if e.Isolation == "none" {
+		if e.Isolation == configs.RuntimeNone {
 			return o.fail(PolicyFailure, stage, ReasonForeignCancel,
 				fmt.Sprintf("%s job %s ended %s and nemorl-slurm did not cancel it; Slurm does not say who did, and without isolation the policy's code can", stage, j.ID, j.State.Raw)).tampered(), nil
 		}
@@ -226,7 +204,7 @@ func (d *Driver) authorFailed(ctx context.Context, e *Entry, o *Outcome, j slurm
 	case slurm.FailureCancelled:
 		return d.cancelled(ctx, e, o, Author, j)
 	case slurm.FailureExitCode:
-		if scriptVerdict(j.ExitCode.Code) && j.ExitCode.Signal == 0 {
+		if templates.ReservedExit(j.ExitCode.Code) && j.ExitCode.Signal == 0 {
 			return o.verdictFailed(Author, j), nil
 		}
 		return o.fail(PolicyFailure, Author, ReasonAuthorFailed,
@@ -331,7 +309,7 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 		case slurm.FailureOutOfMemory:
 			return o.fail(PolicyFailure, Train, ReasonTrainOutOfMemory, fmt.Sprintf("train job %s ran out of memory", ti.ID)), nil
 		case slurm.FailureExitCode:
-			if scriptVerdict(ti.ExitCode.Code) && ti.ExitCode.Signal == 0 {
+			if templates.ReservedExit(ti.ExitCode.Code) && ti.ExitCode.Signal == 0 {
 				return o.verdictFailed(Train, ti), nil
 			}
 			// The payload's own failure: its record says why.
@@ -386,19 +364,19 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 			return o.jobFailed(Eval, ei), nil
 		}
 		switch ei.ExitCode.Code {
-		case EvalRefusedExit:
+		case templates.ExitInputsTampered:
 			return o.fail(IntegrityViolation, Eval, ReasonEvalInputsTampered,
-				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", ei.ID, EvalRefusedExit)).tampered(), nil
-		case EvalOutputNotOwnExit:
+				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", ei.ID, templates.ExitInputsTampered)).tampered(), nil
+		case templates.ExitOutputNotOwn:
 			return o.fail(IntegrityViolation, Eval, ReasonEvalOutputRedirected,
-				fmt.Sprintf("eval job %s refused to print its record (exit %d): its standard output was not its %s (the job's StdOut was changed or the file replaced)", ei.ID, EvalOutputNotOwnExit, evalOut)).tampered(), nil
-		case InputMissingExit:
+				fmt.Sprintf("eval job %s refused to print its record (exit %d): its standard output was not its %s (the job's StdOut was changed or the file replaced)", ei.ID, templates.ExitOutputNotOwn, evalOut)).tampered(), nil
+		case templates.ExitInputBad:
 			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
-				fmt.Sprintf("eval job %s found no regular file of weights where train exported them (exit %d)", ei.ID, InputMissingExit)), nil
-		case EvalWeightsRejectedExit:
+				fmt.Sprintf("eval job %s found no regular file of weights where train exported them (exit %d)", ei.ID, templates.ExitInputBad)), nil
+		case templates.ExitWeightsRejected:
 			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
-				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", ei.ID, EvalWeightsRejectedExit, e.Episode)), nil
-		case IsolationExit, NoGPUExit:
+				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", ei.ID, templates.ExitWeightsRejected, e.Episode)), nil
+		case templates.ExitIsolation, templates.ExitNoGPU:
 			return o.verdictFailed(Eval, ei), nil
 		case EvalRejectedExit:
 			return o.fail(InfraFailure, Eval, ReasonRolloutsRejected,

@@ -519,11 +519,7 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 		}
 	}
 	if owner {
-		for _, id := range ids {
-			if !slices.Contains(e.CancelsIssued, id) {
-				e.CancelsIssued = append(e.CancelsIssued, id)
-			}
-		}
+		e.recordCancels(ids)
 		if err := d.Ledger.Save(e); err != nil {
 			return nil, err
 		}
@@ -557,5 +553,15 @@ func (d *Driver) removeSecrets(ctx context.Context, e *Entry) {
 	p := path.Join(e.Dir, SecretsFile)
 	if err := d.Host.Remove(ctx, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		d.logf("%s: could not remove %s: %v", e.Episode, p, err)
+	}
+}
+
+// recordCancels adds ids to the cancels this tool issued (before the
+// scancel: a CANCELLED job the ledger lists is never the policy's doing).
+func (e *Entry) recordCancels(ids []string) {
+	for _, id := range ids {
+		if !slices.Contains(e.CancelsIssued, id) {
+			e.CancelsIssued = append(e.CancelsIssued, id)
+		}
 	}
 }

@@ -275,18 +275,11 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		err := d.submit(ctx, e, stage, after)
 		var imp *ImpostorError
 		if errors.As(err, &imp) {
-			// The episode ends here, its jobs and the impostors with it.
-			if cerr := d.Slurm.Cancel(ctx, append(e.JobIDs(), imp.IDs...)); cerr != nil {
-				return cerr
-			}
-			return finish(d.base(e, infos).fail(IntegrityViolation, stage, ReasonImpostorJob, imp.Error()+"; cancelled").tampered())
+			// The episode ends here, the impostors with it.
+			return d.abort(ctx, e, d.base(e, infos).fail(IntegrityViolation, stage, ReasonImpostorJob, imp.Error()+"; cancelled").tampered(), imp.IDs...)
 		}
 		if why, refused := slurm.SubmitRefused(err); refused {
-			// The episode ends here: nothing of it may keep a node busy.
-			if cerr := d.Slurm.Cancel(ctx, e.JobIDs()); cerr != nil {
-				return cerr
-			}
-			return finish(d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
+			return d.abort(ctx, e, d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
 				fmt.Sprintf("sbatch refused the %s job: %s", stage, why)))
 		}
 		return err
@@ -383,11 +376,10 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		// Eval's output is opened by slurmstepd when eval starts: a FIFO
 		// planted there (without isolation the train job can) would stall
 		// it until its time limit. Look once, as soon as train has ended.
-		if o, err := d.checkEvalOutput(ctx, e, infos); err != nil || o != nil {
-			if err != nil {
-				return err
-			}
-			return finish(o)
+		if o, err := d.checkEvalOutput(ctx, e, infos); err != nil {
+			return err
+		} else if o != nil {
+			return d.abort(ctx, e, o)
 		}
 	}
 	if id := e.JobID(Eval); id != "" {
@@ -421,7 +413,10 @@ func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome) error {
 		e.Outcome = nil
 		return err
 	}
-	d.removeSecrets(ctx, e)
+	if o.Jobs[Author].State != "COMPLETED" {
+		// A completed author job's script deleted it already.
+		d.removeSecrets(ctx, e)
+	}
 	msg := fmt.Sprintf("%s: %s", e.Episode, o.Outcome)
 	if o.Reward != nil {
 		msg += fmt.Sprintf(" reward %g", *o.Reward)
@@ -501,8 +496,8 @@ func (d *Driver) Result(ctx context.Context, ep string) (*Entry, Row, error) {
 var ErrNotFinished = errors.New("episode not finished")
 
 // checkEvalOutput looks at eval's out.log once train has ended: anything
-// there but a regular file ends the episode (its jobs cancelled) as the
-// planted output it is.
+// there but a regular file is the planted output it is (the caller aborts
+// the episode); otherwise the check is recorded and not made again.
 func (d *Driver) checkEvalOutput(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
 	p := path.Join(e.Dir, templates.Output(Eval))
 	fi, err := d.lstat(ctx, p)
@@ -513,13 +508,20 @@ func (d *Driver) checkEvalOutput(ctx context.Context, e *Entry, infos map[string
 		e.EvalOutputChecked = true
 		return nil, d.Ledger.Save(e)
 	}
-	ids := e.JobIDs()
-	e.CancelsIssued = append(e.CancelsIssued, ids...)
+	return d.base(e, infos).planted(e, &plantedError{Stage: Eval, Path: p, Type: fi.Type}), nil
+}
+
+// abort ends an episode early with o: it records and scancels every job of
+// the episode (and extra, jobs found under its name), so nothing of it keeps
+// a node busy, then records the outcome.
+func (d *Driver) abort(ctx context.Context, e *Entry, o *Outcome, extra ...string) error {
+	ids := append(e.JobIDs(), extra...)
+	e.recordCancels(ids)
 	if err := d.Ledger.Save(e); err != nil {
-		return nil, err
+		return err
 	}
 	if err := d.Slurm.Cancel(ctx, ids); err != nil {
-		return nil, err
+		return err
 	}
-	return d.base(e, infos).planted(e, &plantedError{Stage: Eval, Path: p, Type: fi.Type}), nil
+	return d.finish(ctx, e, o)
 }
