@@ -45,7 +45,7 @@ func (d *Driver) AuthorFiles(ctx context.Context, e *Entry) (response, patch []b
 			problems = append(problems, fmt.Sprintf("%s: %d bytes, over %d", rel, fi.Size, limit))
 			return nil, nil
 		}
-		b, err := d.Host.ReadFile(ctx, p)
+		b, err := d.Host.ReadTail(ctx, p, fi.Size) // never more than checked
 		if err != nil {
 			return nil, fmt.Errorf("episode %s: read %s: %w", e.Episode, p, err)
 		}

@@ -20,14 +20,19 @@ import (
 const TailBytes = 1 << 20
 
 // scan reads the tail of stage's output file and returns its one record.
-// The file is inspected first (one round trip, no symlink followed): a
+// The file is inspected first (no symlink followed; eval's with its change
+// time): a
 // missing file is a missing record, anything but a regular file is a
 // *plantedError (a FIFO would block the read for ever). Errors that are
 // neither that nor a *record.Rejection mean the file could not be read (try
 // again later). fi is what the inspection found.
 func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rec record.Record, fi fileInfo, err error) {
 	p := path.Join(e.Dir, templates.Output(stage))
-	fi, err = d.lstat(ctx, p)
+	if stage == Eval {
+		fi, err = d.statCtime(ctx, p) // the collector checks when it last changed
+	} else {
+		fi, err = d.lstat(ctx, p)
+	}
 	if err != nil {
 		return nil, fi, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 	"time"
@@ -19,10 +20,11 @@ import (
 // or touch moves it to the current time.
 type fileInfo struct {
 	Exists bool
-	// Type is stat's %F: "regular file", "regular empty file", "fifo",
+	// Type is as stat's %F: "regular file", "regular empty file", "fifo",
 	// "symbolic link", "directory", "character special file", …
 	Type  string
 	Size  int64
+	// Ctime, Inode and Links are set by statCtime only.
 	Ctime time.Time
 	Inode uint64
 	Links int
@@ -33,12 +35,48 @@ func (f fileInfo) Regular() bool {
 	return f.Type == "regular file" || f.Type == "regular empty file"
 }
 
+// lstat inspects p on the cluster without following a symlink: one SFTP
+// request. It gives the type and size, not the change time (SFTP has
+// none); statCtime does. A missing file is not an error.
+func (d *Driver) lstat(ctx context.Context, p string) (fileInfo, error) {
+	fi, err := d.Host.Lstat(ctx, p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fileInfo{}, nil
+	}
+	if err != nil {
+		return fileInfo{}, fmt.Errorf("inspect %s: %w", p, err)
+	}
+	return fileInfo{Exists: true, Type: typeName(fi.Mode()), Size: fi.Size()}, nil
+}
+
+// typeName names a file type as stat(1)'s %F does.
+func typeName(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t == 0:
+		return "regular file"
+	case t&fs.ModeDir != 0:
+		return "directory"
+	case t&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case t&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case t&fs.ModeSocket != 0:
+		return "socket"
+	case t&fs.ModeCharDevice != 0:
+		return "character special file"
+	case t&fs.ModeDevice != 0:
+		return "block special file"
+	}
+	return "weird file"
+}
+
 // lstatFormat is stat(1)'s --printf format for fileInfo; %F never holds '|'.
 const lstatFormat = "%F|%s|%Z|%i|%h"
 
-// lstat inspects p on the cluster without following a symlink, in one
-// command (one round trip over SSH). A missing file is not an error.
-func (d *Driver) lstat(ctx context.Context, p string) (fileInfo, error) {
+// statCtime is lstat with the change time, inode and link count: one stat(1)
+// command on the cluster (a command session: more round trips than an SFTP
+// request, so only where the change time is needed).
+func (d *Driver) statCtime(ctx context.Context, p string) (fileInfo, error) {
 	cmd := remote.Command{Argv: []string{"env", "LC_ALL=C", "stat", "--printf=" + lstatFormat, "--", p}, Idempotent: true}
 	res, err := d.Host.Run(ctx, cmd)
 	if err != nil {

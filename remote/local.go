@@ -189,6 +189,14 @@ func (l *Local) Stat(ctx context.Context, path string) (fs.FileInfo, error) {
 	return os.Stat(path)
 }
 
+// Lstat is Stat without following a final symlink.
+func (l *Local) Lstat(ctx context.Context, path string) (fs.FileInfo, error) {
+	if err := checkPath(ctx, "lstat", path); err != nil {
+		return nil, err
+	}
+	return os.Lstat(path)
+}
+
 // Remove removes a file or an empty directory.
 func (l *Local) Remove(ctx context.Context, path string) error {
 	if err := checkPath(ctx, "remove", path); err != nil {

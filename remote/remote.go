@@ -54,6 +54,10 @@ type Files interface {
 	// ReadTail returns at most the last n bytes of path.
 	ReadTail(ctx context.Context, path string, n int64) ([]byte, error)
 	Stat(ctx context.Context, path string) (fs.FileInfo, error)
+	// Lstat is Stat without following a final symlink: one SFTP request.
+	// What a job of the user may have planted (a FIFO, a symlink to
+	// /dev/zero) is inspected with it before anything is read.
+	Lstat(ctx context.Context, path string) (fs.FileInfo, error)
 	// Remove removes a file or an empty directory.
 	Remove(ctx context.Context, path string) error
 }

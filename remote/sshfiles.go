@@ -243,6 +243,20 @@ func (s *SSH) Stat(ctx context.Context, p string) (fs.FileInfo, error) {
 	return fi, nil
 }
 
+// Lstat is Stat without following a final symlink.
+func (s *SSH) Lstat(ctx context.Context, p string) (fs.FileInfo, error) {
+	var fi fs.FileInfo
+	err := s.withSFTP(ctx, "lstat", p, func(cl *sftp.Client) error {
+		var err error
+		fi, err = cl.Lstat(p)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fi, nil
+}
+
 // Remove removes a file or an empty directory.
 func (s *SSH) Remove(ctx context.Context, p string) error {
 	return s.withSFTP(ctx, "remove", p, func(cl *sftp.Client) error {

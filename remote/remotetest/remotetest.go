@@ -53,6 +53,7 @@ func Run(t *testing.T, newHost Factory) {
 		{"ReadFile", testReadFile},
 		{"ReadTail", testReadTail},
 		{"StatMissing", testStatMissing},
+		{"LstatTypes", testLstatTypes},
 		{"Remove", testRemove},
 		{"RelativePath", testRelativePath},
 		{"FilesCancelled", testFilesCancelled},
@@ -509,5 +510,35 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 			t.Fatalf("gave up waiting %v for %s", limit, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// testLstatTypes: Lstat reports a FIFO and a symlink as themselves (never
+// opening or following them), a regular file with its size, and a missing
+// file as fs.ErrNotExist naming the path.
+func testLstatTypes(t *testing.T, h remote.Host, dir string) {
+	ctx := t.Context()
+	reg, fifo, link := path.Join(dir, "regular"), path.Join(dir, "fifo"), path.Join(dir, "link")
+	if err := h.WriteFile(ctx, reg, []byte("12345"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Run(ctx, remote.Command{Argv: []string{"mkfifo", fifo}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Run(ctx, remote.Command{Argv: []string{"ln", "-s", "/dev/zero", link}}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := h.Lstat(ctx, reg); err != nil || !fi.Mode().IsRegular() || fi.Size() != 5 {
+		t.Errorf("Lstat(regular) = %v, %v; want a regular file of 5 bytes", fi, err)
+	}
+	if fi, err := h.Lstat(ctx, fifo); err != nil || fi.Mode()&fs.ModeNamedPipe == 0 {
+		t.Errorf("Lstat(fifo) = %v, %v; want a named pipe", fi, err)
+	}
+	if fi, err := h.Lstat(ctx, link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("Lstat(symlink to /dev/zero) = %v, %v; want the symlink itself", fi, err)
+	}
+	missing := path.Join(dir, "missing")
+	if _, err := h.Lstat(ctx, missing); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Lstat(missing) = %v, want fs.ErrNotExist naming the path", err)
 	}
 }
