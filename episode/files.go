@@ -22,8 +22,8 @@ type fileInfo struct {
 	Exists bool
 	// Type is as stat's %F: "regular file", "regular empty file", "fifo",
 	// "symbolic link", "directory", "character special file", …
-	Type  string
-	Size  int64
+	Type string
+	Size int64
 	// Ctime, Inode and Links are set by statCtime only.
 	Ctime time.Time
 	Inode uint64
