@@ -47,9 +47,22 @@ func (e *env) serve(c *ucli.Context) error {
 	if err != nil {
 		return withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
 	}
-	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{})
+	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{PolicyFromGymHead: true})
 	if err != nil {
 		return withCode(ExitUsage, err, "")
+	}
+	if head := cfg.Serve.GymHead; head != "" {
+		p, err := serve.WaitGymPolicy(c.Context, head, e.logf)
+		if err != nil {
+			return withCode(ExitUsage, fmt.Errorf("serve.gym_head: %w", err), "start Gym's head server first, or set policy_model in the config")
+		}
+		filled, err := p.Fill(cfg, head)
+		if err != nil {
+			return withCode(ExitUsage, err, "set the missing policy_model keys in the config")
+		}
+		if len(filled) > 0 {
+			e.logf("serve: policy_model.%s from the gym head server %s (%d endpoint(s))", strings.Join(filled, ", policy_model."), head, len(cfg.PolicyModel.BaseURL))
+		}
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {

@@ -62,7 +62,7 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledg
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
 	}
-	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{SecretsOptional: !needKey})
+	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{SecretsOptional: !needKey, PolicyFromGymHead: !needKey})
 	if err != nil {
 		return nil, withCode(ExitUsage, err, "")
 	}

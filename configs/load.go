@@ -75,6 +75,11 @@ type LoadOptions struct {
 	// EvalDigestOptional accepts a container runtime without
 	// runtime.digests.eval: for `images lock`, which writes it.
 	EvalDigestOptional bool
+	// PolicyFromGymHead lets policy_model.{base_url,api_key,model,
+	// uses_reasoning_parser} be missing when serve.gym_head is set: serve
+	// reads them from Gym's head server and checks them with
+	// CheckPolicyModel.
+	PolicyFromGymHead bool
 }
 
 // LoadWith is Load with options.
@@ -182,6 +187,7 @@ func problemFromYAML(msg string) Problem {
 var (
 	durationType = reflect.TypeOf(Duration{})
 	secretType   = reflect.TypeOf(Secret(""))
+	urlsType     = reflect.TypeOf(URLs(nil))
 )
 
 // walk checks node against the schema type t: unknown keys, node kinds and
@@ -205,6 +211,9 @@ func (l *loader) walk(n *yaml.Node, t reflect.Type, path string) {
 			l.add(path, n.Line, "want a duration such as 5s or 1m30s, got %q", n.Value)
 		}
 		return
+	}
+	if t == urlsType && n.Kind == yaml.ScalarNode {
+		return // one URL; a list is walked as a slice below
 	}
 	switch t.Kind() {
 	case reflect.Struct:

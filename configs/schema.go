@@ -91,7 +91,9 @@ type Digests struct {
 
 // PolicyModel is the endpoint of the policy that drives Claude Code.
 type PolicyModel struct {
-	BaseURL             string `yaml:"base_url"`
+	// BaseURL is one endpoint or a list; episodes are spread over a list
+	// (Driver.PolicyBaseURL) and each episode keeps the one it got.
+	BaseURL             URLs   `yaml:"base_url"`
 	APIKey              Secret `yaml:"api_key"`
 	Model               string `yaml:"model"`
 	UsesReasoningParser *bool  `yaml:"uses_reasoning_parser"`

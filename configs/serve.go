@@ -3,6 +3,7 @@ package configs
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 )
 
@@ -21,6 +22,11 @@ type Serve struct {
 	// Token is the bearer token every request must carry; required when
 	// Listen is not a loopback address.
 	Token Secret `yaml:"token"`
+	// GymHead is the URL of NeMo Gym's head server (http://HOST:PORT);
+	// serve reads the policy endpoint from its GET /global_config_dict_yaml
+	// (policy_base_url, policy_api_key, policy_model_name) where
+	// policy_model leaves them out.
+	GymHead string `yaml:"gym_head"`
 }
 
 // Serve defaults and the failures modes.
@@ -51,6 +57,14 @@ func (c *checker) serve(s Serve) {
 	c.rangeInt("serve.concurrency", s.Concurrency, 1, 4096)
 	if s.Failures != ServeFailuresMask && s.Failures != ServeFailuresError {
 		c.add("serve.failures", "want mask or error, got %q", s.Failures)
+	}
+	if s.GymHead != "" {
+		u, err := url.Parse(s.GymHead)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			c.add("serve.gym_head", "want the head server's http://HOST:PORT, got %q", s.GymHead)
+		} else if u.User != nil {
+			c.add("serve.gym_head", "must not carry credentials")
+		}
 	}
 	for _, r := range s.Token {
 		if r <= ' ' || r == 0x7f {

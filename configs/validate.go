@@ -171,37 +171,7 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 		}
 	}
 
-	pm := cfg.PolicyModel
-	var missing []string
-	if pm.BaseURL == "" {
-		missing = append(missing, "base_url")
-	}
-	if pm.APIKey == "" && cfg.SecretUnset == "" {
-		missing = append(missing, "api_key")
-	}
-	if pm.Model == "" {
-		missing = append(missing, "model")
-	}
-	if pm.UsesReasoningParser == nil {
-		missing = append(missing, "uses_reasoning_parser")
-	}
-	if len(missing) > 0 {
-		c.add("policy_model", "missing %s (the author job needs base_url, api_key, model and uses_reasoning_parser)", strings.Join(missing, ", "))
-	}
-	if pm.BaseURL != "" {
-		u, err := url.Parse(pm.BaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			c.add("policy_model.base_url", "want an http:// or https:// URL, got %q", pm.BaseURL)
-		} else if u.User != nil {
-			c.add("policy_model.base_url", "must not carry credentials; put the key in policy_model.api_key")
-		}
-	}
-	for _, r := range pm.APIKey {
-		if r <= ' ' || r == 0x7f {
-			c.add("policy_model.api_key", "contains whitespace or a control character")
-			break
-		}
-	}
+	c.policyModel(cfg, opt.PolicyFromGymHead && cfg.Serve.GymHead != "")
 
 	st := cfg.Stages
 	c.rangeInt("stages.author.research_seconds", st.Author.ResearchSeconds, MinBudgetSeconds, MaxBudgetSeconds)
@@ -327,4 +297,65 @@ func unsafeInScript(s string) string {
 		return "$("
 	}
 	return ""
+}
+
+// policyModel checks policy_model. fromHead: serve fills base_url, api_key
+// and model from serve.gym_head, so they may be missing here.
+func (c *checker) policyModel(cfg *Config, fromHead bool) {
+	pm := cfg.PolicyModel
+	var missing []string
+	if len(pm.BaseURL) == 0 && !fromHead {
+		missing = append(missing, "base_url")
+	}
+	if pm.APIKey == "" && cfg.SecretUnset == "" && !fromHead {
+		missing = append(missing, "api_key")
+	}
+	if pm.Model == "" && !fromHead {
+		missing = append(missing, "model")
+	}
+	if pm.UsesReasoningParser == nil && !fromHead {
+		missing = append(missing, "uses_reasoning_parser")
+	}
+	if len(missing) > 0 {
+		hint := ""
+		if cfg.Serve.GymHead != "" {
+			hint = "; serve.gym_head fills base_url, api_key and model for serve only"
+		}
+		c.add("policy_model", "missing %s (the author job needs base_url, api_key, model and uses_reasoning_parser%s)", strings.Join(missing, ", "), hint)
+	}
+	seen := map[string]bool{}
+	for i, raw := range pm.BaseURL {
+		key := "policy_model.base_url"
+		if len(pm.BaseURL) > 1 {
+			key = fmt.Sprintf("policy_model.base_url[%d]", i)
+		}
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			c.add(key, "want an http:// or https:// URL, got %q", raw)
+		case u.User != nil:
+			c.add(key, "must not carry credentials; put the key in policy_model.api_key")
+		case seen[raw]:
+			c.add(key, "%q is listed twice", raw)
+		}
+		seen[raw] = true
+	}
+	for _, r := range pm.APIKey {
+		if r <= ' ' || r == 0x7f {
+			c.add("policy_model.api_key", "contains whitespace or a control character")
+			break
+		}
+	}
+}
+
+// CheckPolicyModel checks cfg.PolicyModel once serve has filled it from
+// the Gym head server: every key present and well-formed. source names
+// where the values came from, for the message.
+func CheckPolicyModel(cfg *Config, source string) error {
+	c := &checker{line: func(string) int { return 0 }}
+	c.policyModel(cfg, false)
+	if len(c.problems) == 0 {
+		return nil
+	}
+	return &Error{File: source, Problems: c.problems}
 }

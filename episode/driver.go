@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
@@ -52,6 +54,9 @@ type Driver struct {
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	policyOnce sync.Once
+	policyNext atomic.Uint64 // round-robin over policy_model.base_url
 
 	uidMu sync.Mutex
 	uid   *int   // the cluster user's uid, once asked
@@ -94,7 +99,8 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 	if !templates.ValidEpisode(id) {
 		return nil, nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ErrBadEpisodeID, id)
 	}
-	tree, err := d.render(id, prompt)
+	endpoint := d.pickPolicyBaseURL()
+	tree, err := d.render(id, prompt, endpoint)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,6 +117,7 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 	e := &Entry{
 		Episode: id, Created: d.now().UTC(), ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
 		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{},
+		PolicyBaseURL: endpoint,
 	}
 	if err := d.Ledger.Create(e, prompt); err != nil {
 		return nil, nil, err
@@ -182,8 +189,20 @@ func (d *Driver) Preflight(ctx context.Context) error {
 	return nil
 }
 
-func (d *Driver) render(id string, prompt []byte) (*templates.Tree, error) {
-	tree, err := templates.Render(d.Config, templates.Input{Episode: id, Prompt: prompt, Version: d.Version})
+// pickPolicyBaseURL spreads episodes over policy_model.base_url: round
+// robin within this process (serve, submit --count), from a random start
+// so that separate one-episode processes spread too.
+func (d *Driver) pickPolicyBaseURL() string {
+	urls := d.Config.PolicyModel.BaseURL
+	if len(urls) <= 1 {
+		return urls.First()
+	}
+	d.policyOnce.Do(func() { d.policyNext.Store(rand.Uint64()) })
+	return urls[d.policyNext.Add(1)%uint64(len(urls))]
+}
+
+func (d *Driver) render(id string, prompt []byte, policyBaseURL string) (*templates.Tree, error) {
+	tree, err := templates.Render(d.Config, templates.Input{Episode: id, Prompt: prompt, Version: d.Version, PolicyBaseURL: policyBaseURL})
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", id, err)
 	}

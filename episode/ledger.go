@@ -65,6 +65,9 @@ type Entry struct {
 	// Dir is WORKDIR/EPISODE on the cluster.
 	Dir       string `json:"dir"`
 	Isolation string `json:"isolation"`
+	// PolicyBaseURL is the one of policy_model.base_url this episode's
+	// author was given (a list spreads episodes over its endpoints).
+	PolicyBaseURL string `json:"policy_base_url,omitempty"`
 	// Staged is set once every file of the episode is on the cluster.
 	Staged bool `json:"staged"`
 	// Scripts holds the sha256 of each stage's sbatch script as staged.

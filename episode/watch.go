@@ -435,7 +435,7 @@ func (d *Driver) restage(ctx context.Context, e *Entry) error {
 	if err != nil {
 		return fmt.Errorf("episode %s: restage: %w", e.Episode, err)
 	}
-	tree, err := d.render(e.Episode, prompt)
+	tree, err := d.render(e.Episode, prompt, e.PolicyBaseURL)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"text/template"
@@ -98,6 +99,9 @@ type Input struct {
 	Episode string
 	Prompt  []byte // the author's task prompt
 	Version string // of nemorl-slurm, written into the scripts
+	// PolicyBaseURL is the episode's one of policy_model.base_url; empty:
+	// the first.
+	PolicyBaseURL string
 }
 
 // Render renders the episode tree for cfg. It never includes the policy API
@@ -105,6 +109,11 @@ type Input struct {
 func Render(cfg *configs.Config, in Input) (*Tree, error) {
 	if !ValidEpisode(in.Episode) {
 		return nil, fmt.Errorf("episode id %q: want letters, digits and ._- only", in.Episode)
+	}
+	if in.PolicyBaseURL == "" {
+		in.PolicyBaseURL = cfg.PolicyModel.BaseURL.First()
+	} else if !slices.Contains(cfg.PolicyModel.BaseURL, in.PolicyBaseURL) {
+		return nil, fmt.Errorf("episode %s: policy endpoint %q is not one of policy_model.base_url", in.Episode, in.PolicyBaseURL)
 	}
 	r := &renderer{cfg: cfg, in: in, dir: path.Join(cfg.Cluster.Workdir, in.Episode)}
 	t := &Tree{Episode: in.Episode, Dir: r.dir, Isolation: cfg.Runtime.Kind}
@@ -201,7 +210,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 			"research_seconds": a.ResearchSeconds,
 			"max_turns":        a.MaxTurns,
 			"policy_model": map[string]any{
-				"base_url":              cfg.PolicyModel.BaseURL,
+				"base_url":              r.in.PolicyBaseURL,
 				"model":                 cfg.PolicyModel.Model,
 				"uses_reasoning_parser": *cfg.PolicyModel.UsesReasoningParser,
 			},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -567,5 +568,38 @@ echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 	out, code = runScript(t, tr, Eval)
 	if code != 65 || !strings.Contains(out, "refusing to evaluate") || strings.Contains(out, "image-ran=") {
 		t.Fatalf("forged image: exit %d:\n%s", code, out)
+	}
+}
+
+// The author gets the episode's one of policy_model.base_url, and only
+// one that the config lists.
+func TestPolicyBaseURLChoice(t *testing.T) {
+	cfg := loadExample(t, "lab.yaml")
+	cfg.PolicyModel.BaseURL = configs.URLs{"http://a:8000/v1", "http://b:8000/v1"}
+	authorJSON := func(tr *Tree) map[string]any {
+		for _, f := range tr.Files {
+			if f.Path == "author/bundle/author.json" {
+				var doc map[string]any
+				if err := json.Unmarshal(f.Data, &doc); err != nil {
+					t.Fatal(err)
+				}
+				return doc["policy_model"].(map[string]any)
+			}
+		}
+		t.Fatal("no author/bundle/author.json")
+		return nil
+	}
+	for in, want := range map[string]string{"": "http://a:8000/v1", "http://b:8000/v1": "http://b:8000/v1"} {
+		tr, err := Render(cfg, Input{Episode: "ep-x", Prompt: []byte("p\n"), Version: "test", PolicyBaseURL: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := authorJSON(tr)["base_url"]; got != want {
+			t.Errorf("PolicyBaseURL %q: author.json base_url %v, want %s", in, got, want)
+		}
+	}
+	_, err := Render(cfg, Input{Episode: "ep-x", Prompt: []byte("p\n"), Version: "test", PolicyBaseURL: "http://c:8000/v1"})
+	if err == nil || !strings.Contains(err.Error(), `"http://c:8000/v1" is not one of policy_model.base_url`) {
+		t.Errorf("an endpoint the config does not list: %v", err)
 	}
 }
