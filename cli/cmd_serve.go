@@ -117,6 +117,8 @@ func (e *env) serve(c *ucli.Context) error {
 		}
 		host = ssh
 	}
+	counted := remote.NewCounted(host)
+	host = counted
 	defer host.Close()
 	sum := sha256.Sum256(data)
 	d := &episode.Driver{
@@ -134,6 +136,7 @@ func (e *env) serve(c *ucli.Context) error {
 	engine := d.NewEngine(episode.EngineOptions{})
 	opt := serve.Options{Driver: d, Engine: engine, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
 		Token: token, Logf: func(format string, args ...any) { e.logf(format, args...) }}
+	opt.RemoteOps = counted.Counts
 	if cfg.Cluster.Login != nil {
 		opt.Reconnects = reconnects.Load
 	}

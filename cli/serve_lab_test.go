@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
-const serveConcurrency = 2
+const serveConcurrency = 4
 
 func TestServeLab(t *testing.T) {
 	lab := labtest.Env(t)
@@ -45,7 +46,12 @@ func TestServeLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base), apiKey: lcfg.PolicyModel.APIKey.Reveal()}
-	cfg := x.serveConfig(t)
+	// Gym's head server stands in this process: serve reads the policy
+	// endpoint from it, two endpoints to spread the episodes over (the
+	// stand-in author calls neither).
+	endpoints := []string{"http://127.0.0.1:9/v1", "http://localhost:9/v1"}
+	head := gymHeadServer(t, endpoints, x.apiKey)
+	cfg := x.serveConfig(t, fmt.Sprintf("  concurrency: %d\n", serveConcurrency), head)
 	state := t.TempDir()
 
 	// Refusals, before any connection.
@@ -73,6 +79,9 @@ func TestServeLab(t *testing.T) {
 		rowFor(2, 0, "LABMODE:author-no-patch"),
 		rowFor(3, 0, "LABMODE:eval-no-record"),
 		rowFor(5, 0, "LABMODE:eval-two-records"),
+	}
+	for i := 6; i < 12; i++ {
+		rows = append(rows, rowFor(i, 0, fmt.Sprintf("Improve post-training (%d).", i)))
 	}
 
 	srv := x.startServe(t, state, cfg)
@@ -130,6 +139,9 @@ func TestServeLab(t *testing.T) {
 		{"infra_failure", "missing_record", "infra_failure/missing_record"},
 		{"integrity_violation", "duplicate_record", "integrity_violation/duplicate_record"},
 	}
+	for len(want) < len(rows) {
+		want = append(want, want[0])
+	}
 	for i, w := range want {
 		a := answers[i]
 		if a["outcome"] != w.outcome || a["failure_reason"] != w.reason || str(a["_ng_failure_class"]) != w.class {
@@ -176,13 +188,45 @@ func TestServeLab(t *testing.T) {
 
 	// /metrics and /aggregate_metrics.
 	code, raw := srv.get(t, "/metrics")
-	if code != 200 || !bytes.Contains(raw, []byte(`nemorl_serve_outcomes_total{outcome="scored",reason=""} 2`)) ||
+	if code != 200 || !bytes.Contains(raw, []byte(`nemorl_serve_outcomes_total{outcome="scored",reason=""} 8`)) ||
 		!bytes.Contains(raw, []byte("nemorl_serve_attached_total 1")) || bytes.Contains(raw, []byte(x.apiKey)) {
 		t.Errorf("/metrics: %d\n%s", code, raw)
 	}
+	// One sacct per poll, for every job of every episode in flight: the
+	// commands serve ran on the cluster, counted where they are sent.
+	polls, sacct := metricValue(t, raw, "nemorl_serve_sacct_polls_total"), metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sacct"}`)
+	t.Logf("%d polls, %d sacct, %d sbatch for %d episodes", polls, sacct, metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sbatch"}`), len(rows)-1)
+	if polls < 5 || sacct != polls {
+		t.Errorf("%d sacct commands for %d polls, want one per poll", sacct, polls)
+	}
+	// The episodes went round the head's endpoints; each author got its own.
+	used := map[string]int{}
+	for _, a := range answers[1:] {
+		var e struct {
+			PolicyBaseURL string `json:"policy_base_url"`
+			Dir           string `json:"dir"`
+		}
+		b, err := os.ReadFile(ledgerPath(state, str(a["episode"])))
+		if err != nil || json.Unmarshal(b, &e) != nil {
+			t.Fatalf("ledger of %v: %v", a["episode"], err)
+		}
+		used[e.PolicyBaseURL]++
+		var settings struct {
+			PolicyModel struct {
+				BaseURL string `json:"base_url"`
+			} `json:"policy_model"`
+		}
+		b, err = os.ReadFile(filepath.Join(e.Dir, "author", "bundle", "author.json"))
+		if err != nil || json.Unmarshal(b, &settings) != nil || settings.PolicyModel.BaseURL != e.PolicyBaseURL {
+			t.Errorf("%v: author.json (%v) names %q, the ledger %q", a["episode"], err, settings.PolicyModel.BaseURL, e.PolicyBaseURL)
+		}
+	}
+	if len(used) != 2 || used[endpoints[0]] < 4 || used[endpoints[1]] < 4 {
+		t.Errorf("episodes by endpoint %v, want both of %v used evenly", used, endpoints)
+	}
 	agg, _ := json.Marshal(map[string]any{"verify_responses": answers})
 	code, doc := srv.post(t, "/aggregate_metrics", string(agg))
-	if am, _ := doc["agent_metrics"].(map[string]any); code != 200 || am["num_rollouts"] != 6.0 || am["outcome/scored"] != 3.0 || am["num_masked"] != 2.0 {
+	if am, _ := doc["agent_metrics"].(map[string]any); code != 200 || am["num_rollouts"] != 12.0 || am["outcome/scored"] != 9.0 || am["num_masked"] != 2.0 {
 		t.Errorf("/aggregate_metrics: %d %v", code, doc)
 	}
 	code, doc = srv.post(t, "/run", `{"responses_create_params": 7}`)
@@ -211,11 +255,83 @@ func TestServeLab(t *testing.T) {
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if r := srv.wait(t, 30*time.Second); r.code != 0 || !strings.Contains(r.stderr, "serve: stopping") {
+	if r := srv.wait(t, 30*time.Second); r.code != 0 || !strings.Contains(r.stderr, "serve: stopping") ||
+		!strings.Contains(r.stderr, "serve: policy_model.base_url, policy_model.api_key, policy_model.model from the gym head server "+head+" (2 endpoint(s))") {
 		t.Errorf("serve after SIGTERM: %s", r)
 	} else if strings.Contains(r.stderr, x.apiKey) {
 		t.Errorf("the API key is in serve's log:\n%s", r.stderr)
 	}
+
+	// serve.failures: error and a token, through the binary: no token is
+	// 401 and submits nothing; a masked outcome is HTTP 500 with a JSON body.
+	const token = "lab-serve-token-0123456789"
+	cfgErr := x.serveConfig(t, "  failures: error\n  token: "+token+"\n", head)
+	srv = x.startServe(t, state, cfgErr)
+	rowM := rowFor(12, 0, "LABMODE:eval-no-record")
+	code, doc = srv.postAuth(t, "/run", rowM, "")
+	if code != 401 || !strings.Contains(str(doc["error"]), "bearer token") {
+		t.Errorf("/run without the token: %d %v", code, doc)
+	}
+	code, doc = srv.postAuth(t, "/run", rowM, "wrong-"+token)
+	if code != 401 {
+		t.Errorf("/run with a wrong token: %d %v", code, doc)
+	}
+	if code, _ := srv.get(t, "/metrics"); code != 401 {
+		t.Errorf("/metrics without the token: %d", code)
+	}
+	code, doc = srv.postAuth(t, "/run", rowM, token)
+	t.Cleanup(func() { cleanupEpisode(t, str(doc["episode"])) })
+	if code != 500 || doc["outcome"] != "infra_failure" || doc["failure_reason"] != "missing_record" || doc["mask_sample"] != true || doc["episode"] == "" {
+		t.Errorf("serve.failures error, a masked outcome: HTTP %d %v", code, doc)
+	}
+	if raw, _ := json.Marshal(doc); bytes.Contains(raw, []byte(token)) || bytes.Contains(raw, []byte(x.apiKey)) {
+		t.Errorf("a secret is in the 500 answer: %s", raw)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := srv.wait(t, 30*time.Second); r.code != 0 || strings.Contains(r.stderr, token) || strings.Contains(r.stderr, x.apiKey) {
+		t.Errorf("the second serve after SIGTERM (or a secret in its log): %s", r)
+	}
+}
+
+// gymHeadServer stands for NeMo Gym's head server: GET
+// /global_config_dict_yaml answers the global config as NeMo RL makes it
+// (the YAML text JSON-encoded), with the policy endpoints, key and model.
+func gymHeadServer(t *testing.T, endpoints []string, key string) string {
+	t.Helper()
+	var y strings.Builder
+	y.WriteString("policy_base_url:\n")
+	for _, e := range endpoints {
+		fmt.Fprintf(&y, "- %s\n", e)
+	}
+	fmt.Fprintf(&y, "policy_api_key: %s\npolicy_model_name: stand-in\nhead_server:\n  host: 127.0.0.1\n  port: 11000\n", key)
+	body, _ := json.Marshal(y.String())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/global_config_dict_yaml" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// metricValue reads one sample of a Prometheus text exposition.
+func metricValue(t *testing.T, text []byte, name string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(string(text), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var n int64
+			if _, err := fmt.Sscan(v, &n); err == nil {
+				return n
+			}
+		}
+	}
+	t.Errorf("/metrics has no %s:\n%s", name, text)
+	return -1
 }
 
 func str(v any) string { s, _ := v.(string); return s }
@@ -230,7 +346,7 @@ func randHex(t *testing.T) string {
 
 // serveConfig is configs/lab.yaml with the author and eval stand-ins behind
 // wrappers that pick their mode from a marker in the episode's prompt.
-func (x *labCLI) serveConfig(t *testing.T) string {
+func (x *labCLI) serveConfig(t *testing.T, serveKeys string, gymHead string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "nemorl-serve-lab-")
 	if err != nil {
@@ -261,7 +377,21 @@ func (x *labCLI) serveConfig(t *testing.T) string {
 		}
 		data = strings.Replace(data, old, "command: ["+p+"]", 1)
 	}
-	data += fmt.Sprintf("serve:\n  concurrency: %d\n", serveConcurrency)
+	if gymHead != "" {
+		// The policy endpoint comes from the head server instead.
+		for _, key := range []string{"base_url", "api_key", "model"} {
+			lines := strings.Split(data, "\n")
+			kept := lines[:0]
+			for _, l := range lines {
+				if !strings.HasPrefix(l, "  "+key+":") {
+					kept = append(kept, l)
+				}
+			}
+			data = strings.Join(kept, "\n")
+		}
+		serveKeys += "  gym_head: " + gymHead + "\n"
+	}
+	data += "serve:\n" + serveKeys
 	p := filepath.Join(t.TempDir(), "serve.yaml")
 	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
@@ -315,10 +445,18 @@ func (s *serveProc) get(t *testing.T, path string) (int, []byte) {
 // post sends body and decodes the JSON answer (no client timeout: a /run
 // lasts the episode; the test's own deadline bounds it).
 func (s *serveProc) post(t *testing.T, path, body string) (int, map[string]any) {
+	return s.postAuth(t, path, body, "")
+}
+
+// postAuth is post with a bearer token, when not empty.
+func (s *serveProc) postAuth(t *testing.T, path, body, token string) (int, map[string]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*episodeTimeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, map[string]any{"error": err.Error()}

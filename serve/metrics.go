@@ -176,6 +176,21 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		metric("nemorl_serve_ssh_reconnects_total", "counter", "Reconnections of the SSH connection to the cluster.")
 		fmt.Fprintf(&b, "nemorl_serve_ssh_reconnects_total %d\n", s.opt.Reconnects())
 	}
+	if s.opt.RemoteOps != nil {
+		ops := s.opt.RemoteOps()
+		metric("nemorl_serve_remote_commands_total", "counter", "Commands run on the cluster, by program.")
+		for _, k := range sortedKeys(ops) {
+			if prog, ok := strings.CutPrefix(k, "run "); ok {
+				fmt.Fprintf(&b, "nemorl_serve_remote_commands_total{program=%q} %d\n", prog, ops[k])
+			}
+		}
+		metric("nemorl_serve_remote_file_operations_total", "counter", "File operations on the cluster (SFTP requests over SSH), by kind.")
+		for _, k := range sortedKeys(ops) {
+			if !strings.HasPrefix(k, "run ") {
+				fmt.Fprintf(&b, "nemorl_serve_remote_file_operations_total{op=%q} %d\n", k, ops[k])
+			}
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write([]byte(s.redact(b.String())))
 }

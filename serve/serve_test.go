@@ -492,7 +492,9 @@ func TestAggregateMetrics(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	s, d := newTestServer(t, Options{})
+	s, d := newTestServer(t, Options{RemoteOps: func() map[string]int64 {
+		return map[string]int64{"run sacct": 7, "run sbatch": 3, "stat": 2}
+	}})
 	e := finalEntry(t, d, episode.Outcome{Outcome: episode.PolicyFailure, Reward: f64(0), FailureReason: "no_patch"}, `{"id":"r"}`, "")
 	ru := &run{done: make(chan struct{})}
 	s.live[ru] = true
@@ -507,6 +509,8 @@ func TestMetrics(t *testing.T) {
 		`nemorl_serve_outcomes_total{outcome="policy_failure",reason="no_patch"} 1`,
 		"nemorl_serve_sacct_polls_total 0\n",
 		"# TYPE nemorl_serve_sacct_poll_seconds gauge\n",
+		`nemorl_serve_remote_commands_total{program="sacct"} 7` + "\n" + `nemorl_serve_remote_commands_total{program="sbatch"} 3` + "\n",
+		"# TYPE nemorl_serve_remote_file_operations_total counter\n" + `nemorl_serve_remote_file_operations_total{op="stat"} 2` + "\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, text)

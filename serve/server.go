@@ -41,6 +41,9 @@ type Options struct {
 	// Reconnects counts the SSH connection's reconnections (metrics); nil
 	// when the cluster is this machine.
 	Reconnects func() int64
+	// RemoteOps counts the operations made on the cluster (remote.Counted:
+	// "run sacct", "stat", …), for metrics; nil: not exported.
+	RemoteOps func() map[string]int64
 }
 
 // Server is the HTTP handler of serve.

@@ -1,0 +1,63 @@
+package remote_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/remote/remotetest"
+)
+
+// Counted passes the shared suite (it changes nothing) and counts what
+// went through it.
+func TestCounted(t *testing.T) {
+	var all []*remote.Counted
+	remotetest.Run(t, func(t *testing.T) (remote.Host, string) {
+		c := remote.NewCounted(remote.NewLocal())
+		all = append(all, c)
+		t.Cleanup(func() { _ = c.Close() })
+		return c, t.TempDir()
+	})
+	total := map[string]int64{}
+	for _, c := range all {
+		for k, v := range c.Counts() {
+			total[k] += v
+		}
+	}
+	for _, op := range []string{"mkdir", "write", "read", "read_tail", "stat", "lstat", "remove"} {
+		if total[op] == 0 {
+			t.Errorf("the suite made no %s through Counted (counts %v)", op, total)
+		}
+	}
+
+	c := remote.NewCounted(remote.NewLocal())
+	defer c.Close()
+	ctx := context.Background()
+	for range 3 {
+		if _, err := c.Run(ctx, remote.Command{Argv: []string{"/bin/true"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = c.Run(ctx, remote.Command{Argv: []string{"env", "A=1", "B=2", "sh", "-c", "exit 3"}})
+	if got := c.Counts(); got["run true"] != 3 || got["run sh"] != 1 || len(got) != 2 {
+		t.Errorf("counts %v, want run true 3 and run sh 1", got)
+	}
+	if ops := c.Ops(); len(ops) != 2 || ops[0] != "run sh" {
+		t.Errorf("ops %v", ops)
+	}
+}
+
+func TestProgram(t *testing.T) {
+	for want, argv := range map[string][]string{
+		"sacct":  {"env", "SLURM_TIME_FORMAT=%s", "sacct", "--parsable2"},
+		"sbatch": {"/usr/bin/sbatch", "--parsable"},
+		"env":    {"env"},
+		"?":      nil,
+		"env ":   {"env", "-i", "ls"}, // env's own flags: not looked through
+	} {
+		if got := remote.Program(argv); got != strings.TrimSpace(want) {
+			t.Errorf("Program(%q) = %q, want %q", argv, got, want)
+		}
+	}
+}
