@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -104,20 +103,13 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := d.Preflight(ctx); err != nil {
-		return nil, nil, err
-	}
-	// Never stage over a directory this ledger does not know: resume would
-	// write into it too.
-	if _, err := d.Host.Stat(ctx, tree.Dir); err == nil {
-		return nil, nil, fmt.Errorf("episode %s: %w: %s already exists on %s; refusing to overwrite it", id, ErrEpisodeExists, tree.Dir, d.Host.Name())
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("episode %s: stat %s on %s: %w", id, tree.Dir, d.Host.Name(), err)
-	}
 	e := &Entry{
 		Episode: id, Created: d.now().UTC(), ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
 		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{},
-		PolicyBaseURL: endpoint,
+		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree),
+	}
+	if _, err := d.secretsData(e); err != nil {
+		return nil, nil, err
 	}
 	if err := d.Ledger.Create(e, prompt); err != nil {
 		return nil, nil, err
@@ -129,14 +121,57 @@ func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, 
 	if !ok {
 		return e, nil, fmt.Errorf("episode %s: another nemorl-slurm process holds it", id)
 	}
-	if err := d.stage(ctx, e, tree); err != nil {
+	// The intent is on record before the command that runs sbatch: a crash
+	// from here on is resumed (the job adopted, or the tree staged again).
+	sub := &Submission{Intent: d.now().UTC()}
+	e.Jobs[Author] = sub
+	if err := d.Ledger.Save(e); err != nil {
 		lock.Unlock()
 		return e, nil, err
 	}
-	if err := d.submit(ctx, e, Author, ""); err != nil {
+	req := d.submitRequest(e, Author, "")
+	res, err := d.stageRemote(ctx, e, tree, "new", &req)
+	if err != nil {
+		var pe *PreflightError
+		if errors.As(err, &pe) || errors.Is(err, ErrEpisodeExists) {
+			// Refused before anything was written on the cluster.
+			derr := d.Ledger.Discard(id)
+			lock.Unlock()
+			if derr != nil {
+				d.logf("%s: %v", id, derr)
+			}
+			return nil, nil, err
+		}
+		if errors.Is(err, remote.ErrOutcomeUnknown) {
+			// The command may have staged and submitted: look.
+			if adopted, aerr := d.adopt(ctx, e, Author); aerr == nil && adopted {
+				e.Staged = true
+				if serr := d.Ledger.Save(e); serr != nil {
+					lock.Unlock()
+					return e, nil, serr
+				}
+				return e, lock, nil
+			}
+		}
+		var ce *remote.CommandError
+		if errors.As(err, &ce) {
+			// sbatch ran and refused: the tree is in place.
+			e.Staged = true
+			_ = d.Ledger.Save(e)
+		}
+		lock.Unlock()
+		return e, nil, fmt.Errorf("episode %s: submit %s: %w", id, Author, err)
+	}
+	sub.JobID, sub.Submitted = res.JobID, d.now().UTC()
+	e.Staged = true
+	if err := d.Ledger.Save(e); err != nil {
 		lock.Unlock()
 		return e, nil, err
 	}
+	for _, w := range res.Warnings {
+		d.logf("%s: %s: sbatch: %s", id, Author, w)
+	}
+	d.logf("%s: staged %s on %s; submitted %s as job %s", id, e.Dir, d.Host.Name(), Author, res.JobID)
 	return e, lock, nil
 }
 
@@ -157,19 +192,7 @@ func (e *PreflightError) Unwrap() error { return e.Err }
 // config names: the three images (with a container runtime) and the
 // stages' replacement commands given by absolute path.
 func (d *Driver) Preflight(ctx context.Context) error {
-	cfg := d.Config
-	check := map[string]string{}
-	if cfg.Runtime.Kind != configs.RuntimeNone {
-		check["runtime.images.author"] = cfg.Runtime.Images.Author
-		check["runtime.images.train"] = cfg.Runtime.Images.Train
-		check["runtime.images.eval"] = cfg.Runtime.Images.Eval
-	}
-	for key, argv := range map[string][]string{"stages.author.command[0]": cfg.Stages.Author.Command,
-		"stages.train.command[0]": cfg.Stages.Train.Command, "stages.eval.command[0]": cfg.Stages.Eval.Command} {
-		if len(argv) > 0 && path.IsAbs(argv[0]) && cfg.Runtime.Kind == configs.RuntimeNone {
-			check[key] = argv[0]
-		}
-	}
+	check := d.preflightChecks()
 	keys := make([]string, 0, len(check))
 	for k := range check {
 		keys = append(keys, k)
@@ -209,47 +232,20 @@ func (d *Driver) render(id string, prompt []byte, policyBaseURL string) (*templa
 	return tree, nil
 }
 
-// stage writes the tree (directories 0700, files with their modes, each
-// upload atomic), secrets.env (0600) and the manifest.
+// stage puts the tree on the cluster in one command (stage.go): a
+// complete directory is left as it is; none is staged whole.
 func (d *Driver) stage(ctx context.Context, e *Entry, tree *templates.Tree) error {
-	h := d.Host
-	for _, f := range tree.Files {
-		p := path.Join(tree.Dir, f.Path)
-		var err error
-		if f.IsDir() {
-			err = h.MkdirAll(ctx, p, 0o700)
-		} else {
-			err = h.WriteFile(ctx, p, f.Data, f.Mode.Perm())
-		}
-		if err != nil {
-			return fmt.Errorf("episode %s: stage %s on %s: %w", e.Episode, p, h.Name(), err)
-		}
-	}
-	key := d.Config.PolicyModel.APIKey.Reveal()
-	if key == "" {
-		return fmt.Errorf("episode %s: policy_model.api_key: %s is not set in the environment: staging the episode needs the key", e.Episode, d.Config.SecretUnset)
-	}
-	if strings.ContainsAny(key, "\x00\r\n") {
-		return fmt.Errorf("episode %s: policy_model.api_key holds a newline or NUL", e.Episode)
-	}
-	if err := h.WriteFile(ctx, path.Join(tree.Dir, SecretsFile), []byte("NEMORL_POLICY_API_KEY="+key+"\n"), 0o600); err != nil {
-		// The error names the path only; never the content.
-		return fmt.Errorf("episode %s: stage %s: %w", e.Episode, SecretsFile, err)
-	}
-	e.Scripts = map[string]string{}
-	for _, s := range templates.Stages {
-		f, _ := tree.Lookup(templates.Script(s))
-		sum := sha256.Sum256(f.Data)
-		e.Scripts[s] = hex.EncodeToString(sum[:])
-	}
-	e.Staged = true
-	if err := d.writeManifest(ctx, e); err != nil {
+	if _, err := d.stageRemote(ctx, e, tree, "restage", nil); err != nil {
 		return err
 	}
+	if e.Scripts == nil {
+		e.Scripts = scriptHashes(tree)
+	}
+	e.Staged = true
 	if err := d.Ledger.Save(e); err != nil {
 		return err
 	}
-	d.logf("%s: staged %s on %s", e.Episode, e.Dir, h.Name())
+	d.logf("%s: staged %s on %s", e.Episode, e.Dir, d.Host.Name())
 	return nil
 }
 
@@ -271,30 +267,11 @@ type Manifest struct {
 // writeManifest (re)writes the manifest from the entry: at staging and
 // after every submission.
 func (d *Driver) writeManifest(ctx context.Context, e *Entry) error {
-	rt := d.Config.Runtime
-	m := Manifest{
-		Episode: e.Episode, Created: e.Created, Version: d.Version, Host: e.Host, Dir: e.Dir,
-		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: e.Scripts, Jobs: map[string]string{},
-	}
-	if rt.Kind != configs.RuntimeNone {
-		m.Images = map[string]string{Author: rt.Images.Author, Train: rt.Images.Train, Eval: rt.Images.Eval}
-		m.Digests = map[string]string{}
-		for stage, digest := range map[string]string{Author: rt.Digests.Author, Train: rt.Digests.Train, Eval: rt.Digests.Eval} {
-			if digest != "" {
-				m.Digests[stage] = digest
-			}
-		}
-	}
-	for s, sub := range e.Jobs {
-		if sub.JobID != "" {
-			m.Jobs[s] = sub.JobID
-		}
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
+	b, err := d.manifest(e, "")
 	if err != nil {
-		return fmt.Errorf("episode %s: manifest: %w", e.Episode, err)
+		return err
 	}
-	if err := d.Host.WriteFile(ctx, path.Join(e.Dir, ManifestFile), append(b, '\n'), 0o600); err != nil {
+	if err := d.Host.WriteFile(ctx, path.Join(e.Dir, ManifestFile), b, 0o600); err != nil {
 		return fmt.Errorf("episode %s: write %s: %w", e.Episode, ManifestFile, err)
 	}
 	return nil
@@ -322,16 +299,8 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 	if err := d.Ledger.Save(e); err != nil {
 		return err
 	}
-	req := slurm.SubmitRequest{
-		ScriptPath:       path.Join(e.Dir, templates.Script(stage)),
-		Name:             templates.JobName(e.Episode, stage),
-		Comment:          templates.Comment(e.Episode, stage),
-		KillOnInvalidDep: true,
-	}
-	if after != "" {
-		req.AfterOK = []string{after}
-	}
-	res, err := d.Slurm.Submit(ctx, req)
+	req := d.submitRequest(e, stage, after)
+	res, err := d.submitRemote(ctx, e, stage, req)
 	if err != nil && after != "" && dependencyGone(err) {
 		// The job waited for has ended and left slurmctld's memory
 		// (MinJobAge); the caller has verified that it completed, so the
@@ -339,7 +308,7 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 		// was made: submitting again cannot make a second one.
 		d.logf("%s: %s: job %s is no longer known to slurmctld; submitting without the dependency (it completed)", e.Episode, stage, after)
 		req.AfterOK = nil
-		res, err = d.Slurm.Submit(ctx, req)
+		res, err = d.submitRemote(ctx, e, stage, req)
 	}
 	if err != nil {
 		if errors.Is(err, remote.ErrOutcomeUnknown) {
@@ -357,7 +326,22 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 		d.logf("%s: %s: sbatch: %s", e.Episode, stage, w)
 	}
 	d.logf("%s: submitted %s as job %s", e.Episode, stage, res.JobID)
-	return d.writeManifest(ctx, e)
+	return nil
+}
+
+// submitRequest is stage's sbatch: its staged script, job name and
+// --comment tag, after the job it waits for (afterok), if any.
+func (d *Driver) submitRequest(e *Entry, stage, after string) slurm.SubmitRequest {
+	req := slurm.SubmitRequest{
+		ScriptPath:       path.Join(e.Dir, templates.Script(stage)),
+		Name:             templates.JobName(e.Episode, stage),
+		Comment:          templates.Comment(e.Episode, stage),
+		KillOnInvalidDep: true,
+	}
+	if after != "" {
+		req.AfterOK = []string{after}
+	}
+	return req
 }
 
 // AdoptSubmitSlack is how much earlier than the intent (the tool's clock)

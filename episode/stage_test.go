@@ -1,0 +1,222 @@
+package episode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/templates"
+)
+
+// stageDriver is a Driver on this machine (remote.Local) whose workdir is
+// a temp directory with awkward characters, and whose sbatch is a stand-in
+// script on PATH that prints the job id in $FAKE_SBATCH_OUT (and exits
+// with $FAKE_SBATCH_RC), recording its arguments.
+func stageDriver(t *testing.T) (*Driver, string) {
+	t.Helper()
+	data, err := configs.Example("lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configs.Load("lab.yaml", data, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	cfg.Cluster.Workdir = filepath.Join(root, "work dir $(touch pwned) `id` 'q'")
+	bin := filepath.Join(root, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"" + filepath.Join(root, "sbatch.args") + "\"\n" +
+		"[ -n \"${FAKE_SBATCH_ERR:-}\" ] && printf '%s\\n' \"$FAKE_SBATCH_ERR\" >&2\n" +
+		"printf '%s\\n' \"${FAKE_SBATCH_OUT:-4242}\"\nexit \"${FAKE_SBATCH_RC:-0}\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "sbatch"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	// The lab's stand-in commands may not exist here: preflight checks none.
+	cfg.Stages.Author.Command, cfg.Stages.Train.Command, cfg.Stages.Eval.Command = nil, nil, nil
+	ledger, err := OpenLedger(filepath.Join(root, "ledger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := remote.NewLocal()
+	return &Driver{Config: cfg, ConfigPath: "/x/lab.yaml", Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: "test"}, root
+}
+
+func TestSubmitStagesInOneCommand(t *testing.T) {
+	d, root := stageDriver(t)
+	counted := remote.NewCounted(d.Host)
+	d.Host = counted
+	ctx := context.Background()
+	e, lock, err := d.Submit(ctx, "ep-stage-1", []byte("the prompt\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	if ops := counted.Counts(); len(ops) != 1 || ops["run sh"] != 1 {
+		t.Errorf("submit made %v on the cluster, want one command", ops)
+	}
+	if e.JobID(Author) != "4242" || !e.Staged || e.Scripts[Author] == "" || e.PolicyBaseURL == "" {
+		t.Errorf("entry %+v", e)
+	}
+	if _, err := os.Stat(filepath.Join(root, "pwned")); err == nil {
+		t.Error("a workdir name ran a command")
+	}
+	dir := e.Dir
+	// Modes as rendered: directories 0700, secrets 0600, no temp left.
+	err = filepath.WalkDir(filepath.Dir(dir), func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, _ := de.Info()
+		if strings.Contains(de.Name(), ".staging.") || de.Name() == manifestNext || de.Name() == ".manifest.tmp" {
+			t.Errorf("left behind: %s", p)
+		}
+		if de.IsDir() && p != filepath.Dir(dir) && fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v, want 0700", p, fi.Mode().Perm())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, SecretsFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("secrets.env: %v %v", fi, err)
+	}
+	prompt, _ := os.ReadFile(filepath.Join(dir, "author", "prompt.txt"))
+	if string(prompt) != "the prompt\n" {
+		t.Errorf("prompt %q", prompt)
+	}
+	var m Manifest
+	b, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err := json.Unmarshal(b, &m); err != nil || m.Jobs[Author] != "4242" || m.Episode != "ep-stage-1" || m.Scripts[Train] != e.Scripts[Train] {
+		t.Errorf("manifest %s: %v", b, err)
+	}
+	args, _ := os.ReadFile(filepath.Join(root, "sbatch.args"))
+	if !strings.Contains(string(args), "--job-name="+templates.JobName("ep-stage-1", Author)) || !strings.HasSuffix(strings.TrimSpace(string(args)), filepath.Join(dir, "author", "author.sbatch")) {
+		t.Errorf("sbatch args:\n%s", args)
+	}
+
+	// Train's submission rewrites the manifest in the same command.
+	t.Setenv("FAKE_SBATCH_OUT", "4243")
+	if err := d.submit(ctx, e, Train, e.JobID(Author)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err := json.Unmarshal(b, &m); err != nil || m.Jobs[Author] != "4242" || m.Jobs[Train] != "4243" {
+		t.Errorf("manifest after train %s: %v", b, err)
+	}
+	if ops := counted.Counts(); ops["run sh"] != 2 || ops["write"] != 0 {
+		t.Errorf("after train's submit %v, want two commands and no SFTP write", ops)
+	}
+
+	// Restaging a complete directory leaves it as it is.
+	before, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
+	e.Staged = false
+	if err := d.restage(ctx, e); err != nil || !e.Staged {
+		t.Fatalf("restage of a complete tree: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, ManifestFile)); string(after) != string(before) {
+		t.Error("restage rewrote a complete tree")
+	}
+}
+
+func TestSubmitRefusals(t *testing.T) {
+	d, root := stageDriver(t)
+	ctx := context.Background()
+
+	// A missing image: a preflight error, nothing on the cluster, nothing
+	// in the ledger.
+	d.Config.Stages.Train.Command = []string{filepath.Join(root, "no such train")}
+	_, _, err := d.Submit(ctx, "ep-pre", []byte("p\n"))
+	var pe *PreflightError
+	if !errors.As(err, &pe) || pe.Key != "stages.train.command[0]" || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("preflight: %v", err)
+	}
+	if _, err := d.Ledger.Load("ep-pre"); !errors.Is(err, ErrNotInLedger) {
+		t.Errorf("a refused episode is in the ledger: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Config.Cluster.Workdir, "ep-pre")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused episode was staged: %v", err)
+	}
+	d.Config.Stages.Train.Command = nil
+
+	// A directory already there is never overwritten.
+	planted := filepath.Join(d.Config.Cluster.Workdir, "ep-there")
+	if err := os.MkdirAll(planted, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = d.Submit(ctx, "ep-there", []byte("p\n"))
+	if !errors.Is(err, ErrEpisodeExists) {
+		t.Fatalf("existing directory: %v", err)
+	}
+	if entries, _ := os.ReadDir(planted); len(entries) != 0 {
+		t.Errorf("the existing directory was written into: %v", entries)
+	}
+	if _, err := d.Ledger.Load("ep-there"); !errors.Is(err, ErrNotInLedger) {
+		t.Errorf("a refused episode is in the ledger: %v", err)
+	}
+
+	// sbatch refuses: the error names sbatch and its message; the tree is
+	// staged and the intent stays for resume.
+	t.Setenv("FAKE_SBATCH_RC", "1")
+	t.Setenv("FAKE_SBATCH_OUT", "")
+	t.Setenv("FAKE_SBATCH_ERR", "sbatch: error: Invalid partition name specified")
+	e, _, err := d.Submit(ctx, "ep-refused", []byte("p\n"))
+	var ce *remote.CommandError
+	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Command, "sbatch --parsable") || !strings.Contains(ce.Stderr, "Invalid partition") {
+		t.Fatalf("sbatch refusal: %v", err)
+	}
+	if _, refused := slurm.SubmitRefused(err); !refused {
+		t.Errorf("SubmitRefused(%v) = false", err)
+	}
+	if e == nil || !e.Staged || e.Jobs[Author] == nil || e.JobID(Author) != "" {
+		t.Errorf("entry after a refused sbatch: %+v", e)
+	}
+	if _, err := os.Stat(filepath.Join(d.Config.Cluster.Workdir, "ep-refused", ManifestFile)); err != nil {
+		t.Errorf("tree of a refused sbatch: %v", err)
+	}
+	if strings.Contains(err.Error(), "tar -x") || strings.Contains(err.Error(), d.Config.PolicyModel.APIKey.Reveal()) {
+		t.Errorf("the error shows the staging script or the key: %v", err)
+	}
+}
+
+// An interrupted staging leaves no episode directory, only a temp one that
+// the next staging of the episode does not mind.
+func TestStageScriptAtomic(t *testing.T) {
+	d, _ := stageDriver(t)
+	ctx := context.Background()
+	dir := filepath.Join(d.Config.Cluster.Workdir, "ep-cut")
+	if err := os.MkdirAll(d.Config.Cluster.Workdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A truncated stream: tar fails, nothing is renamed into place.
+	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", stageScript, "sh", "new", dir, "--"},
+		Stdin: strings.NewReader("not a tar stream")})
+	var ce *remote.CommandError
+	if !errors.As(err, &ce) || ce.ExitStatus != stageExitFailed {
+		t.Fatalf("bad stream: %v %v", res, err)
+	}
+	if entries, _ := os.ReadDir(d.Config.Cluster.Workdir); len(entries) != 0 {
+		t.Errorf("left after a failed staging: %v", entries)
+	}
+	// A directory without a manifest is not taken for a complete one.
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", stageScript, "sh", "restage", dir, "--"}, Stdin: strings.NewReader("")})
+	if !errors.As(err, &ce) || ce.ExitStatus != stageExitExists {
+		t.Errorf("restage over an incomplete directory: %v", err)
+	}
+}
