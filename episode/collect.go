@@ -19,36 +19,32 @@ import (
 // batch script.
 const TailBytes = 1 << 20
 
-// scan reads the tail of stage's output file and returns its one record.
-// The file is inspected first (no symlink followed; eval's with its change
-// time): a
-// missing file is a missing record, anything but a regular file is a
-// *plantedError (a FIFO would block the read for ever). Errors that are
-// neither that nor a *record.Rejection mean the file could not be read (try
-// again later). fi is what the inspection found.
+// scan finds stage's one record in the last TailBytes of its output file,
+// inspected and filtered where it lies (readOutput: one command, the
+// change time included): a missing file is a missing record, anything but
+// a regular file (or one that cannot be opened) is a *plantedError. Errors
+// that are neither that nor a *record.Rejection mean the file could not be
+// read (try again later). fi is what the inspection found.
 func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rec record.Record, fi fileInfo, err error) {
 	p := path.Join(e.Dir, templates.Output(stage))
-	if stage == Eval {
-		fi, err = d.statCtime(ctx, p) // the collector checks when it last changed
-	} else {
-		fi, err = d.lstat(ctx, p)
-	}
+	out, err := d.readOutput(ctx, p, TailBytes)
 	if err != nil {
 		return nil, fi, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
 	}
-	if !fi.Exists {
+	fi = out.fi
+	switch {
+	case !fi.Exists:
 		return nil, fi, &record.Rejection{Stage: record.Stage(stage), Reason: record.ReasonMissingRecord, Offset: -1,
 			Detail: "the output file " + p + " does not exist"}
-	}
-	if !fi.Regular() {
+	case !fi.Regular():
 		return nil, fi, &plantedError{Stage: stage, Path: p, Type: fi.Type}
+	case out.unopenable:
+		// The honest job writes its output 0600 and leaves it so.
+		return nil, fi, &plantedError{Stage: stage, Path: p, Type: "regular file that cannot be opened for reading and writing"}
+	case out.replaced:
+		return nil, fi, fmt.Errorf("episode %s: %s output %s changed while it was inspected; trying again", e.Episode, stage, p)
 	}
-	tail, err := d.Host.ReadTail(ctx, p, TailBytes)
-	if err != nil {
-		return nil, fi, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
-	}
-	offset := max(fi.Size-int64(len(tail)), 0)
-	rec, err = record.ScanTail(record.Stage(stage), tail, offset)
+	rec, err = record.ScanLines(record.Stage(stage), out.lines)
 	var rj *record.Rejection
 	if errors.As(err, &rj) {
 		rj.Detail = fmt.Sprintf("%s (in %s)", rj.Detail, p)

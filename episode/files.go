@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 )
 
@@ -24,7 +26,7 @@ type fileInfo struct {
 	// "symbolic link", "directory", "character special file", …
 	Type string
 	Size int64
-	// Ctime, Inode and Links are set by statCtime only.
+	// Ctime, Inode and Links are set by readOutput only.
 	Ctime time.Time
 	Inode uint64
 	Links int
@@ -37,7 +39,7 @@ func (f fileInfo) Regular() bool {
 
 // lstat inspects p on the cluster without following a symlink: one SFTP
 // request. It gives the type and size, not the change time (SFTP has
-// none); statCtime does. A missing file is not an error.
+// none); readOutput does. A missing file is not an error.
 func (d *Driver) lstat(ctx context.Context, p string) (fileInfo, error) {
 	fi, err := d.Host.Lstat(ctx, p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -70,30 +72,7 @@ func typeName(m fs.FileMode) string {
 	return "weird file"
 }
 
-// lstatFormat is stat(1)'s --printf format for fileInfo; %F never holds '|'.
-const lstatFormat = "%F|%s|%Z|%i|%h"
-
-// statCtime is lstat with the change time, inode and link count: one stat(1)
-// command on the cluster (a command session: more round trips than an SFTP
-// request, so only where the change time is needed).
-func (d *Driver) statCtime(ctx context.Context, p string) (fileInfo, error) {
-	cmd := remote.Command{Argv: []string{"env", "LC_ALL=C", "stat", "--printf=" + lstatFormat, "--", p}, Idempotent: true}
-	res, err := d.Host.Run(ctx, cmd)
-	if err != nil {
-		var ce *remote.CommandError
-		if errors.As(err, &ce) && res != nil && strings.Contains(string(res.Stderr), "No such file or directory") {
-			return fileInfo{}, nil
-		}
-		return fileInfo{}, fmt.Errorf("inspect %s: %w", p, err)
-	}
-	fi, err := parseLstat(string(res.Stdout))
-	if err != nil {
-		return fileInfo{}, fmt.Errorf("inspect %s: %w", p, err)
-	}
-	return fi, nil
-}
-
-// parseLstat parses one line of lstatFormat output.
+// parseLstat parses stat(1)'s --printf='%F|%s|%Z|%i|%h' (collectScript).
 func parseLstat(s string) (fileInfo, error) {
 	f := strings.Split(strings.TrimSuffix(s, "\n"), "|")
 	if len(f) != 5 {
@@ -117,4 +96,160 @@ type plantedError struct {
 
 func (e *plantedError) Error() string {
 	return fmt.Sprintf("the %s output %s is a %s, not a regular file", e.Stage, e.Path, e.Type)
+}
+
+// collectScript inspects and filters a stage's output where it lies, in
+// one command: sh -c collectScript sh FILE WINDOW. It prints
+//
+//	nemorl-collect absent                  no such file
+//	nemorl-collect lstat F|s|Z|i|h         the file, without following a symlink
+//	nemorl-collect unopenable              (after lstat) a regular file it cannot open
+//	nemorl-collect replaced                (after lstat) the path changed while inspected
+//	nemorl-collect tail START              then grep -n -b's lines of the last
+//	                                       WINDOW bytes (from byte START) that start
+//	                                       with NEMORL_ENV_
+//
+// The file is opened read-write (<>: a FIFO opens without blocking, and
+// nothing is written) before the path is lstat'ed and the open file is
+// stat'ed; only when both are the same regular file is the tail read, from
+// that open file: a FIFO or symlink swapped in between cannot stall the
+// read or redirect it.
+const collectScript = `set -u
+LC_ALL=C
+export LC_ALL
+f=$1 n=$2
+fmt='%F|%s|%Z|%i|%h'
+if ! [ -e "$f" ] && ! [ -L "$f" ]; then
+	echo 'nemorl-collect absent'
+	exit 0
+fi
+opened=0
+if [ -f "$f" ] && [ ! -L "$f" ] && (exec 3<>"$f") 2>/dev/null; then
+	exec 3<>"$f" && opened=1
+fi
+l=$(stat --printf="$fmt" -- "$f") || exit 93
+printf 'nemorl-collect lstat %s\n' "$l"
+case $l in
+"regular file|"* | "regular empty file|"*) ;;
+*) exit 0 ;;
+esac
+if [ $opened = 0 ]; then
+	echo 'nemorl-collect unopenable'
+	exit 0
+fi
+o=$(stat -L --printf="$fmt" /dev/fd/3) || exit 93
+if [ "${o#*|*|*|}" != "${l#*|*|*|}" ]; then
+	echo 'nemorl-collect replaced'
+	exit 0
+fi
+rest=${o#*|}
+size=${rest%%|*}
+start=0
+[ "$size" -gt "$n" ] && start=$((size - n))
+printf 'nemorl-collect tail %s\n' "$start"
+tail -c "$n" <&3 | grep -a -n -b '^NEMORL_ENV_'
+exit 0
+`
+
+// outputTail is what collectScript found.
+type outputTail struct {
+	fi fileInfo
+	// start is the file offset the tail window begins at; lines are the
+	// window's lines starting with NEMORL_ENV_, numbered from its first
+	// whole line, at their file offsets.
+	start int64
+	lines []record.Line
+	// unopenable: a regular file that could not be opened; replaced: the
+	// path changed between the open and the lstat.
+	unopenable, replaced bool
+}
+
+// readOutput inspects p and filters the last window bytes of it on the
+// cluster: one command (two round trips over SSH), a few hundred bytes
+// back for a normal log.
+func (d *Driver) readOutput(ctx context.Context, p string, window int64) (*outputTail, error) {
+	cmd := remote.Command{Argv: []string{"sh", "-c", collectScript, "sh", p, strconv.FormatInt(window, 10)}, Idempotent: true}
+	res, err := d.Host.Run(ctx, cmd)
+	if err != nil {
+		if res != nil {
+			return nil, fmt.Errorf("inspect %s: %w (%s)", p, err, remote.TrimStderr(res.Stderr))
+		}
+		return nil, fmt.Errorf("inspect %s: %w", p, err)
+	}
+	out, err := parseOutputTail(res.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", p, err)
+	}
+	return out, nil
+}
+
+// parseOutputTail parses collectScript's output.
+func parseOutputTail(b []byte) (*outputTail, error) {
+	out := &outputTail{}
+	rest := b
+	next := func() (string, bool) {
+		if len(rest) == 0 {
+			return "", false
+		}
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			line := string(rest)
+			rest = nil
+			return line, true
+		}
+		line := string(rest[:i])
+		rest = rest[i+1:]
+		return line, true
+	}
+	for {
+		line, ok := next()
+		if !ok {
+			return out, nil
+		}
+		word, arg, _ := strings.Cut(strings.TrimPrefix(line, "nemorl-collect "), " ")
+		if !strings.HasPrefix(line, "nemorl-collect ") {
+			return nil, fmt.Errorf("unexpected output %.80q", line)
+		}
+		switch word {
+		case "absent":
+			return out, nil
+		case "lstat":
+			fi, err := parseLstat(arg)
+			if err != nil {
+				return nil, err
+			}
+			out.fi = fi
+		case "unopenable":
+			out.unopenable = true
+		case "replaced":
+			out.replaced = true
+		case "tail":
+			start, err := strconv.ParseInt(arg, 10, 64)
+			if err != nil || start < 0 || !out.fi.Exists {
+				return nil, fmt.Errorf("bad tail line %.80q", line)
+			}
+			out.start = start
+			for len(rest) > 0 {
+				l, _ := next()
+				no, l2, ok1 := strings.Cut(l, ":")
+				off, body, ok2 := strings.Cut(l2, ":")
+				n, err1 := strconv.Atoi(no)
+				o, err2 := strconv.ParseInt(off, 10, 64)
+				if !ok1 || !ok2 || err1 != nil || err2 != nil || n < 1 || o < 0 {
+					return nil, fmt.Errorf("bad grep line %.80q", l)
+				}
+				if start > 0 {
+					// The window's first line is partial: not a line of the file.
+					if n == 1 {
+						continue
+					}
+					n--
+				}
+				out.lines = append(out.lines, record.Line{No: n, Offset: start + o, Body: []byte(body)})
+			}
+			return out, nil
+		default:
+			return nil, fmt.Errorf("unexpected output %.80q", line)
+		}
+	}
 }

@@ -64,12 +64,7 @@ func ScanTail(stage Stage, tail []byte, offset int64) (Record, error) {
 		}
 	}
 
-	type hit struct {
-		line   int
-		offset int64
-		body   []byte // the line without its newline
-	}
-	var mine []hit
+	var lines []Line
 	lineNo := 0
 	for pos := 0; pos < len(text); {
 		lineNo++
@@ -82,23 +77,57 @@ func ScanTail(stage Stage, tail []byte, offset int64) (Record, error) {
 			line = text[pos : pos+end]
 			next = pos + end + 1
 		}
-		at := base + int64(pos)
-		if bytes.HasPrefix(line, []byte("NEMORL_ENV_")) {
-			for _, s := range Stages {
-				p := s.Prefix()
-				if !bytes.HasPrefix(line, []byte(p)) {
-					continue
-				}
-				if s != stage {
-					return nil, &Rejection{
-						Stage: stage, Reason: ReasonForeignRecord, Line: lineNo, Offset: at,
-						Detail: fmt.Sprintf("a %s record (%s) in the %s stage's output", s, strings.TrimSuffix(p, "="), stage),
-					}
-				}
-				mine = append(mine, hit{lineNo, at, line})
-			}
+		if bytes.HasPrefix(line, []byte(linePrefix)) {
+			lines = append(lines, Line{No: lineNo, Offset: base + int64(pos), Body: line})
 		}
 		pos = next
+	}
+	return ScanLines(stage, lines)
+}
+
+// linePrefix starts every stage's record prefix.
+const linePrefix = "NEMORL_ENV_"
+
+// Line is one line of a stage's output: its number (counted from the first
+// whole line of the tail), its byte offset in the file and its text
+// without the newline.
+type Line struct {
+	No     int
+	Offset int64
+	Body   []byte
+}
+
+// ScanLines applies Scan's rules to the lines of a tail that start with
+// "NEMORL_ENV_" (others are ignored), in file order: for a collector that
+// filtered the tail where the file is (grep) instead of reading it all.
+func ScanLines(stage Stage, lines []Line) (Record, error) {
+	own := stage.Prefix()
+	if own == "" {
+		return nil, fmt.Errorf("record: unknown stage %q", stage)
+	}
+	type hit struct {
+		line   int
+		offset int64
+		body   []byte
+	}
+	var mine []hit
+	for _, l := range lines {
+		if !bytes.HasPrefix(l.Body, []byte(linePrefix)) {
+			continue
+		}
+		for _, s := range Stages {
+			p := s.Prefix()
+			if !bytes.HasPrefix(l.Body, []byte(p)) {
+				continue
+			}
+			if s != stage {
+				return nil, &Rejection{
+					Stage: stage, Reason: ReasonForeignRecord, Line: l.No, Offset: l.Offset,
+					Detail: fmt.Sprintf("a %s record (%s) in the %s stage's output", s, strings.TrimSuffix(p, "="), stage),
+				}
+			}
+			mine = append(mine, hit{l.No, l.Offset, l.Body})
+		}
 	}
 
 	switch len(mine) {
