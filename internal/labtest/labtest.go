@@ -40,6 +40,11 @@ type Lab struct {
 	Account    string // NEMORL_LAB_ACCOUNT
 	Gres       string // NEMORL_LAB_GRES
 	StandIns   string // NEMORL_LAB_STANDINS
+	// FarSSHPort is the same sshd reached through lab/delayproxy, which adds
+	// FarRTT to every round trip (NEMORL_LAB_FAR_SSH_PORT,
+	// NEMORL_LAB_FAR_RTT_MS); 0 when lab.env predates it.
+	FarSSHPort int
+	FarRTT     time.Duration
 	// Vars holds every variable, including those without a field.
 	Vars map[string]string
 }
@@ -109,7 +114,33 @@ func Load(path string) (Lab, error) {
 	if lab.SSHPort, err = strconv.Atoi(port); err != nil || lab.SSHPort <= 0 || lab.SSHPort > 65535 {
 		return Lab{}, fmt.Errorf("%s: NEMORL_LAB_SSH_PORT=%q is not a port", path, port)
 	}
+	if v := vars["NEMORL_LAB_FAR_SSH_PORT"]; v != "" {
+		if lab.FarSSHPort, err = strconv.Atoi(v); err != nil || lab.FarSSHPort <= 0 || lab.FarSSHPort > 65535 {
+			return Lab{}, fmt.Errorf("%s: NEMORL_LAB_FAR_SSH_PORT=%q is not a port", path, v)
+		}
+		v = vars["NEMORL_LAB_FAR_RTT_MS"]
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 0 {
+			return Lab{}, fmt.Errorf("%s: NEMORL_LAB_FAR_RTT_MS=%q is not a number of milliseconds", path, v)
+		}
+		lab.FarRTT = time.Duration(ms) * time.Millisecond
+	}
 	return lab, nil
+}
+
+// Far returns the lab with its far endpoint (FarSSHPort) as the SSH port,
+// or skips t (fails it when Required) when lab.env has none: a lab brought
+// up before lab/up started lab/delayproxy.
+func (l Lab) Far(t testing.TB) Lab {
+	t.Helper()
+	if l.FarSSHPort == 0 {
+		if Required() {
+			t.Fatalf("lab required (NEMORL_REQUIRE_LAB=1) but %s has no NEMORL_LAB_FAR_SSH_PORT; run lab/up", l.File)
+		}
+		t.Skipf("%s has no NEMORL_LAB_FAR_SSH_PORT (a lab from before the far endpoint); run lab/up", l.File)
+	}
+	l.SSHPort = l.FarSSHPort
+	return l
 }
 
 // Parse reads KEY=VALUE lines. Blank lines and lines starting with # are

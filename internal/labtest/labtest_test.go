@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nemorl/nemorl-slurm/internal/shell"
 )
@@ -55,6 +56,69 @@ func TestLoad(t *testing.T) {
 	}
 	if _, err := Load(p); err == nil {
 		t.Error("bad port accepted")
+	}
+}
+
+func TestLoadFar(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lab.env")
+	base := "NEMORL_LAB_SSH_HOST=127.0.0.1\nNEMORL_LAB_SSH_PORT=2222\nNEMORL_LAB_USER=nemorl\nNEMORL_LAB_KEY=/k\n" +
+		"NEMORL_LAB_KNOWN_HOSTS=/kh\nNEMORL_LAB_HOST_KEY_PUB=/h.pub\nNEMORL_LAB_WORKDIR=/w\n"
+	load := func(extra string) (Lab, error) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(base+extra), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load(p)
+	}
+	// An older lab.env: no far endpoint.
+	lab, err := load("")
+	if err != nil || lab.FarSSHPort != 0 || lab.FarRTT != 0 {
+		t.Errorf("no far endpoint: %+v, %v", lab, err)
+	}
+	lab, err = load("NEMORL_LAB_FAR_SSH_PORT=2223\nNEMORL_LAB_FAR_RTT_MS=20\n")
+	if err != nil || lab.FarSSHPort != 2223 || lab.FarRTT != 20*time.Millisecond || lab.SSHPort != 2222 {
+		t.Errorf("far endpoint: %+v, %v", lab, err)
+	}
+	if far := lab.Far(t); far.SSHPort != 2223 || far.SSHHost != lab.SSHHost || far.User != lab.User {
+		t.Errorf("Far() = %+v", far)
+	}
+	for _, bad := range []string{
+		"NEMORL_LAB_FAR_SSH_PORT=far\nNEMORL_LAB_FAR_RTT_MS=20\n",
+		"NEMORL_LAB_FAR_SSH_PORT=70000\nNEMORL_LAB_FAR_RTT_MS=20\n",
+		"NEMORL_LAB_FAR_SSH_PORT=2223\n",
+		"NEMORL_LAB_FAR_SSH_PORT=2223\nNEMORL_LAB_FAR_RTT_MS=20ms\n",
+		"NEMORL_LAB_FAR_SSH_PORT=2223\nNEMORL_LAB_FAR_RTT_MS=-1\n",
+	} {
+		if lab, err := load(bad); err == nil {
+			t.Errorf("%q accepted: %+v", bad, lab)
+		}
+	}
+}
+
+// TestFarSkip: without a far endpoint, Far skips (TestFarRequired: fails
+// under NEMORL_REQUIRE_LAB=1).
+func TestFarSkip(t *testing.T) {
+	t.Setenv("NEMORL_REQUIRE_LAB", "")
+	skipped := true
+	t.Run("inner", func(t *testing.T) {
+		Lab{File: "old.env", SSHPort: 2222}.Far(t)
+		skipped = false
+	})
+	if !skipped {
+		t.Error("Far did not skip without a far endpoint")
+	}
+}
+
+func TestFarRequired(t *testing.T) {
+	if os.Getenv("LABTEST_CHILD") == "1" {
+		Lab{File: "old.env", SSHPort: 2222}.Far(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFarRequired$", "-test.v")
+	cmd.Env = append(os.Environ(), "LABTEST_CHILD=1", "NEMORL_REQUIRE_LAB=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "has no NEMORL_LAB_FAR_SSH_PORT; run lab/up") {
+		t.Errorf("child: %v\n%s", err, out)
 	}
 }
 
