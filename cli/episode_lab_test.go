@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/evaluate"
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
@@ -1320,17 +1321,12 @@ func (x *labCLI) testCancelBeforeTrainWhileWatched(t *testing.T) {
 	w := x.start(t, state, episodeTimeout, "watch", "--json", ep)
 
 	// Wait until watch holds the episode's lock, then freeze it.
-	lockPath := filepath.Join(state, "nemorl-slurm", "episodes", ep+".lock")
+	ledger := &episode.Ledger{Dir: filepath.Join(state, "nemorl-slurm")}
 	eventually(t, quickTimeout, 20*time.Millisecond, func() string {
-		f, err := os.OpenFile(lockPath, os.O_RDWR, 0)
-		if err != nil {
-			return err.Error()
+		if locked, err := ledger.Locked(ep); err != nil || !locked {
+			return fmt.Sprintf("watch does not hold %s (%v)", ep, err)
 		}
-		defer f.Close()
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
-			return ""
-		}
-		return "watch does not hold " + lockPath
+		return ""
 	})
 	if err := syscall.Kill(-w.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/internal/atomicfile"
@@ -258,31 +257,4 @@ func (l *Ledger) List() ([]*Entry, error) {
 	return out, nil
 }
 
-// Lock is an exclusive claim on one episode: only its holder submits jobs
-// or writes the outcome. Other processes may still read and display.
-type Lock struct{ f *os.File }
-
-// TryLock claims the episode without waiting; ok is false when another
-// process holds it. The claim ends with Unlock or with the process.
-func (l *Ledger) TryLock(ep string) (lock *Lock, ok bool, err error) {
-	f, err := os.OpenFile(filepath.Join(l.Dir, "episodes", ep+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, false, fmt.Errorf("ledger: lock %s: %w", ep, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, false, nil
-		}
-		return nil, false, fmt.Errorf("ledger: lock %s: %w", ep, err)
-	}
-	return &Lock{f: f}, true, nil
-}
-
-// Unlock releases the claim.
-func (k *Lock) Unlock() {
-	if k != nil && k.f != nil {
-		_ = k.f.Close()
-		k.f = nil
-	}
-}
+// The episode locks (TryLock, Lock.Unlock, Locked) are in locks.go.

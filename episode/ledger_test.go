@@ -91,8 +91,8 @@ func TestLedgerLoadErrors(t *testing.T) {
 	}
 }
 
-// TestLedgerLock: one holder at a time (flock is per open file, so a second
-// claim in the same process is refused too), free again after Unlock.
+// TestLedgerLock: one holder at a time (a second claim in the same process
+// is refused too), free again after Unlock. More in locks_test.go.
 func TestLedgerLock(t *testing.T) {
 	l, err := OpenLedger(t.TempDir())
 	if err != nil {
