@@ -17,6 +17,7 @@ func submitCommand(e *env) *ucli.Command {
 		Flags: withGlobals(
 			&ucli.StringFlag{Name: "episode", Usage: "episode id (default: a new one)"},
 			&ucli.StringFlag{Name: "prompt-file", Usage: "the author's task prompt (default: the built-in one)"},
+			&ucli.IntFlag{Name: "count", Value: 1, Usage: "submit `N` episodes of the same prompt over one connection, each with its own ledger entry"},
 		),
 		Action: e.submit,
 	}
@@ -26,22 +27,103 @@ func (e *env) submit(c *ucli.Context) error {
 	if c.NArg() > 0 {
 		return usageErr("submit takes no arguments, got %q", c.Args().First())
 	}
+	switch n := c.Int("count"); {
+	case n < 1 || n > MaxSubmitCount:
+		return usageErr("--count: want 1..%d, got %d", MaxSubmitCount, n)
+	case n > 1 && c.String("episode") != "":
+		return usageErr("--episode names one episode; --count %d makes new ids", n)
+	case n > 1:
+		return e.submitMany(c, n)
+	}
 	s, en, err := e.submitEpisode(c)
 	if err != nil {
 		return err
 	}
 	defer s.close()
+	if globalBool(c, "json") {
+		return e.writeJSON(submittedJSON(en))
+	}
+	fmt.Fprintf(e.stdout, "%s author=%s\n", en.Episode, en.JobID(episode.Author))
+	e.logf("train and eval are submitted once the author's patch is verified: run nemorl-slurm watch %s", en.Episode)
+	return nil
+}
+
+// MaxSubmitCount bounds submit --count.
+const MaxSubmitCount = 10000
+
+func submittedJSON(en *episode.Entry) map[string]any {
 	jobs := map[string]string{}
 	for _, st := range []string{episode.Author, episode.Train, episode.Eval} {
 		if id := en.JobID(st); id != "" {
 			jobs[st] = id
 		}
 	}
-	if globalBool(c, "json") {
-		return e.writeJSON(map[string]any{"episode": en.Episode, "host": en.Host, "dir": en.Dir, "isolation": en.Isolation, "jobs": jobs})
+	return map[string]any{"episode": en.Episode, "host": en.Host, "dir": en.Dir, "isolation": en.Isolation, "jobs": jobs}
+}
+
+// submitMany submits n episodes of one prompt over one connection, up to
+// episode.MaxBatch per command (episode.Driver.SubmitBatch). Each has its
+// own ledger entry and crash safety; a preflight refusal refuses them all,
+// any other failure is reported and the others go on.
+func (e *env) submitMany(c *ucli.Context, n int) error {
+	path := configPath(c)
+	ledger, err := openLedger()
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(e.stdout, "%s author=%s\n", en.Episode, jobs[episode.Author])
-	e.logf("train and eval are submitted once the author's patch is verified: run nemorl-slurm watch %s", en.Episode)
+	s, err := e.connect(c.Context, c, ledger, path, true)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	prompt, err := readPrompt(c, s.Config)
+	if err != nil {
+		return err
+	}
+	specs := make([]episode.Spec, n)
+	for i := range specs {
+		specs[i] = episode.Spec{Prompt: prompt}
+	}
+	results := s.SubmitBatch(c.Context, specs)
+	for _, r := range results {
+		r.Lock.Unlock()
+		var pe *episode.PreflightError
+		if errors.As(r.Err, &pe) {
+			return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %w", path, r.Err), Hint: "fix the config: nothing was staged or submitted"}
+		}
+	}
+	var done []map[string]any
+	var failed []map[string]any
+	var firstErr error
+	for i, r := range results {
+		switch {
+		case r.Err == nil:
+			done = append(done, submittedJSON(r.Entry))
+			if !globalBool(c, "json") {
+				fmt.Fprintf(e.stdout, "%s author=%s\n", r.Entry.Episode, r.Entry.JobID(episode.Author))
+			}
+		default:
+			f := map[string]any{"index": i, "error": r.Err.Error()}
+			if r.Entry != nil {
+				f["episode"] = r.Entry.Episode
+				f["hint"] = "nothing was lost: nemorl-slurm resume " + r.Entry.Episode + " carries it on"
+			}
+			failed = append(failed, f)
+			e.logf("submit %d of %d: %v", i+1, n, r.Err)
+			if firstErr == nil {
+				firstErr = r.Err
+			}
+		}
+	}
+	if globalBool(c, "json") {
+		if err := e.writeJSON(map[string]any{"episodes": done, "failed": failed}); err != nil {
+			return err
+		}
+	}
+	e.logf("submitted %d of %d episodes over one connection to %s; run nemorl-slurm watch to carry them on", len(done), n, s.Host.Name())
+	if firstErr != nil {
+		return &Error{Code: ExitInfra, Err: fmt.Errorf("%d of %d episodes not submitted; first: %w", n-len(done), n, firstErr)}
+	}
 	return nil
 }
 

@@ -92,87 +92,8 @@ var (
 // released. An error with a nil entry left nothing behind; with an entry,
 // the ledger has it and resume carries it on.
 func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, *Lock, error) {
-	if id == "" {
-		id = NewID(d.now())
-	}
-	if !templates.ValidEpisode(id) {
-		return nil, nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ErrBadEpisodeID, id)
-	}
-	endpoint := d.pickPolicyBaseURL()
-	tree, err := d.render(id, prompt, endpoint)
-	if err != nil {
-		return nil, nil, err
-	}
-	e := &Entry{
-		Episode: id, Created: d.now().UTC(), ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
-		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{},
-		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree),
-	}
-	if _, err := d.secretsData(e); err != nil {
-		return nil, nil, err
-	}
-	if err := d.Ledger.Create(e, prompt); err != nil {
-		return nil, nil, err
-	}
-	lock, ok, err := d.Ledger.TryLock(id)
-	if err != nil {
-		return e, nil, err
-	}
-	if !ok {
-		return e, nil, fmt.Errorf("episode %s: another nemorl-slurm process holds it", id)
-	}
-	// The intent is on record before the command that runs sbatch: a crash
-	// from here on is resumed (the job adopted, or the tree staged again).
-	sub := &Submission{Intent: d.now().UTC()}
-	e.Jobs[Author] = sub
-	if err := d.Ledger.Save(e); err != nil {
-		lock.Unlock()
-		return e, nil, err
-	}
-	req := d.submitRequest(e, Author, "")
-	res, err := d.stageRemote(ctx, e, tree, "new", &req)
-	if err != nil {
-		var pe *PreflightError
-		if errors.As(err, &pe) || errors.Is(err, ErrEpisodeExists) {
-			// Refused before anything was written on the cluster.
-			derr := d.Ledger.Discard(id)
-			lock.Unlock()
-			if derr != nil {
-				d.logf("%s: %v", id, derr)
-			}
-			return nil, nil, err
-		}
-		if errors.Is(err, remote.ErrOutcomeUnknown) {
-			// The command may have staged and submitted: look.
-			if adopted, aerr := d.adopt(ctx, e, Author); aerr == nil && adopted {
-				e.Staged = true
-				if serr := d.Ledger.Save(e); serr != nil {
-					lock.Unlock()
-					return e, nil, serr
-				}
-				return e, lock, nil
-			}
-		}
-		var ce *remote.CommandError
-		if errors.As(err, &ce) {
-			// sbatch ran and refused: the tree is in place.
-			e.Staged = true
-			_ = d.Ledger.Save(e)
-		}
-		lock.Unlock()
-		return e, nil, fmt.Errorf("episode %s: submit %s: %w", id, Author, err)
-	}
-	sub.JobID, sub.Submitted = res.JobID, d.now().UTC()
-	e.Staged = true
-	if err := d.Ledger.Save(e); err != nil {
-		lock.Unlock()
-		return e, nil, err
-	}
-	for _, w := range res.Warnings {
-		d.logf("%s: %s: sbatch: %s", id, Author, w)
-	}
-	d.logf("%s: staged %s on %s; submitted %s as job %s", id, e.Dir, d.Host.Name(), Author, res.JobID)
-	return e, lock, nil
+	r := d.SubmitBatch(ctx, []Spec{{ID: id, Prompt: prompt}})[0]
+	return r.Entry, r.Lock, r.Err
 }
 
 // PreflightError is a config value that names a file the cluster does not
@@ -235,7 +156,7 @@ func (d *Driver) render(id string, prompt []byte, policyBaseURL string) (*templa
 // stage puts the tree on the cluster in one command (stage.go): a
 // complete directory is left as it is; none is staged whole.
 func (d *Driver) stage(ctx context.Context, e *Entry, tree *templates.Tree) error {
-	if _, err := d.stageRemote(ctx, e, tree, "restage", nil); err != nil {
+	if err := d.stageAgain(ctx, e, tree); err != nil {
 		return err
 	}
 	if e.Scripts == nil {

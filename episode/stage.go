@@ -1,15 +1,16 @@
 package episode
 
-// Staging in one stream. An episode's tree (about 20 files, 50–100 KB),
-// its secrets.env and its manifest reach the cluster as one tar stream on
-// the stdin of one command, which checks the files the config names
-// (preflight), unpacks the stream into a fresh 0700 directory beside the
-// episode's, fsyncs the files, renames the directory into place (so the
-// episode directory exists only complete: there is no partial tree for
-// resume to finish) and, for submit, runs the author's sbatch and records
-// its job id in the manifest. Over SSH that is one session: two round trips
-// after the handshake, where staging file by file over SFTP took about a
-// hundred.
+// Staging in one stream. Episodes' trees (about 20 files, 50–100 KB each),
+// their secrets.env and manifests reach the cluster as one tar stream on
+// the stdin of one command (batchScript), gzipped, which checks the files the
+// config names (preflight), unpacks the stream into a fresh 0700
+// directory beside the episodes', fsyncs the files, renames each episode's
+// directory into place whole (an episode directory exists only complete:
+// there is no partial tree for resume to finish) and, for a submit, runs
+// each author's sbatch and records its job id in the manifest. Over SSH
+// that is one session, two round trips after the handshake, for one
+// episode (submit) or many (submit --count), where staging file by file
+// over SFTP took about a hundred per episode.
 //
 // Later submissions (train, eval) run sbatch and rewrite the manifest with
 // the new job id in one command too (submitScript).
@@ -17,6 +18,7 @@ package episode
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,7 +28,9 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/shell"
@@ -35,30 +39,45 @@ import (
 	"github.com/nemorl/nemorl-slurm/templates"
 )
 
-// Exit statuses of stageScript (sbatch's own, 1, passes through).
+// Exit statuses of batchScript.
 const (
 	stageExitPreflight = 90 // a file the config names is missing
-	stageExitExists    = 91 // the episode directory exists (or is incomplete)
-	stageExitFailed    = 92 // mkdir, tar, sync or rename failed
+	stageExitFailed    = 92 // mkdir, mktemp or tar failed
 )
 
-// jobIDMarker stands for the job id in the manifest sent before sbatch ran.
+// jobIDMarker stands for the job id in a manifest written before sbatch ran.
 const jobIDMarker = "@NEMORL_JOB_ID@"
 
-// manifestNext is the manifest with the author's job id as jobIDMarker,
-// sent in the stream; the script fills it in after sbatch.
-const manifestNext = ".manifest.next"
+// MaxBatch bounds the episodes staged by one command (the stream is built
+// in memory, about 100 KB per episode).
+const MaxBatch = 50
 
-// stageScript: sh -c stageScript sh MODE DIR [KEY=PATH…] -- [SBATCH ARGV…]
-// MODE is "new" (the directory must not exist) or "restage" (a complete
-// directory, one with its manifest, is left as it is).
-const stageScript = `set -u
+// batchScript stages episodes and submits their author jobs in one
+// command:
+//
+//	sh -c batchScript sh PARENT MODE NCHECKS KEY=PATH… NEPS {EP NAME COMMENT SCRIPT}… [SBATCH ARGV…]
+//
+// with the episodes' trees as one tar stream on stdin (EP/… for each, and
+// .next/EP: the manifest, on one line, with @NEMORL_JOB_ID@ where the
+// author's job id goes). MODE is "new" (an episode directory that exists
+// is refused) or "restage" (a complete one, with its manifest, is kept).
+// The trees are unpacked into a fresh 0700 directory beside the episodes',
+// synced (syncfs), and each renamed into place whole (one mv for all).
+// Then, when SBATCH ARGV (the options common to every episode) is given,
+// each episode's sbatch runs (four at a time) with its job name, comment
+// and script, and its manifest gets the job id.
+// It prints one line per event, tab-separated: "nemorl-batch EP staged",
+// "… exists", "… failed", "… sbatch RC", "… out LINE" (sbatch's output).
+// Every process costs (a login node under load, a sandbox): the script
+// starts as few as it can: about two per episode (sbatch and its subshell).
+const batchScript = `set -uf
 umask 077
-mode=$1 dir=$2
-shift 2
-while [ $# -gt 0 ] && [ "$1" != -- ]; do
+parent=$1 mode=$2 n=$3
+shift 3
+while [ "$n" -gt 0 ]; do
 	k=${1%%=*} p=${1#*=}
 	shift
+	n=$((n - 1))
 	if [ -d "$p" ]; then r="is a directory"
 	elif [ ! -e "$p" ]; then r="no such file or directory"
 	elif [ ! -r "$p" ]; then r="permission denied"
@@ -67,50 +86,113 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do
 	printf 'nemorl-stage: preflight\t%s\t%s\t%s\n' "$k" "$p" "$r" >&2
 	exit 90
 done
-[ $# -gt 0 ] && shift
-parent=${dir%/*} base=${dir##*/}
-if [ -e "$dir" ] || [ -L "$dir" ]; then
-	if [ "$mode" = restage ] && [ -d "$dir" ] && [ ! -L "$dir" ] && [ -f "$dir/manifest.json" ]; then
-		cat >/dev/null
-		exit 0
-	fi
-	printf 'nemorl-stage: exists\t%s\n' "$dir" >&2
-	exit 91
-fi
-mkdir -p -- "$parent" || exit 92
-tmp=$(mktemp -d -- "$parent/.$base.staging.XXXXXX") || exit 92
+neps=$1
+shift
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep_$j=\$1 name_$j=\$2 comment_$j=\$3 script_$j=\$4"
+	shift 4
+	j=$((j + 1))
+done
+[ -d "$parent" ] || mkdir -p -- "$parent" || exit 92
+tmp=$(mktemp -d -- "$parent/.staging.XXXXXX") || exit 92
 trap 'rm -rf -- "$tmp"' EXIT
-tar -x -p --no-same-owner -f - -C "$tmp" || exit 92
-find "$tmp" -type f -exec sync -- {} + 2>/dev/null || sync
-mv -T -- "$tmp" "$dir" || exit 92
-trap - EXIT
-[ $# -gt 0 ] || exit 0
-out=$("$@" </dev/null)
-rc=$?
-printf '%s\n' "$out"
-[ $rc -eq 0 ] || exit $rc
-id=$(printf '%s\n' "$out" | sed -n 's/^\([0-9][0-9_]*\)\(;.*\)\{0,1\}$/\1/p' | tail -n 1)
-if [ -n "$id" ] && [ -f "$dir/` + manifestNext + `" ]; then
-	sed "s/` + jobIDMarker + `/$id/" "$dir/` + manifestNext + `" >"$dir/.manifest.tmp" &&
-		mv -f -- "$dir/.manifest.tmp" "$dir/manifest.json" &&
-		rm -f -- "$dir/` + manifestNext + `"
+tar -x -z -p --no-same-owner -f - -C "$tmp" || exit 92
+sync -f -- "$tmp" 2>/dev/null || sync
+# Episode ids are words of [A-Za-z0-9._-]: a list of them splits safely.
+move=
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j"
+	if [ -e "$parent/$ep" ] || [ -L "$parent/$ep" ]; then
+		if [ "$mode" = restage ] && [ -d "$parent/$ep" ] && [ ! -L "$parent/$ep" ] && [ -f "$parent/$ep/manifest.json" ]; then
+			printf 'nemorl-batch\t%s\tstaged\n' "$ep"
+		else
+			printf 'nemorl-batch\t%s\texists\n' "$ep"
+		fi
+		eval "ep_$j="
+	else
+		move="$move $ep"
+	fi
+	j=$((j + 1))
+done
+if [ -n "$move" ]; then
+	(cd -- "$tmp" && mv -t "$parent" -- $move) 2>/dev/null
 fi
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j"
+	if [ -n "$ep" ]; then
+		if [ -d "$parent/$ep" ] && [ ! -e "$tmp/$ep" ]; then
+			printf 'nemorl-batch\t%s\tstaged\n' "$ep"
+		else
+			printf 'nemorl-batch\t%s\tfailed\n' "$ep"
+			eval "ep_$j="
+		fi
+	fi
+	j=$((j + 1))
+done
+[ $# -gt 0 ] || exit 0
+# sbatch four at a time, each writing its status and output beside the
+# trees; then the manifests and the report.
+mkdir -- "$tmp/.res" || exit 92
+j=0
+k=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j name=\$name_$j comment=\$comment_$j script=\$script_$j"
+	j=$((j + 1))
+	[ -n "$ep" ] || continue
+	(
+		"$@" --job-name="$name" --comment="$comment" "$script" >"$tmp/.res/$ep" 2>&1 </dev/null
+		echo $? >"$tmp/.res/$ep.rc"
+	) &
+	k=$((k + 1))
+	if [ $k -ge 4 ]; then
+		wait
+		k=0
+	fi
+done
+wait
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j"
+	j=$((j + 1))
+	[ -n "$ep" ] || continue
+	rc=
+	IFS= read -r rc <"$tmp/.res/$ep.rc"
+	printf 'nemorl-batch\t%s\tsbatch\t%s\n' "$ep" "${rc:-255}"
+	id=
+	while IFS= read -r line || [ -n "$line" ]; do
+		printf 'nemorl-batch\t%s\tout\t%s\n' "$ep" "$line"
+		w=${line%%;*}
+		case $w in '' | *[!0-9]*) ;; *) id=$w ;; esac
+	done <"$tmp/.res/$ep"
+	if [ "$rc" = 0 ] && [ -n "$id" ] && IFS= read -r m <"$tmp/.next/$ep"; then
+		printf '%s\n' "${m%%@NEMORL_JOB_ID@*}$id${m#*@NEMORL_JOB_ID@}" >"$parent/$ep/manifest.json"
+	fi
+done
 exit 0
 `
 
-// submitScript: sh -c submitScript sh MANIFEST SBATCH ARGV… with the
-// manifest (the new job id as jobIDMarker) on stdin.
+// submitScript: sh -c submitScript sh MANIFEST PRE POST SBATCH ARGV…:
+// sbatch, and the manifest rewritten in place with the new job id (PRE id
+// POST), in one command.
 const submitScript = `set -u
 umask 077
-m=$1
-shift
+m=$1 pre=$2 post=$3
+shift 3
 out=$("$@" </dev/null)
 rc=$?
 printf '%s\n' "$out"
 [ $rc -eq 0 ] || exit $rc
-id=$(printf '%s\n' "$out" | sed -n 's/^\([0-9][0-9_]*\)\(;.*\)\{0,1\}$/\1/p' | tail -n 1)
-[ -n "$id" ] || exit 0
-sed "s/` + jobIDMarker + `/$id/" >"$m.tmp" && mv -f -- "$m.tmp" "$m"
+id=
+while IFS= read -r line; do
+	w=${line%%;*}
+	case $w in '' | *[!0-9]*) ;; *) id=$w ;; esac
+done <<EOF
+$out
+EOF
+[ -n "$id" ] && printf '%s%s%s\n' "$pre" "$id" "$post" >"$m"
 exit 0
 `
 
@@ -157,150 +239,6 @@ func (d *Driver) secretsData(e *Entry) ([]byte, error) {
 	return []byte("NEMORL_POLICY_API_KEY=" + key + "\n"), nil
 }
 
-// bundle is the tar stream of the tree, secrets.env and the manifest (and,
-// when the author is submitted in the same command, the manifest to write
-// once its job id is known).
-func (d *Driver) bundle(e *Entry, tree *templates.Tree, withSubmit bool) ([]byte, error) {
-	secrets, err := d.secretsData(e)
-	if err != nil {
-		return nil, err
-	}
-	manifest, err := d.manifest(e, "")
-	if err != nil {
-		return nil, err
-	}
-	files := append([]templates.File(nil), tree.Files...)
-	files = append(files, templates.File{Path: SecretsFile, Mode: 0o600, Data: secrets},
-		templates.File{Path: ManifestFile, Mode: 0o600, Data: manifest})
-	if withSubmit {
-		next, err := d.manifest(e, Author)
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, templates.File{Path: manifestNext, Mode: 0o600, Data: next})
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	now := d.now()
-	for _, f := range files {
-		if f.Path == "" {
-			continue // the root: the script's fresh 0700 directory
-		}
-		h := &tar.Header{Name: f.Path, Mode: int64(f.Mode.Perm()), ModTime: now, Format: tar.FormatPAX}
-		if f.IsDir() {
-			h.Typeflag, h.Name = tar.TypeDir, f.Path+"/"
-		} else {
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("episode %s: bundle %s: %w", e.Episode, f.Path, err)
-		}
-		if !f.IsDir() {
-			if _, err := tw.Write(f.Data); err != nil {
-				return nil, fmt.Errorf("episode %s: bundle %s: %w", e.Episode, f.Path, err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("episode %s: bundle: %w", e.Episode, err)
-	}
-	return buf.Bytes(), nil
-}
-
-// stageRemote stages tree in one command (see stageScript). With req, the
-// author's sbatch runs in the same command once the tree is in place, and
-// its result is returned. mode is "new" or "restage".
-func (d *Driver) stageRemote(ctx context.Context, e *Entry, tree *templates.Tree, mode string, req *slurm.SubmitRequest) (*slurm.SubmitResult, error) {
-	stream, err := d.bundle(e, tree, req != nil)
-	if err != nil {
-		return nil, err
-	}
-	argv := []string{"sh", "-c", stageScript, "sh", mode, tree.Dir}
-	if mode == "new" {
-		checks := d.preflightChecks()
-		keys := make([]string, 0, len(checks))
-		for k := range checks {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			argv = append(argv, k+"="+checks[k])
-		}
-	}
-	argv = append(argv, "--")
-	var sbatch []string
-	if req != nil {
-		if sbatch, err = slurm.SbatchArgs(*req); err != nil {
-			return nil, err
-		}
-		argv = append(argv, sbatch...)
-	}
-	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Stdin: bytes.NewReader(stream)})
-	var ce *remote.CommandError
-	if errors.As(err, &ce) && res != nil {
-		switch ce.ExitStatus {
-		case stageExitPreflight:
-			f := strings.Split(strings.TrimSpace(lastLine(res.Stderr, "nemorl-stage: preflight\t")), "\t")
-			if len(f) == 3 {
-				return nil, &PreflightError{Key: f[0], Path: f[1], Host: d.Host.Name(), Err: preflightErr(f[2])}
-			}
-		case stageExitExists:
-			return nil, fmt.Errorf("episode %s: %w: %s already exists on %s; refusing to overwrite it", e.Episode, ErrEpisodeExists, tree.Dir, d.Host.Name())
-		case stageExitFailed:
-			return nil, fmt.Errorf("episode %s: stage %s on %s: %s", e.Episode, tree.Dir, d.Host.Name(), remote.TrimStderr(res.Stderr))
-		}
-		if req != nil {
-			// sbatch's own failure: name sbatch, not the staging script.
-			c := *ce
-			c.Command = shell.Join(sbatch)
-			return nil, fmt.Errorf("slurm: submit: %w", &c)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("episode %s: stage %s on %s: %w", e.Episode, tree.Dir, d.Host.Name(), err)
-	}
-	if req == nil {
-		return nil, nil
-	}
-	r, err := slurm.ParseSbatch(res.Stdout, res.Stderr)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", err, shell.Join(sbatch))
-	}
-	return &r, nil
-}
-
-// submitRemote runs sbatch for req and, in the same command, rewrites the
-// manifest with the new job as stage's.
-func (d *Driver) submitRemote(ctx context.Context, e *Entry, stage string, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
-	sbatch, err := slurm.SbatchArgs(req)
-	if err != nil {
-		return slurm.SubmitResult{}, err
-	}
-	manifest, err := d.manifest(e, stage)
-	if err != nil {
-		return slurm.SubmitResult{}, err
-	}
-	argv := append([]string{"sh", "-c", submitScript, "sh", path.Join(e.Dir, ManifestFile)}, sbatch...)
-	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Stdin: bytes.NewReader(manifest)})
-	var ce *remote.CommandError
-	if errors.As(err, &ce) {
-		c := *ce
-		c.Command = shell.Join(sbatch)
-		if c.Stderr == "" && res != nil {
-			c.Stderr = remote.TrimStderr(res.Stderr)
-		}
-		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &c)
-	}
-	if err != nil {
-		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %s: %w", shell.Join(sbatch), err)
-	}
-	r, err := slurm.ParseSbatch(res.Stdout, res.Stderr)
-	if err != nil {
-		return r, fmt.Errorf("%w: %s", err, shell.Join(sbatch))
-	}
-	return r, nil
-}
-
 func preflightErr(reason string) error {
 	switch reason {
 	case "no such file or directory":
@@ -320,6 +258,20 @@ func lastLine(b []byte, prefix string) string {
 		}
 	}
 	return out
+}
+
+// manifestAround is the manifest with stage's job id pending, split
+// around where the id goes.
+func (d *Driver) manifestAround(e *Entry, stage string) (pre, post string, err error) {
+	b, err := d.manifest(e, stage)
+	if err != nil {
+		return "", "", err
+	}
+	pre, post, ok := strings.Cut(string(b), jobIDMarker)
+	if !ok {
+		return "", "", fmt.Errorf("episode %s: manifest: no place for the %s job id", e.Episode, stage)
+	}
+	return pre, post, nil
 }
 
 // manifest renders the manifest of e; pending, when set, is a stage whose
@@ -348,9 +300,481 @@ func (d *Driver) manifest(e *Entry, pending string) ([]byte, error) {
 	if pending != "" {
 		m.Jobs[pending] = jobIDMarker
 	}
-	b, err := json.MarshalIndent(m, "", "  ")
+	b, err := json.Marshal(m) // one line: batchScript reads it with read -r
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: manifest: %w", e.Episode, err)
 	}
 	return append(b, '\n'), nil
 }
+
+// Spec is one episode to submit: its id (empty: a new one) and prompt.
+type Spec struct {
+	ID     string
+	Prompt []byte
+}
+
+// Submitted is the result of one Spec: as Submit's three results.
+type Submitted struct {
+	Entry *Entry
+	Lock  *Lock
+	Err   error
+}
+
+// pending is an episode between its ledger entry and its command's end.
+type pending struct {
+	i    int
+	e    *Entry
+	tree *templates.Tree
+	req  slurm.SubmitRequest
+	lock *Lock
+}
+
+// SubmitBatch submits several episodes as Submit submits one, staging and
+// submitting up to MaxBatch of them per command. Each gets its own ledger
+// entry, written with the author's intent before the command runs, so a
+// crash at any point leaves every episode for resume (adopted or staged
+// again). A preflight refusal refuses them all; nothing of them stays.
+func (d *Driver) SubmitBatch(ctx context.Context, specs []Spec) []Submitted {
+	out := make([]Submitted, len(specs))
+	var ready []*pending
+	for i, s := range specs {
+		p, err := d.prepare(s)
+		if err != nil {
+			out[i] = Submitted{Entry: entryOf(p), Err: err}
+			continue
+		}
+		p.i = i
+		ready = append(ready, p)
+	}
+	// The ledger entries, each with its intent, on disk before anything
+	// runs on the cluster (in parallel: each is a few fsyncs).
+	d.parallel(ready, func(p *pending) error {
+		if err := d.Ledger.Create(p.e, specs[p.i].Prompt); err != nil {
+			return err
+		}
+		lock, ok, err := d.Ledger.TryLock(p.e.Episode)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("episode %s: another nemorl-slurm process holds it", p.e.Episode)
+		}
+		p.lock = lock
+		return nil
+	}, func(p *pending, err error) {
+		out[p.i] = Submitted{Err: err}
+		if p.lock == nil && !errors.Is(err, ErrEpisodeExists) {
+			out[p.i].Entry = p.e
+		}
+	})
+	var live []*pending
+	for _, p := range ready {
+		if out[p.i].Err == nil {
+			live = append(live, p)
+		}
+	}
+	for len(live) > 0 {
+		n := min(len(live), MaxBatch)
+		d.runBatch(ctx, live[:n], out)
+		live = live[n:]
+	}
+	return out
+}
+
+func entryOf(p *pending) *Entry {
+	if p == nil {
+		return nil
+	}
+	return p.e
+}
+
+// parallel runs f for every p, a few at once; fail receives each error.
+func (d *Driver) parallel(ps []*pending, f func(*pending) error, fail func(*pending, error)) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sem := make(chan struct{}, 8)
+	for _, p := range ps {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(p); err != nil {
+				mu.Lock()
+				fail(p, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// prepare renders one episode and makes its entry, with the author's
+// intent, in memory.
+func (d *Driver) prepare(s Spec) (*pending, error) {
+	id := s.ID
+	if id == "" {
+		id = NewID(d.now())
+	}
+	if !templates.ValidEpisode(id) {
+		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ErrBadEpisodeID, id)
+	}
+	endpoint := d.pickPolicyBaseURL()
+	tree, err := d.render(id, s.Prompt, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	now := d.now().UTC()
+	e := &Entry{
+		Episode: id, Created: now, ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
+		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{Author: {Intent: now}},
+		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree),
+	}
+	if _, err := d.secretsData(e); err != nil {
+		return nil, err
+	}
+	p := &pending{e: e, tree: tree, req: d.submitRequest(e, Author, "")}
+	if _, err := slurm.SbatchArgs(p.req); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// runBatch stages and submits ps in one command and records each result.
+func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
+	res, err := d.batchCommand(ctx, ps, "new", true)
+	var pe *PreflightError
+	for _, p := range ps {
+		r := res[p.e.Episode]
+		switch {
+		case errors.As(err, &pe) || (err == nil && r.exists):
+			// Refused before anything of it was written on the cluster.
+			if err == nil {
+				err1 := fmt.Errorf("episode %s: %w: %s already exists on %s; refusing to overwrite it", p.e.Episode, ErrEpisodeExists, p.e.Dir, d.Host.Name())
+				d.discard(p, out, err1)
+				continue
+			}
+			d.discard(p, out, err)
+		case err != nil && errors.Is(err, remote.ErrOutcomeUnknown):
+			// The command may have staged and submitted: look.
+			if adopted, aerr := d.adopt(ctx, p.e, Author); aerr == nil && adopted {
+				p.e.Staged = true
+				d.settle(p, out, d.Ledger.Save(p.e))
+				continue
+			}
+			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, Author, err))
+		case err != nil:
+			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, Author, err))
+		case !r.staged:
+			d.settle(p, out, fmt.Errorf("episode %s: stage %s on %s: the directory could not be put in place", p.e.Episode, p.e.Dir, d.Host.Name()))
+		case r.sbatchErr != nil:
+			p.e.Staged = true
+			if serr := d.Ledger.Save(p.e); serr != nil {
+				d.settle(p, out, serr)
+				continue
+			}
+			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, Author, r.sbatchErr))
+		default:
+			sub := p.e.Jobs[Author]
+			sub.JobID, sub.Submitted = r.job.JobID, d.now().UTC()
+			p.e.Staged = true
+			for _, w := range r.job.Warnings {
+				d.logf("%s: %s: sbatch: %s", p.e.Episode, Author, w)
+			}
+			d.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, d.Host.Name(), Author, r.job.JobID)
+			out[p.i] = Submitted{Entry: p.e}
+		}
+	}
+	// The job ids, on disk.
+	var saved []*pending
+	for _, p := range ps {
+		if out[p.i].Err == nil && out[p.i].Entry != nil {
+			saved = append(saved, p)
+		}
+	}
+	d.parallel(saved, func(p *pending) error { return d.Ledger.Save(p.e) }, func(p *pending, err error) { d.settle(p, out, err) })
+	for _, p := range saved {
+		if out[p.i].Err == nil {
+			out[p.i].Lock = p.lock
+		}
+	}
+}
+
+// settle ends p with err (nil: done), the entry kept for resume.
+func (d *Driver) settle(p *pending, out []Submitted, err error) {
+	if err == nil {
+		out[p.i] = Submitted{Entry: p.e, Lock: p.lock}
+		return
+	}
+	if p.lock != nil {
+		p.lock.Unlock()
+		p.lock = nil
+	}
+	out[p.i] = Submitted{Entry: p.e, Err: err}
+}
+
+// discard ends p with err: nothing of it reached the cluster, so its
+// ledger entry goes too.
+func (d *Driver) discard(p *pending, out []Submitted, err error) {
+	if derr := d.Ledger.Discard(p.e.Episode); derr != nil {
+		d.logf("%s: %v", p.e.Episode, derr)
+	}
+	if p.lock != nil {
+		p.lock.Unlock()
+		p.lock = nil
+	}
+	out[p.i] = Submitted{Err: err}
+}
+
+// batchResult is what batchScript said of one episode.
+type batchResult struct {
+	staged, exists bool
+	job            slurm.SubmitResult
+	sbatchErr      error
+}
+
+// batchCommand runs batchScript for ps (mode "new" or "restage"), with the
+// authors' sbatch when submit is set, and parses what it printed.
+func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, submit bool) (map[string]*batchResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	parent := path.Dir(ps[0].e.Dir)
+	// gzip at its fastest: the scripts shrink about sixfold, for about
+	// half a millisecond per episode here.
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	tw := tar.NewWriter(zw)
+	argv := []string{"sh", "-c", batchScript, "sh", parent, mode}
+	if mode == "new" {
+		checks := d.preflightChecks()
+		keys := make([]string, 0, len(checks))
+		for k := range checks {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		argv = append(argv, strconv.Itoa(len(keys)))
+		for _, k := range keys {
+			argv = append(argv, k+"="+checks[k])
+		}
+	} else {
+		argv = append(argv, "0")
+	}
+	argv = append(argv, strconv.Itoa(len(ps)))
+	for _, p := range ps {
+		if path.Dir(p.e.Dir) != parent {
+			return nil, fmt.Errorf("episode %s: %s is not in %s with the others of its batch", p.e.Episode, p.e.Dir, parent)
+		}
+		if err := d.addToBundle(tw, p.e, p.tree); err != nil {
+			return nil, err
+		}
+		argv = append(argv, p.e.Episode, p.req.Name, p.req.Comment, p.req.ScriptPath)
+	}
+	if err := errors.Join(tw.Close(), zw.Close()); err != nil {
+		return nil, fmt.Errorf("episode %s: bundle: %w", ps[0].e.Episode, err)
+	}
+	var common []string
+	if submit {
+		req := ps[0].req
+		req.Name, req.Comment, req.ScriptPath = "", "", "/"
+		args, err := slurm.SbatchArgs(req)
+		if err != nil {
+			return nil, err
+		}
+		common = args[:len(args)-1] // without the script
+		argv = append(argv, common...)
+	}
+	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Stdin: &buf})
+	var ce *remote.CommandError
+	if errors.As(err, &ce) && res != nil {
+		switch ce.ExitStatus {
+		case stageExitPreflight:
+			f := strings.Split(strings.TrimSpace(lastLine(res.Stderr, "nemorl-stage: preflight\t")), "\t")
+			if len(f) == 3 {
+				return nil, &PreflightError{Key: f[0], Path: f[1], Host: d.Host.Name(), Err: preflightErr(f[2])}
+			}
+		case stageExitFailed:
+			return nil, fmt.Errorf("stage in %s on %s: %s", parent, d.Host.Name(), remote.TrimStderr(res.Stderr))
+		}
+		return nil, fmt.Errorf("stage in %s on %s: exit status %d: %s", parent, d.Host.Name(), ce.ExitStatus, remote.TrimStderr(res.Stderr))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stage in %s on %s: %w", parent, d.Host.Name(), err)
+	}
+	results, err := parseBatch(res.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("stage in %s on %s: %w", parent, d.Host.Name(), err)
+	}
+	for _, p := range ps {
+		r := results[p.e.Episode]
+		if r == nil {
+			results[p.e.Episode] = &batchResult{}
+			continue
+		}
+		if r.sbatchErr != nil {
+			var ce *remote.CommandError
+			if errors.As(r.sbatchErr, &ce) {
+				ce.Host = d.Host.Name()
+				ce.Command = shell.Join(append(append(append([]string(nil), common...), "--job-name="+p.req.Name, "--comment="+p.req.Comment), p.req.ScriptPath))
+			}
+		}
+	}
+	return results, nil
+}
+
+// parseBatch parses batchScript's output.
+func parseBatch(b []byte) (map[string]*batchResult, error) {
+	out := map[string]*batchResult{}
+	type acc struct {
+		rc    int
+		ran   bool
+		lines []string
+	}
+	sb := map[string]*acc{}
+	var order []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.SplitN(line, "\t", 4)
+		if len(f) < 3 || f[0] != "nemorl-batch" || !templates.ValidEpisode(f[1]) {
+			return nil, fmt.Errorf("unexpected output %.80q", line)
+		}
+		ep := f[1]
+		r := out[ep]
+		if r == nil {
+			r = &batchResult{}
+			out[ep] = r
+		}
+		a := sb[ep]
+		if a == nil {
+			a = &acc{}
+			sb[ep] = a
+		}
+		switch {
+		case f[2] == "staged" && len(f) == 3:
+			r.staged = true
+		case f[2] == "exists" && len(f) == 3:
+			r.exists = true
+		case f[2] == "failed" && len(f) == 3:
+		case f[2] == "sbatch" && len(f) == 4:
+			rc, err := strconv.Atoi(f[3])
+			if err != nil || rc < 0 {
+				return nil, fmt.Errorf("unexpected output %.80q", line)
+			}
+			a.rc, a.ran = rc, true
+			order = append(order, ep)
+		case f[2] == "out" && len(f) == 4:
+			a.lines = append(a.lines, f[3])
+		case f[2] == "out" && len(f) == 3:
+		default:
+			return nil, fmt.Errorf("unexpected output %.80q", line)
+		}
+	}
+	for _, ep := range order {
+		a, r := sb[ep], out[ep]
+		text := []byte(strings.Join(a.lines, "\n"))
+		if a.rc != 0 {
+			r.sbatchErr = &remote.CommandError{Command: "sbatch", ExitStatus: a.rc, Stderr: remote.TrimStderr(text)}
+			continue
+		}
+		job, err := slurm.ParseSbatch(text, nil)
+		if err != nil {
+			r.sbatchErr = err
+			continue
+		}
+		r.job = job
+	}
+	return out, nil
+}
+
+// addToBundle adds an episode's tree, secrets.env and manifest under
+// EP/…, and its manifest to be once the author's job id is known under
+// .next/EP.
+func (d *Driver) addToBundle(tw *tar.Writer, e *Entry, tree *templates.Tree) error {
+	secrets, err := d.secretsData(e)
+	if err != nil {
+		return err
+	}
+	manifest, err := d.manifest(e, "")
+	if err != nil {
+		return err
+	}
+	next, err := d.manifest(e, Author)
+	if err != nil {
+		return err
+	}
+	files := append([]templates.File(nil), tree.Files...)
+	files = append(files, templates.File{Path: SecretsFile, Mode: 0o600, Data: secrets},
+		templates.File{Path: ManifestFile, Mode: 0o600, Data: manifest})
+	now := d.now()
+	add := func(name string, f templates.File) error {
+		h := &tar.Header{Name: name, Mode: int64(f.Mode.Perm()), ModTime: now, Format: tar.FormatPAX}
+		if f.IsDir() {
+			h.Typeflag, h.Name = tar.TypeDir, name+"/"
+		} else {
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("episode %s: bundle %s: %w", e.Episode, f.Path, err)
+		}
+		if !f.IsDir() {
+			if _, err := tw.Write(f.Data); err != nil {
+				return fmt.Errorf("episode %s: bundle %s: %w", e.Episode, f.Path, err)
+			}
+		}
+		return nil
+	}
+	for _, f := range files {
+		if err := add(path.Join(e.Episode, f.Path), f); err != nil {
+			return err
+		}
+	}
+	return add(path.Join(".next", e.Episode), templates.File{Path: ".next/" + e.Episode, Mode: 0o600, Data: next})
+}
+
+// stageAgain puts an episode's tree on the cluster after a crash before
+// its staging was recorded: a complete directory is kept as it is.
+func (d *Driver) stageAgain(ctx context.Context, e *Entry, tree *templates.Tree) error {
+	res, err := d.batchCommand(ctx, []*pending{{e: e, tree: tree, req: d.submitRequest(e, Author, "")}}, "restage", false)
+	if err != nil {
+		return fmt.Errorf("episode %s: %w", e.Episode, err)
+	}
+	if r := res[e.Episode]; r == nil || !r.staged {
+		return fmt.Errorf("episode %s: %s on %s exists but is not a complete episode directory (no manifest.json); move it away and resume", e.Episode, e.Dir, d.Host.Name())
+	}
+	return nil
+}
+
+// submitRemote runs sbatch for req and, in the same command, rewrites the
+// manifest with the new job as stage's.
+func (d *Driver) submitRemote(ctx context.Context, e *Entry, stage string, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
+	sbatch, err := slurm.SbatchArgs(req)
+	if err != nil {
+		return slurm.SubmitResult{}, err
+	}
+	pre, post, err := d.manifestAround(e, stage)
+	if err != nil {
+		return slurm.SubmitResult{}, err
+	}
+	argv := append([]string{"sh", "-c", submitScript, "sh", path.Join(e.Dir, ManifestFile), pre, post}, sbatch...)
+	res, err := d.Host.Run(ctx, remote.Command{Argv: argv})
+	var ce *remote.CommandError
+	if errors.As(err, &ce) {
+		c := *ce
+		c.Command = shell.Join(sbatch)
+		if c.Stderr == "" && res != nil {
+			c.Stderr = remote.TrimStderr(res.Stderr)
+		}
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &c)
+	}
+	if err != nil {
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %s: %w", shell.Join(sbatch), err)
+	}
+	r, err := slurm.ParseSbatch(res.Stdout, res.Stderr)
+	if err != nil {
+		return r, fmt.Errorf("%w: %s", err, shell.Join(sbatch))
+	}
+	return r, nil
+}
+

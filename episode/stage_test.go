@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -79,7 +80,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 			return err
 		}
 		fi, _ := de.Info()
-		if strings.Contains(de.Name(), ".staging.") || de.Name() == manifestNext || de.Name() == ".manifest.tmp" {
+		if strings.Contains(de.Name(), ".staging.") || de.Name() == ".manifest.tmp" {
 			t.Errorf("left behind: %s", p)
 		}
 		if de.IsDir() && p != filepath.Dir(dir) && fi.Mode().Perm() != 0o700 {
@@ -193,30 +194,88 @@ func TestSubmitRefusals(t *testing.T) {
 }
 
 // An interrupted staging leaves no episode directory, only a temp one that
-// the next staging of the episode does not mind.
+// the next staging of the episode does not mind; a directory without a
+// manifest is not taken for a complete one.
 func TestStageScriptAtomic(t *testing.T) {
 	d, _ := stageDriver(t)
 	ctx := context.Background()
-	dir := filepath.Join(d.Config.Cluster.Workdir, "ep-cut")
-	if err := os.MkdirAll(d.Config.Cluster.Workdir, 0o700); err != nil {
+	work := d.Config.Cluster.Workdir
+	if err := os.MkdirAll(work, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	// A truncated stream: tar fails, nothing is renamed into place.
-	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", stageScript, "sh", "new", dir, "--"},
-		Stdin: strings.NewReader("not a tar stream")})
+	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", batchScript, "sh", work, "new", "0", "1", "ep-cut", "n", "c", "/s"},
+		Stdin: strings.NewReader("not a gzipped tar stream")})
 	var ce *remote.CommandError
 	if !errors.As(err, &ce) || ce.ExitStatus != stageExitFailed {
 		t.Fatalf("bad stream: %v %v", res, err)
 	}
-	if entries, _ := os.ReadDir(d.Config.Cluster.Workdir); len(entries) != 0 {
+	if entries, _ := os.ReadDir(work); len(entries) != 0 {
 		t.Errorf("left after a failed staging: %v", entries)
 	}
-	// A directory without a manifest is not taken for a complete one.
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	// Restaging over a directory without a manifest is refused.
+	e, lock, err := d.Submit(ctx, "ep-half", []byte("p\n"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", stageScript, "sh", "restage", dir, "--"}, Stdin: strings.NewReader("")})
-	if !errors.As(err, &ce) || ce.ExitStatus != stageExitExists {
+	lock.Unlock()
+	if err := os.Remove(filepath.Join(e.Dir, ManifestFile)); err != nil {
+		t.Fatal(err)
+	}
+	e.Staged = false
+	if err := d.restage(ctx, e); err == nil || !strings.Contains(err.Error(), "not a complete episode directory") {
 		t.Errorf("restage over an incomplete directory: %v", err)
 	}
+}
+
+// Many episodes in one command: each its own entry, directory, job and
+// manifest, in one session.
+func TestSubmitBatch(t *testing.T) {
+	d, root := stageDriver(t)
+	counted := remote.NewCounted(d.Host)
+	d.Host = counted
+	ctx := context.Background()
+	specs := make([]Spec, MaxBatch+3)
+	for i := range specs {
+		specs[i] = Spec{Prompt: []byte(fmt.Sprintf("prompt %d\n", i))}
+	}
+	specs[4].ID = "ep-bad/../id"
+	out := d.SubmitBatch(ctx, specs)
+	if ops := counted.Counts(); ops["run sh"] != 2 || len(ops) != 1 {
+		t.Errorf("%d episodes took %v, want two commands (batches of %d)", len(specs), ops, MaxBatch)
+	}
+	seen := map[string]bool{}
+	for i, r := range out {
+		if i == 4 {
+			if !errors.Is(r.Err, ErrBadEpisodeID) || r.Entry != nil {
+				t.Errorf("bad id: %+v", r)
+			}
+			continue
+		}
+		if r.Err != nil || r.Lock == nil || r.Entry.JobID(Author) != "4242" || !r.Entry.Staged || seen[r.Entry.Episode] {
+			t.Fatalf("episode %d: %+v", i, r)
+		}
+		seen[r.Entry.Episode] = true
+		r.Lock.Unlock()
+		prompt, err := os.ReadFile(filepath.Join(r.Entry.Dir, "author", "prompt.txt"))
+		if err != nil || string(prompt) != fmt.Sprintf("prompt %d\n", i) {
+			t.Errorf("episode %d: prompt %q %v", i, prompt, err)
+		}
+		var m Manifest
+		b, _ := os.ReadFile(filepath.Join(r.Entry.Dir, ManifestFile))
+		if err := json.Unmarshal(b, &m); err != nil || m.Jobs[Author] != "4242" || m.Episode != r.Entry.Episode {
+			t.Errorf("episode %d: manifest %s %v", i, b, err)
+		}
+		e, err := d.Ledger.Load(r.Entry.Episode)
+		if err != nil || e.JobID(Author) != "4242" || !e.Staged {
+			t.Errorf("episode %d: ledger %+v %v", i, e, err)
+		}
+	}
+	entries, _ := os.ReadDir(d.Config.Cluster.Workdir)
+	for _, de := range entries {
+		if !seen[de.Name()] {
+			t.Errorf("left in the workdir: %s", de.Name())
+		}
+	}
+	_ = root
 }
