@@ -777,4 +777,3 @@ func (d *Driver) submitRemote(ctx context.Context, e *Entry, stage string, req s
 	}
 	return r, nil
 }
-
