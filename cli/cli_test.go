@@ -75,7 +75,7 @@ func TestBadConfigsExit2(t *testing.T) {
 	}
 }
 
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "nemorl-slurm")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/nemorl-slurm").CombinedOutput()

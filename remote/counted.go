@@ -16,8 +16,9 @@ import (
 type Counted struct {
 	Host
 
-	mu     sync.Mutex
-	counts map[string]int64
+	mu       sync.Mutex
+	counts   map[string]int64
+	received int64
 }
 
 // NewCounted wraps h.
@@ -40,6 +41,20 @@ func (c *Counted) Counts() map[string]int64 {
 	return out
 }
 
+// Received is how many bytes came back: commands' stdout and stderr, and
+// the data of file reads.
+func (c *Counted) Received() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.received
+}
+
+func (c *Counted) got(n int) {
+	c.mu.Lock()
+	c.received += int64(n)
+	c.mu.Unlock()
+}
+
 // Ops returns the operation names counted so far, sorted.
 func (c *Counted) Ops() []string {
 	c.mu.Lock()
@@ -56,7 +71,11 @@ func (c *Counted) Ops() []string {
 // an "env VAR=value …" prefix runs.
 func (c *Counted) Run(ctx context.Context, cmd Command) (*Result, error) {
 	c.add("run " + Program(cmd.Argv))
-	return c.Host.Run(ctx, cmd)
+	res, err := c.Host.Run(ctx, cmd)
+	if res != nil {
+		c.got(len(res.Stdout) + len(res.Stderr))
+	}
+	return res, err
 }
 
 // Program is the base name of the program argv runs, looking through an
@@ -89,12 +108,16 @@ func (c *Counted) WriteFile(ctx context.Context, p string, data []byte, mode fs.
 
 func (c *Counted) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	c.add("read")
-	return c.Host.ReadFile(ctx, p)
+	b, err := c.Host.ReadFile(ctx, p)
+	c.got(len(b))
+	return b, err
 }
 
 func (c *Counted) ReadTail(ctx context.Context, p string, n int64) ([]byte, error) {
 	c.add("read_tail")
-	return c.Host.ReadTail(ctx, p, n)
+	b, err := c.Host.ReadTail(ctx, p, n)
+	c.got(len(b))
+	return b, err
 }
 
 func (c *Counted) Stat(ctx context.Context, p string) (fs.FileInfo, error) {

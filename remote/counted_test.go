@@ -40,10 +40,16 @@ func TestCounted(t *testing.T) {
 		}
 	}
 	_, _ = c.Run(ctx, remote.Command{Argv: []string{"env", "A=1", "B=2", "sh", "-c", "exit 3"}})
-	if got := c.Counts(); got["run true"] != 3 || got["run sh"] != 1 || len(got) != 2 {
-		t.Errorf("counts %v, want run true 3 and run sh 1", got)
+	if _, err := c.Run(ctx, remote.Command{Argv: []string{"printf", "12345"}}); err != nil {
+		t.Fatal(err)
 	}
-	if ops := c.Ops(); len(ops) != 2 || ops[0] != "run sh" {
+	if c.Received() != 5 {
+		t.Errorf("received %d bytes, want 5", c.Received())
+	}
+	if got := c.Counts(); got["run true"] != 3 || got["run sh"] != 1 || got["run printf"] != 1 || len(got) != 3 {
+		t.Errorf("counts %v, want run true 3, run sh 1 and run printf 1", got)
+	}
+	if ops := c.Ops(); len(ops) != 3 || ops[0] != "run printf" {
 		t.Errorf("ops %v", ops)
 	}
 }

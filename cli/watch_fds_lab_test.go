@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+)
+
+// TestWatchManyEpisodesFewFiles: `watch` of 200 episodes holds no file per
+// episode open (login nodes often allow 1,024): its descriptors stay below
+// 64 while it owns all 200. The authors sleep, so the watch only polls.
+func TestWatchManyEpisodesFewFiles(t *testing.T) {
+	lab := labtest.Env(t)
+	labtest.UseSSHD(t)
+	requireStandIns(t)
+	base, err := os.ReadFile("../configs/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base)}
+	data := strings.Replace(x.base, "command: ["+labStandIns+"/author]", "command: [/bin/sleep, \"900\"]", 1)
+	cfg := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	const n = 200
+	r := x.run(t, state, 2*time.Minute, "--json", "--config", cfg, "submit", "--count", strconv.Itoa(n))
+	r.want(t, 0)
+	var doc struct {
+		Episodes []struct {
+			Episode string `json:"episode"`
+			Dir     string `json:"dir"`
+		} `json:"episodes"`
+	}
+	if err := json.Unmarshal(r.stdout, &doc); err != nil || len(doc.Episodes) != n {
+		t.Fatalf("submit --count %d: %v: %s", n, err, r)
+	}
+	ids := make([]string, 0, n)
+	for _, e := range doc.Episodes {
+		ids = append(ids, e.Episode)
+	}
+	t.Cleanup(func() {
+		x.run(t, state, 2*time.Minute, append([]string{"--config", cfg, "cancel"}, ids...)...)
+		for _, e := range doc.Episodes {
+			_ = os.RemoveAll(e.Dir)
+		}
+	})
+
+	w := x.start(t, state, 5*time.Minute, "--config", cfg, "watch")
+	claims := filepath.Join(state, "nemorl-slurm", "locks", "*.owner")
+	eventually(t, 2*time.Minute, 200*time.Millisecond, func() string {
+		if w.exited() {
+			t.Fatalf("watch exited: %s", w.res)
+		}
+		m, _ := filepath.Glob(claims)
+		if len(m) < n {
+			return strconv.Itoa(len(m)) + " episodes claimed by watch"
+		}
+		return ""
+	})
+	// Two polls with all of them held.
+	time.Sleep(3 * time.Second)
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("watch of %d episodes: %d open descriptors", n, len(fds))
+	if len(fds) >= 64 {
+		var names []string
+		for _, f := range fds {
+			l, _ := os.Readlink("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/fd/" + f.Name())
+			names = append(names, l)
+		}
+		t.Errorf("watch of %d episodes holds %d descriptors, want fewer than 64: %v", n, len(fds), names)
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGINT)
+	w.wait(t, time.Minute)
+}
