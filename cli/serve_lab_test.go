@@ -195,7 +195,11 @@ func TestServeLab(t *testing.T) {
 	// One sacct per poll, for every job of every episode in flight: the
 	// commands serve ran on the cluster, counted where they are sent.
 	polls, sacct := metricValue(t, raw, "nemorl_serve_sacct_polls_total"), metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sacct"}`)
-	t.Logf("%d polls, %d sacct, %d sbatch for %d episodes", polls, sacct, metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sbatch"}`), len(rows)-1)
+	staged, sbatch := metricValue(t, raw, `nemorl_serve_remote_commands_total{program="stage+sbatch"}`), metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sbatch"}`)
+	t.Logf("%d polls, %d sacct; %d commands staged and submitted authors, %d submitted train and eval, for %d episodes", polls, sacct, staged, sbatch, len(rows)-1)
+	if staged < 1 || staged > int64(len(rows)-1) || sbatch != 2*int64(len(rows)-1-1) {
+		t.Errorf("%d staging commands and %d sbatch for %d episodes (one without a patch): want at most one staging command per episode, and one sbatch each for train and eval", staged, sbatch, len(rows)-1)
+	}
 	if polls < 5 || sacct != polls {
 		t.Errorf("%d sacct commands for %d polls, want one per poll", sacct, polls)
 	}

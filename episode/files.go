@@ -168,7 +168,7 @@ type outputTail struct {
 // cluster: one command (two round trips over SSH), a few hundred bytes
 // back for a normal log.
 func (d *Driver) readOutput(ctx context.Context, p string, window int64) (*outputTail, error) {
-	cmd := remote.Command{Argv: []string{"sh", "-c", collectScript, "sh", p, strconv.FormatInt(window, 10)}, Idempotent: true}
+	cmd := remote.Command{Argv: []string{"sh", "-c", collectScript, "sh", p, strconv.FormatInt(window, 10)}, Idempotent: true, Label: "collect"}
 	res, err := d.Host.Run(ctx, cmd)
 	if err != nil {
 		if res != nil {

@@ -584,7 +584,11 @@ func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, s
 		common = args[:len(args)-1] // without the script
 		argv = append(argv, common...)
 	}
-	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Stdin: &buf})
+	label := "stage"
+	if submit {
+		label = "stage+sbatch"
+	}
+	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Stdin: &buf, Label: label})
 	var ce *remote.CommandError
 	if errors.As(err, &ce) && res != nil {
 		switch ce.ExitStatus {
@@ -758,7 +762,7 @@ func (d *Driver) submitRemote(ctx context.Context, e *Entry, stage string, req s
 		return slurm.SubmitResult{}, err
 	}
 	argv := append([]string{"sh", "-c", submitScript, "sh", path.Join(e.Dir, ManifestFile), pre, post}, sbatch...)
-	res, err := d.Host.Run(ctx, remote.Command{Argv: argv})
+	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Label: "sbatch"})
 	var ce *remote.CommandError
 	if errors.As(err, &ce) {
 		c := *ce

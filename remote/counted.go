@@ -67,10 +67,14 @@ func (c *Counted) Ops() []string {
 	return ops
 }
 
-// Run counts "run <program>": the base name of argv[0], or of the program
-// an "env VAR=value …" prefix runs.
+// Run counts "run <program>": the command's Label, else the base name of
+// argv[0], or of the program an "env VAR=value …" prefix runs.
 func (c *Counted) Run(ctx context.Context, cmd Command) (*Result, error) {
-	c.add("run " + Program(cmd.Argv))
+	name := cmd.Label
+	if name == "" {
+		name = Program(cmd.Argv)
+	}
+	c.add("run " + name)
 	res, err := c.Host.Run(ctx, cmd)
 	if res != nil {
 		c.got(len(res.Stdout) + len(res.Stderr))

@@ -40,6 +40,10 @@ func TestCounted(t *testing.T) {
 		}
 	}
 	_, _ = c.Run(ctx, remote.Command{Argv: []string{"env", "A=1", "B=2", "sh", "-c", "exit 3"}})
+	lc := remote.NewCounted(remote.NewLocal())
+	if _, err := lc.Run(ctx, remote.Command{Argv: []string{"sh", "-c", "true"}, Label: "check"}); err != nil || lc.Counts()["run check"] != 1 || len(lc.Counts()) != 1 {
+		t.Errorf("a labelled command: %v %v", err, lc.Counts())
+	}
 	if _, err := c.Run(ctx, remote.Command{Argv: []string{"printf", "12345"}}); err != nil {
 		t.Fatal(err)
 	}

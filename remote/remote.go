@@ -23,6 +23,9 @@ type Command struct {
 	// Idempotent marks a command that may be re-run after a dropped
 	// connection (sacct, squeue). sbatch is never idempotent.
 	Idempotent bool
+	// Label names what a script does ("stage", "collect"), for counting
+	// (Counted) where argv[0] is a shell; empty: the program's name.
+	Label string
 }
 
 // String renders the command as a shell line, for messages.
