@@ -145,13 +145,28 @@ func BenchmarkSubmit(b *testing.B) {
 }
 
 // BenchmarkSubmitCount: `submit --count 100` (one connection) against 100
-// separate `submit` runs.
+// separate `submit` runs, and against the floor of any tool: one ssh
+// session that only runs sbatch 100 times on an already staged script.
 func BenchmarkSubmitCount(b *testing.B) {
 	lab, eps := benchEndpoints(b)
 	bin := buildBinary(b)
 	defer scancelAll(b, lab)
 	const n = 100
+	staged := benchRun(b, bin, b.TempDir(), "--json", "--config", benchConfig(b, lab.SSHPort), "submit")
+	benchDirs = nil // kept until the end: its script is the floor's
+	defer os.RemoveAll(staged["dir"].(string))
+	script := staged["dir"].(string) + "/author/author.sbatch"
 	for _, ep := range eps {
+		b.Run(ep.name+"/sbatch-only-floor", func(b *testing.B) {
+			for b.Loop() {
+				cmd := openSSH(lab, ep.port, fmt.Sprintf("i=0; while [ $i -lt %d ]; do sbatch --parsable --job-name=bench --comment=bench %s >/dev/null || exit 1; i=$((i+1)); done", n, script))
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("ssh: %v: %s", err, out)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "episodes/s")
+		})
+		scancelAll(b, lab)
 		cfg := benchConfig(b, ep.port)
 		b.Run(ep.name+"/count-100", func(b *testing.B) {
 			for b.Loop() {

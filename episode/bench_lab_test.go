@@ -48,7 +48,7 @@ func BenchmarkCollect(b *testing.B) {
 		host := remote.NewCounted(ssh)
 		d := &Driver{Host: host}
 		b.Run(ep.name+"/collect", func(b *testing.B) {
-			ops0, got0 := host.Counts()["run sh"], host.Received()
+			ops0, got0 := host.Counts()["run collect"], host.Received()
 			for b.Loop() {
 				out, err := d.readOutput(ctx, log, TailBytes)
 				if err != nil || len(out.lines) != 1 {
@@ -56,7 +56,7 @@ func BenchmarkCollect(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/collect")
-			b.ReportMetric(float64(host.Counts()["run sh"]-ops0)/float64(b.N), "commands/collect")
+			b.ReportMetric(float64(host.Counts()["run collect"]-ops0)/float64(b.N), "commands/collect")
 			b.ReportMetric(float64(host.Received()-got0)/float64(b.N), "bytes/collect")
 		})
 		ssh.Close()

@@ -50,7 +50,7 @@ func TestRoundTripsFar(t *testing.T) {
 	}
 	lock.Unlock()
 	t.Cleanup(func() { _, _ = d.Cancel(context.Background(), e, ReasonCancelled, true) })
-	if ops := host.Counts(); len(ops) != 1 || ops["run sh"] != 1 {
+	if ops := host.Counts(); len(ops) != 1 || ops["run stage+sbatch"] != 1 {
 		t.Errorf("submit made %v on the cluster, want one command (two round trips)", ops)
 	}
 
@@ -79,7 +79,7 @@ func TestRoundTripsFar(t *testing.T) {
 		t.Fatalf("record %T from a %d-byte log", rec, fi.Size)
 	}
 	ops := host.Counts()
-	if ops["run sh"]-before["run sh"] != 1 || len(ops) != 1 {
+	if ops["run collect"]-before["run collect"] != 1 || len(ops) != 2 {
 		t.Errorf("collection made %v (before %v), want one command (two round trips)", ops, before)
 	}
 	if n := host.Received() - got0; n > 64<<10 || n == 0 {

@@ -373,11 +373,23 @@ func (d *Driver) SubmitBatch(ctx context.Context, specs []Spec) []Submitted {
 			live = append(live, p)
 		}
 	}
+	// Two batches at once: one stages while the other's sbatch waits on
+	// slurmctld.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 2)
 	for len(live) > 0 {
 		n := min(len(live), MaxBatch)
-		d.runBatch(ctx, live[:n], out)
+		batch := live[:n]
 		live = live[n:]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			d.runBatch(ctx, batch, out)
+		}()
 	}
+	wg.Wait()
 	return out
 }
 

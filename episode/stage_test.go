@@ -64,7 +64,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	lock.Unlock()
-	if ops := counted.Counts(); len(ops) != 1 || ops["run sh"] != 1 {
+	if ops := counted.Counts(); len(ops) != 1 || ops["run stage+sbatch"] != 1 {
 		t.Errorf("submit made %v on the cluster, want one command", ops)
 	}
 	if e.JobID(Author) != "4242" || !e.Staged || e.Scripts[Author] == "" || e.PolicyBaseURL == "" {
@@ -118,7 +118,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil || m.Jobs[Author] != "4242" || m.Jobs[Train] != "4243" {
 		t.Errorf("manifest after train %s: %v", b, err)
 	}
-	if ops := counted.Counts(); ops["run sh"] != 2 || ops["write"] != 0 {
+	if ops := counted.Counts(); ops["run stage+sbatch"] != 1 || ops["run sbatch"] != 1 || len(ops) != 2 {
 		t.Errorf("after train's submit %v, want two commands and no SFTP write", ops)
 	}
 
@@ -241,7 +241,7 @@ func TestSubmitBatch(t *testing.T) {
 	}
 	specs[4].ID = "ep-bad/../id"
 	out := d.SubmitBatch(ctx, specs)
-	if ops := counted.Counts(); ops["run sh"] != 2 || len(ops) != 1 {
+	if ops := counted.Counts(); ops["run stage+sbatch"] != 2 || len(ops) != 1 {
 		t.Errorf("%d episodes took %v, want two commands (batches of %d)", len(specs), ops, MaxBatch)
 	}
 	seen := map[string]bool{}
