@@ -21,6 +21,9 @@ func TestDoctorLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sharedWorkdir := lab.Workdir
+	lab.Workdir = lab.TestWorkdir(t)
+	base = []byte(lab.WithWorkdir(t, string(base), sharedWorkdir, lab.Workdir))
 	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base)}
 	state := t.TempDir()
 	type checkJSON struct {
@@ -69,7 +72,7 @@ func TestDoctorLab(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	unreadable := filepath.Join(lab.Workdir, "doctor-unreadable.sif")
+	unreadable := filepath.Join(sharedWorkdir, "doctor-unreadable.sif")
 	if err := os.WriteFile(unreadable, []byte("x"), 0o600); err != nil { // root's: the lab user cannot read it
 		t.Fatal(err)
 	}
