@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"regexp"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -21,6 +23,9 @@ var Version = "dev"
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// wroteJSON is set once the invocation's JSON document is out: an
+	// error after it (an outcome's exit code) adds no second one.
+	wroteJSON bool
 }
 
 // Main runs the command line and returns the process exit code.
@@ -34,14 +39,17 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Usage:     "run NeMo Gym nemorl_env episodes (author → train → eval) on Slurm",
 		Version:   Version,
 		Reader:    stdin,
-		Writer:    stderr, // help and human text go to stderr; stdout is for --json
+		Writer:    stdout, // --help and --version (asked for: stdout); logs and errors go to stderr
 		ErrWriter: stderr,
 		Flags:     globalFlags(),
 		Commands: []*ucli.Command{
+			initCommand(e),
 			configCommand(e),
+			doctorCommand(e),
 			renderCommand(e),
 			submitCommand(e),
 			statusCommand(e),
+			listCommand(e),
 			watchCommand(e),
 			resultCommand(e),
 			logsCommand(e),
@@ -53,16 +61,28 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			imagesCommand(e),
 			payloadCommand(e),
 			evaluateCommand(e),
+			completionCommand(e),
 		},
+		EnableBashCompletion: true,
 		OnUsageError: func(_ *ucli.Context, err error, _ bool) error {
-			return &Error{Code: ExitUsage, Err: err, Hint: "see nemorl-slurm --help"}
+			return &Error{Code: ExitUsage, Err: flagDashes(err), Hint: "see nemorl-slurm --help"}
 		},
 		CommandNotFound: func(c *ucli.Context, name string) {
 			notFound = true
 			fmt.Fprintf(stderr, "nemorl-slurm: no command %q\nhint: see nemorl-slurm --help\n", name)
 		},
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main reports errors
+		Action: func(c *ucli.Context) error {
+			// No command: the help, on stderr, and a usage error.
+			c.App.Writer = stderr
+			_ = ucli.ShowAppHelp(c)
+			if c.NArg() > 0 {
+				return usageErr("no command %q", c.Args().First())
+			}
+			return &Error{Code: ExitUsage, Err: errors.New("no command given"), Hint: "nemorl-slurm --help lists them"}
+		},
 	}
+	jsonMode := jsonRequested(args)
 	// An error before any action ran is a usage error (unknown flag,
 	// missing required flag, bad argument).
 	inAction := false
@@ -78,12 +98,33 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				err = &Error{Code: ExitUsage, Err: err, Hint: "see nemorl-slurm --help"}
 			}
 		}
-		return report(stderr, err)
+		code, hint := report(stderr, err)
+		if jsonMode && !e.wroteJSON {
+			_ = e.writeJSON(map[string]any{"error": map[string]any{"code": code, "message": err.Error(), "hint": hint}})
+		}
+		return code
 	}
 	if notFound {
+		if jsonMode && !e.wroteJSON {
+			_ = e.writeJSON(map[string]any{"error": map[string]any{"code": ExitUsage, "message": "no such command", "hint": "nemorl-slurm --help lists them"}})
+		}
 		return ExitUsage
 	}
 	return ExitOK
+}
+
+// jsonRequested reports whether --json is among the flags of args (before
+// a "--"), wherever it is: errors are then a JSON document on stdout too.
+func jsonRequested(args []string) bool {
+	for _, a := range args[min(1, len(args)):] {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "--json=1":
+			return true
+		}
+	}
+	return false
 }
 
 // interspersed moves the flags that follow a command's arguments before
@@ -169,7 +210,7 @@ func markActions(cmds []*ucli.Command, in *bool) {
 			cmd.Action = func(c *ucli.Context) error { *in = true; return act(c) }
 		}
 		cmd.OnUsageError = func(_ *ucli.Context, err error, _ bool) error {
-			return &Error{Code: ExitUsage, Err: err, Hint: "see nemorl-slurm " + cmd.Name + " --help"}
+			return &Error{Code: ExitUsage, Err: flagDashes(err), Hint: "see nemorl-slurm " + cmd.Name + " --help"}
 		}
 		markActions(cmd.Subcommands, in)
 	}
@@ -232,6 +273,9 @@ func loadConfig(c *ucli.Context, opts ...configs.LoadOptions) (*configs.Config, 
 		opt = opts[0]
 	}
 	cfg, err := configs.LoadFileWith(configPath(c), opt)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, withCode(ExitUsage, err, "set --config or NEMORL_SLURM_CONFIG (nemorl-slurm init writes a starter config)")
+	}
 	if err != nil {
 		return nil, withCode(ExitUsage, err, "")
 	}
@@ -243,6 +287,7 @@ func (e *env) writeJSON(v any) error {
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
+	e.wroteJSON = true
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("write JSON: %w", err)
 	}
@@ -250,3 +295,15 @@ func (e *env) writeJSON(v any) error {
 }
 
 func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }
+
+var reOneDashFlag = regexp.MustCompile(`(flag(?: provided but not defined:)? )-([A-Za-z][\w-]+)`)
+
+// flagDashes writes the flags in urfave/cli's messages as they are typed
+// ("invalid value "abc" for flag -tail" → "… flag --tail").
+func flagDashes(err error) error {
+	msg := reOneDashFlag.ReplaceAllString(err.Error(), "${1}--${2}")
+	if msg == err.Error() {
+		return err
+	}
+	return errors.New(msg)
+}

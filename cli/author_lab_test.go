@@ -44,6 +44,9 @@ func TestAuthorLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shared := lab.Workdir
+	lab.Workdir = lab.TestWorkdir(t)
+	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
 	cfg, err := configs.LoadFile(realAuthorCfg)
 	if err != nil {
 		t.Fatalf("%s: %v", realAuthorCfg, err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -32,6 +33,7 @@ func (e *env) cancel(c *ucli.Context) error {
 		return err
 	}
 	cancelled := map[string][]string{}
+	ended := map[string][]string{}
 	var failed []string
 	for ep, err := range skipped {
 		failed = append(failed, ep+": "+err.Error())
@@ -51,9 +53,18 @@ func (e *env) cancel(c *ucli.Context) error {
 			}
 			en, err := ledger.Load(ep)
 			if err == nil {
+				if en.Final() {
+					e.logf("%s: already finished (%s); nothing to cancel", ep, en.Outcome.Outcome)
+					lock.Unlock()
+					continue
+				}
 				var ids []string
+				logf := s.Logf
+				s.Logf = nil // the result line below says it
 				ids, err = s.Cancel(c.Context, en, episode.ReasonCancelled, ok)
+				s.Logf = logf
 				cancelled[ep] = append([]string{}, ids...) // [] rather than null in --json
+				ended[ep] = endedJobs(en, ids)
 			}
 			lock.Unlock()
 			if err != nil {
@@ -63,13 +74,17 @@ func (e *env) cancel(c *ucli.Context) error {
 		s.close()
 	}
 	if globalBool(c, "json") {
-		if err := e.writeJSON(map[string]any{"cancelled": cancelled, "errors": failed}); err != nil {
+		if err := e.writeJSON(map[string]any{"cancelled": cancelled, "already_ended": ended, "errors": failed}); err != nil {
 			return err
 		}
 	} else {
 		for _, en := range entries {
 			if ids, ok := cancelled[en.Episode]; ok {
-				fmt.Fprintf(e.stdout, "%s: cancelled jobs %s\n", en.Episode, orDash(strings.Join(ids, " ")))
+				line := fmt.Sprintf("%s: cancelled jobs %s", en.Episode, orDash(strings.Join(ids, " ")))
+				if done := ended[en.Episode]; len(done) > 0 {
+					line += fmt.Sprintf(" (already ended: %s)", strings.Join(done, " "))
+				}
+				fmt.Fprintln(e.stdout, line)
 			}
 		}
 	}
@@ -77,4 +92,16 @@ func (e *env) cancel(c *ucli.Context) error {
 		return withCode(ExitInfra, fmt.Errorf("cancel: %s", strings.Join(failed, "; ")), "")
 	}
 	return nil
+}
+
+// endedJobs are the episode's known jobs that Cancel did not signal: they
+// had ended.
+func endedJobs(en *episode.Entry, signalled []string) []string {
+	out := []string{}
+	for _, id := range en.JobIDs() {
+		if !slices.Contains(signalled, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }

@@ -41,11 +41,24 @@ func (e *env) clean(c *ucli.Context) error {
 				Hint: "wait for it (nemorl-slurm watch " + en.Episode + ") or cancel it first"}
 		}
 	}
-	sessions, skipped, err := e.sessionsFor(c.Context, c, ledger, entries)
-	if err != nil {
-		return err
-	}
 	cleaned := []string{}
+	already := []string{}
+	var todo []*episode.Entry
+	for _, en := range entries {
+		if !en.Cleaned.IsZero() {
+			already = append(already, en.Episode)
+			e.logf("%s: already cleaned on %s; nothing to remove", en.Episode, en.Cleaned.Local().Format("2006-01-02 15:04"))
+			continue
+		}
+		todo = append(todo, en)
+	}
+	var sessions []*session
+	skipped := map[string]error{}
+	if len(todo) > 0 {
+		if sessions, skipped, err = e.sessionsFor(c.Context, c, ledger, todo); err != nil {
+			return err
+		}
+	}
 	var failed []string
 	for ep, err := range skipped {
 		failed = append(failed, ep+": "+err.Error())
@@ -53,7 +66,7 @@ func (e *env) clean(c *ucli.Context) error {
 	for _, s := range sessions {
 		for _, ep := range s.episodes {
 			en, err := ledger.Load(ep)
-			if err == nil && en.Cleaned.IsZero() {
+			if err == nil {
 				if err = removeEpisodeDir(c, s, en); err == nil {
 					en.Cleaned = time.Now().UTC()
 					err = ledger.Save(en)
@@ -69,7 +82,7 @@ func (e *env) clean(c *ucli.Context) error {
 		s.close()
 	}
 	if globalBool(c, "json") {
-		if err := e.writeJSON(map[string]any{"cleaned": cleaned, "errors": failed}); err != nil {
+		if err := e.writeJSON(map[string]any{"cleaned": cleaned, "already_cleaned": already, "errors": failed}); err != nil {
 			return err
 		}
 	} else {

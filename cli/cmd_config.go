@@ -46,16 +46,24 @@ func (e *env) configCheck(c *ucli.Context) error {
 		}
 		return err
 	}
+	warnings := configs.Warnings(cfg)
 	if asJSON {
 		js, err := cfg.EffectiveJSON()
 		if err != nil {
 			return err
 		}
-		return e.writeJSON(map[string]any{"ok": true, "file": cfg.Source, "config": rawJSON(js)})
+		ws := make([]problemJSON, 0, len(warnings))
+		for _, w := range warnings {
+			ws = append(ws, problemJSON{File: cfg.Source, Line: w.Line, Key: w.Path, Message: w.Msg})
+		}
+		return e.writeJSON(map[string]any{"ok": true, "file": cfg.Source, "warnings": ws, "config": rawJSON(js)})
 	}
 	y, err := cfg.EffectiveYAML()
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		e.logf("warning: %s:%d: %s: %s", cfg.Source, w.Line, w.Path, w.Msg)
 	}
 	fmt.Fprintf(e.stdout, "# %s: ok (defaults filled in, secrets redacted)\n%s", cfg.Source, y)
 	return nil

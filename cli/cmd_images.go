@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -46,7 +48,14 @@ func (e *env) imagesInspect(c *ucli.Context) error {
 	for _, p := range c.Args().Slice() {
 		img, err := apptainer.Inspect(p)
 		if err != nil {
-			return withCode(ExitUsage, err, "is it a SIF image (apptainer build)?")
+			hint := "is it a SIF image (apptainer build)?"
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				hint = "no such file here: images inspect reads local files (copy the image, or run it on the login node)"
+			case errors.Is(err, fs.ErrPermission):
+				hint = "it cannot be read: check its permissions"
+			}
+			return withCode(ExitUsage, err, hint)
 		}
 		d, err := apptainer.FileDigest(p)
 		if err != nil {

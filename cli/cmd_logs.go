@@ -2,26 +2,38 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"os/signal"
 	"path"
 	"slices"
+	"strconv"
+	"syscall"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 func logsCommand(e *env) *ucli.Command {
 	return &ucli.Command{
-		Name:      "logs",
-		Usage:     "print the tail of a stage's output file (default: the latest stage submitted)",
+		Name: "logs",
+		Description: `Examples:
+   nemorl-slurm logs ep-20261129T214501Z-3f9a1c2b
+   nemorl-slurm logs -f ep-20261129T214501Z-3f9a1c2b          # follow the current stage
+   nemorl-slurm logs --stage author --tail 200 ep-20261129T214501Z-3f9a1c2b`,
+		Usage:     "print the tail of a stage's output file (default: the current stage: the first whose job has not completed)",
 		ArgsUsage: "EPISODE",
 		Flags: withGlobals(
 			&ucli.StringFlag{Name: "stage", Usage: "author, train or eval"},
 			&ucli.IntFlag{Name: "tail", Value: 50, Usage: "lines to print"},
+			&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing what the stage writes until its job ends (Ctrl-C stops)"},
 		),
 		Action: e.logs,
 	}
@@ -39,20 +51,20 @@ func (e *env) logs(c *ucli.Context) error {
 	if stage != "" && !slices.Contains(templates.Stages, stage) {
 		return usageErr("--stage %q: want author, train or eval", stage)
 	}
+	if c.Bool("follow") && globalBool(c, "json") {
+		return usageErr("--follow streams lines; it has no --json form")
+	}
 	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}
 	en := entries[0]
-	if stage == "" {
-		for _, s := range templates.Stages {
-			if en.Jobs[s] != nil {
-				stage = s
-			}
-		}
-		if stage == "" {
-			return usageErr("episode %s has no job yet", en.Episode)
-		}
+	if !en.Cleaned.IsZero() {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("episode %s was cleaned on %s: its logs went with its directory", en.Episode, en.Cleaned.Local().Format("2006-01-02 15:04")),
+			Hint: "nemorl-slurm result " + en.Episode + " still shows its outcome"}
+	}
+	if en.Jobs[episode.Author] == nil {
+		return usageErr("episode %s has no job yet", en.Episode)
 	}
 	sessions, _, err := e.sessionsFor(c.Context, c, ledger, entries)
 	if err != nil {
@@ -60,7 +72,15 @@ func (e *env) logs(c *ucli.Context) error {
 	}
 	s := sessions[0]
 	defer s.close()
+	if stage == "" {
+		if stage, err = currentStage(c.Context, s, en); err != nil {
+			return withCode(ExitInfra, err, "name the stage with --stage")
+		}
+	}
 	p := path.Join(en.Dir, templates.Output(stage))
+	if c.Bool("follow") {
+		return e.follow(c, s, en, stage, p, n)
+	}
 	tail, err := s.Host.ReadTail(c.Context, p, min(int64(n)*4096, episode.TailBytes))
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: the %s stage has no output yet (%s)", en.Episode, stage, p),
@@ -87,4 +107,122 @@ func (e *env) logs(c *ucli.Context) error {
 		_, _ = e.stdout.Write(l)
 	}
 	return nil
+}
+
+// currentStage is the episode's stage now: the first submitted whose job
+// has not completed (one sacct), or for a finished episode the stage that
+// decided its outcome.
+func currentStage(ctx context.Context, s *session, en *episode.Entry) (string, error) {
+	if o := en.Outcome; o != nil {
+		if o.FailureStage != "" && en.Jobs[o.FailureStage] != nil {
+			return o.FailureStage, nil
+		}
+		last := episode.Author
+		for _, st := range templates.Stages {
+			if en.Jobs[st] != nil {
+				last = st
+			}
+		}
+		return last, nil
+	}
+	var row episode.Row
+	if _, err := s.Watch(ctx, []string{en.Episode}, episode.WatchOptions{Once: true, MaxPollFailures: 1,
+		Observe: func(r []episode.Row) { row = r[0] }}); err != nil {
+		return "", fmt.Errorf("%s: which stage runs: %w", en.Episode, err)
+	}
+	if !slices.Contains(templates.Stages, row.Stage) {
+		return episode.Author, nil
+	}
+	return row.Stage, nil
+}
+
+// follow prints the last n lines of the stage's output, then what it
+// writes, until the stage's job has ended and its output is read to the
+// end (or Ctrl-C): one command per second reads the new bytes.
+func (e *env) follow(c *ucli.Context, s *session, en *episode.Entry, stage, p string, n int) error {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	id := en.JobID(stage)
+	var off int64 = -1 // -1: the first read, the last n lines
+	ended := false
+	for {
+		chunk, size, err := readFrom(ctx, s, p, off, int64(n)*4096)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return withCode(ExitInfra, fmt.Errorf("%s: %s output %s on %s: %w", en.Episode, stage, p, s.Host.Name(), err), "")
+		}
+		if off < 0 && err == nil {
+			lines := bytes.SplitAfter(chunk, []byte("\n"))
+			if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+				lines = lines[:len(lines)-1]
+			}
+			chunk = bytes.Join(lines[max(0, len(lines)-n):], nil)
+		}
+		if err == nil {
+			_, _ = e.stdout.Write(chunk)
+			off = size
+		}
+		if ended {
+			return nil
+		}
+		if id == "" {
+			if id = en.JobID(stage); id == "" {
+				if cur, lerr := s.Ledger.Load(en.Episode); lerr == nil {
+					en = cur
+					id = en.JobID(stage)
+				}
+			}
+		}
+		if id != "" {
+			infos, qerr := s.Slurm.Query(ctx, []string{id})
+			if qerr == nil && infos[id].State.Terminal() {
+				ended = true // one more read for the last bytes
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// followScript prints the size of a regular file and its bytes from
+// offset $2 (or, with $2 = -1, its last $3 bytes); a FIFO or symlink is
+// never read.
+const followScript = `f=$1 off=$2 n=$3
+[ -e "$f" ] || { echo absent; exit 0; }
+[ -f "$f" ] && [ ! -L "$f" ] || { echo "not a regular file" >&2; exit 3; }
+exec 3<>"$f" # read-write: a FIFO swapped in opens without blocking
+st=$(LC_ALL=C stat -L -c '%F|%s' /dev/fd/3) || exit 3
+case $st in "regular file|"* | "regular empty file|"*) ;; *) echo "not a regular file" >&2; exit 3 ;; esac
+size=${st#*|}
+echo "$size"
+if [ "$off" -lt 0 ]; then tail -c "$n" <&3
+elif [ "$size" -gt "$off" ]; then tail -c +$((off + 1)) <&3 | head -c $((size - off))
+fi
+`
+
+// readFrom reads p from off to its current end (off < 0: its last n
+// bytes) in one command, and returns its size.
+func readFrom(ctx context.Context, s *session, p string, off, n int64) ([]byte, int64, error) {
+	res, err := s.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", followScript, "sh", p, strconv.FormatInt(off, 10), strconv.FormatInt(n, 10)},
+		Idempotent: true, Label: "logs"})
+	if err != nil {
+		if res != nil {
+			return nil, 0, fmt.Errorf("%w: %s", err, remote.TrimStderr(res.Stderr))
+		}
+		return nil, 0, err
+	}
+	head, body, _ := bytes.Cut(res.Stdout, []byte("\n"))
+	if string(head) == "absent" {
+		return nil, 0, fs.ErrNotExist
+	}
+	size, err := strconv.ParseInt(string(head), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("unexpected output %.40q", head)
+	}
+	return body, size, nil
 }

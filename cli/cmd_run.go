@@ -27,6 +27,8 @@ func runCommand(e *env) *ucli.Command {
 			&ucli.DurationFlag{Name: "deadline", Usage: "cancel the episode's jobs after this long (e.g. 2h30m); 0 means none"},
 			&ucli.StringFlag{Name: "episode", Usage: "episode id (default: a new one)"},
 			&ucli.StringFlag{Name: "prompt-file", Usage: "the author's task prompt (default: the built-in one)"},
+			labelFlag("attach a `KEY=VALUE` label to the episode (repeatable); list shows and filters them"),
+			setFlag(),
 		),
 		Action: e.run,
 	}

@@ -10,16 +10,25 @@ import (
 
 func statusCommand(e *env) *ucli.Command {
 	return &ucli.Command{
-		Name:      "status",
+		Name: "status",
+		Description: `Examples:
+   nemorl-slurm status            # every unfinished episode, one sacct
+   nemorl-slurm status --all --json`,
 		Usage:     "show the episodes' jobs (default: every unfinished episode) with one sacct",
 		ArgsUsage: "[EPISODE…]",
-		Flags:     withGlobals(),
-		Action:    e.status,
+		Flags: withGlobals(
+			&ucli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "finished episodes too (list shows the whole ledger without asking the cluster)"},
+		),
+		Action: e.status,
 	}
 }
 
 func (e *env) status(c *ucli.Context) error {
-	ledger, entries, err := ledgerEntries(c.Args().Slice(), unfinished)
+	keep := unfinished
+	if c.Bool("all") {
+		keep = func(*episode.Entry) bool { return true }
+	}
+	ledger, entries, err := ledgerEntries(c.Args().Slice(), keep)
 	if err != nil {
 		return err
 	}
@@ -28,9 +37,13 @@ func (e *env) status(c *ucli.Context) error {
 		return err
 	}
 	var rows []episode.Row
+	var names userNames
 	for _, s := range sessions {
 		_, err := s.Watch(c.Context, s.episodes, episode.WatchOptions{Once: true, MaxPollFailures: 1,
-			Observe: func(r []episode.Row) { rows = append(rows, r...) }})
+			Observe: func(r []episode.Row) {
+				names.rename(c.Context, s.Driver, r)
+				rows = append(rows, r...)
+			}})
 		s.close()
 		if err != nil {
 			return withCode(ExitInfra, err, "")
@@ -47,7 +60,11 @@ func (e *env) status(c *ucli.Context) error {
 		return skippedError(skipped)
 	}
 	if len(rows) == 0 && len(skipped) == 0 {
-		e.logf("no unfinished episodes in %s", ledger.Dir)
+		if c.Bool("all") {
+			e.logf("no episodes in %s", ledger.Dir)
+		} else {
+			e.logf("no unfinished episodes in %s (status --all shows the finished too; list shows the ledger)", ledger.Dir)
+		}
 		return nil
 	}
 	fmt.Fprint(e.stdout, formatRows(rows))

@@ -11,13 +11,19 @@ import (
 
 func submitCommand(e *env) *ucli.Command {
 	return &ucli.Command{
-		Name:      "submit",
+		Name: "submit",
+		Description: `Examples:
+   nemorl-slurm submit --prompt-file task.txt --label sweep=a
+   nemorl-slurm submit --count 100 --json > batch.json
+   nemorl-slurm watch        # carries every unfinished episode on`,
 		Usage:     "stage an episode on the cluster and submit its author job; watch, run or resume carry it on",
 		ArgsUsage: " ",
 		Flags: withGlobals(
 			&ucli.StringFlag{Name: "episode", Usage: "episode id (default: a new one)"},
 			&ucli.StringFlag{Name: "prompt-file", Usage: "the author's task prompt (default: the built-in one)"},
 			&ucli.IntFlag{Name: "count", Value: 1, Usage: "submit `N` episodes of the same prompt over one connection, each with its own ledger entry"},
+			labelFlag("attach a `KEY=VALUE` label to the episodes (repeatable); list shows and filters them"),
+			setFlag(),
 		),
 		Action: e.submit,
 	}
@@ -58,7 +64,11 @@ func submittedJSON(en *episode.Entry) map[string]any {
 			jobs[st] = id
 		}
 	}
-	return map[string]any{"episode": en.Episode, "host": en.Host, "dir": en.Dir, "isolation": en.Isolation, "jobs": jobs}
+	doc := map[string]any{"episode": en.Episode, "host": en.Host, "dir": en.Dir, "isolation": en.Isolation, "jobs": jobs}
+	if len(en.Labels) > 0 {
+		doc["labels"] = en.Labels
+	}
+	return doc
 }
 
 // submitMany submits n episodes of one prompt over one connection, up to
@@ -71,11 +81,16 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	s, err := e.connect(c.Context, c, ledger, path, true)
+	labels, err := parseLabels(c)
+	if err != nil {
+		return err
+	}
+	s, err := e.connect(c.Context, c, ledger, path, true, c.StringSlice("set"))
 	if err != nil {
 		return err
 	}
 	defer s.close()
+	s.Labels = labels
 	prompt, err := readPrompt(c, s.Config)
 	if err != nil {
 		return err
@@ -135,10 +150,15 @@ func (e *env) submitEpisode(c *ucli.Context) (*session, *episode.Entry, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := e.connect(c.Context, c, ledger, path, true)
+	labels, err := parseLabels(c)
 	if err != nil {
 		return nil, nil, err
 	}
+	s, err := e.connect(c.Context, c, ledger, path, true, c.StringSlice("set"))
+	if err != nil {
+		return nil, nil, err
+	}
+	s.Labels = labels
 	prompt, err := readPrompt(c, s.Config)
 	if err != nil {
 		s.close()

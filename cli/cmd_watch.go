@@ -98,11 +98,15 @@ func (e *env) watchSessions(ctx context.Context, sessions []*session) ([]*episod
 		rows = make([][]episode.Row, len(sessions))
 	)
 	for i, s := range sessions {
+		// The driver's log lines go above the live table.
+		s.Logf = p.logf
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer s.close()
+			var names userNames
 			got, err := s.Watch(ctx, s.episodes, episode.WatchOptions{Act: true, Observe: func(r []episode.Row) {
+				names.rename(ctx, s.Driver, r)
 				mu.Lock()
 				defer mu.Unlock()
 				rows[i] = r

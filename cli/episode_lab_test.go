@@ -67,6 +67,9 @@ func TestEpisodeLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shared := lab.Workdir
+	lab.Workdir = lab.TestWorkdir(t)
+	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
 	cfg, err := configs.LoadFile("../configs/lab.yaml")
 	if err != nil {
 		t.Fatalf("configs/lab.yaml: %v", err)

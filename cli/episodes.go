@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -57,12 +61,22 @@ func explicitConfig(c *ucli.Context) string {
 // needKey is set by the commands that stage episodes (submit, run): the
 // others load the config with the policy API key optional, so that cancel,
 // status or clean work without ${POLICY_API_KEY} set.
-func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, path string, needKey bool) (*session, error) {
+//
+// sets are --set KEY=VALUE overrides (submit, run), applied to the file as
+// configs.ApplySets does, or those an episode's ledger entry recorded.
+func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, path string, needKey bool, sets []string) (*session, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
 	}
-	cfg, err := configs.LoadWith(path, data, os.LookupEnv, configs.LoadOptions{SecretsOptional: !needKey, PolicyFromGymHead: !needKey})
+	source := path
+	if len(sets) > 0 {
+		if data, err = configs.ApplySets(data, sets); err != nil {
+			return nil, withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "")
+		}
+		source = path + " with --set " + strings.Join(sets, " --set ")
+	}
+	cfg, err := configs.LoadWith(source, data, os.LookupEnv, configs.LoadOptions{SecretsOptional: !needKey, PolicyFromGymHead: !needKey})
 	if err != nil {
 		return nil, withCode(ExitUsage, err, "")
 	}
@@ -98,7 +112,8 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledg
 	d := &episode.Driver{
 		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
 		Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: Version,
-		Logf: func(format string, args ...any) { e.logf(format, args...) },
+		Logf:      func(format string, args ...any) { e.logf(format, args...) },
+		Overrides: sets,
 	}
 	return &session{Driver: d}, nil
 }
@@ -109,6 +124,8 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledg
 // stop the others: its episodes are returned in skipped, with why, and
 // logged; only when no config opens is that an error.
 func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, entries []*episode.Entry) (sessions []*session, skipped map[string]error, err error) {
+	// One session per config and --set overrides (the key joins them with
+	// NUL, which neither holds).
 	byConfig := map[string][]string{}
 	explicit := explicitConfig(c)
 	for _, en := range entries {
@@ -116,7 +133,8 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.
 		if explicit != "" {
 			p = explicit
 		}
-		byConfig[p] = append(byConfig[p], en.Episode)
+		k := strings.Join(append([]string{p}, en.Overrides...), "\x00")
+		byConfig[k] = append(byConfig[k], en.Episode)
 	}
 	paths := make([]string, 0, len(byConfig))
 	for p := range byConfig {
@@ -125,8 +143,10 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.
 	sort.Strings(paths)
 	skipped = map[string]error{}
 	var first error
-	for _, p := range paths {
-		s, err := e.connect(ctx, c, ledger, p, false)
+	for _, k := range paths {
+		parts := strings.Split(k, "\x00")
+		p := k
+		s, err := e.connect(ctx, c, ledger, parts[0], false, parts[1:])
 		if err != nil {
 			if first == nil {
 				first = err
@@ -193,7 +213,7 @@ func selectEpisodes(ledger *episode.Ledger, names []string, keep func(*episode.E
 			en, err := ledger.Load(n)
 			if err != nil {
 				if errors.Is(err, episode.ErrNotInLedger) {
-					return nil, &Error{Code: ExitUsage, Err: err, Hint: "nemorl-slurm status lists the unfinished episodes; the ledger is " + ledger.Dir}
+					return nil, &Error{Code: ExitUsage, Err: err, Hint: "nemorl-slurm list shows the episodes in the ledger (" + ledger.Dir + ")"}
 				}
 				return nil, err
 			}
@@ -217,11 +237,15 @@ func selectEpisodes(ledger *episode.Ledger, names []string, keep func(*episode.E
 func unfinished(en *episode.Entry) bool { return !en.Final() }
 
 // progress shows watch rows: a live table redrawn in place on a terminal,
-// otherwise one line per change.
+// otherwise one line per change. Log lines go through logf, above the
+// table: the table is cleared, the line printed, the table drawn again
+// under it, so the screen holds one table and every log line.
 type progress struct {
+	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
-	drawn int
+	drawn int    // lines of the table on screen
+	table string // the table last drawn
 	last  map[string]string
 	start time.Time
 }
@@ -235,13 +259,12 @@ func newProgress(w io.Writer) *progress {
 }
 
 func (p *progress) update(rows []episode.Row) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.tty {
-		if p.drawn > 0 {
-			fmt.Fprintf(p.w, "\x1b[%dA\x1b[J", p.drawn)
-		}
-		table := formatRows(rows)
-		fmt.Fprint(p.w, table)
-		p.drawn = strings.Count(table, "\n")
+		p.clear()
+		p.table = formatRows(rows)
+		p.draw()
 		return
 	}
 	for _, r := range rows {
@@ -250,8 +273,42 @@ func (p *progress) update(rows []episode.Row) {
 			continue
 		}
 		p.last[r.Episode] = line
-		fmt.Fprintf(p.w, "%s %s %s job %s %s%s\n", time.Now().UTC().Format(time.RFC3339), r.Episode, r.Stage, orDash(r.JobID), r.State, outcomeNote(r))
+		// The outcome is printed once, by the report at the end.
+		fmt.Fprintf(p.w, "%s %s %s job %s %s%s\n", time.Now().UTC().Format(time.RFC3339), r.Episode, r.Stage, orDash(r.JobID), r.State, reasonNote(r))
 	}
+}
+
+// logf prints a log line above the table.
+func (p *progress) logf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clear()
+	fmt.Fprintf(p.w, format+"\n", args...)
+	p.draw()
+}
+
+// clear removes the table from the screen (the cursor goes back to where
+// it started).
+func (p *progress) clear() {
+	if p.tty && p.drawn > 0 {
+		fmt.Fprintf(p.w, "\x1b[%dA\x1b[J", p.drawn)
+		p.drawn = 0
+	}
+}
+
+func (p *progress) draw() {
+	if p.tty && p.table != "" {
+		fmt.Fprint(p.w, p.table)
+		p.drawn = strings.Count(p.table, "\n")
+	}
+}
+
+// reasonNote is " (Dependency)" for a pending row with a reason.
+func reasonNote(r episode.Row) string {
+	if r.Reason == "" {
+		return ""
+	}
+	return " (" + r.Reason + ")"
 }
 
 func orDash(s string) string {
@@ -268,7 +325,7 @@ func outcomeNote(r episode.Row) string {
 	}
 	s := " → " + string(o.Outcome)
 	if o.Reward != nil {
-		s += fmt.Sprintf(" reward %g", *o.Reward)
+		s += " reward " + formatReward(o)
 	}
 	if o.FailureReason != "" {
 		s += " (" + o.FailureReason + ")"
@@ -285,7 +342,11 @@ func formatRows(rows []episode.Row) string {
 		if r.Outcome != nil {
 			out = strings.TrimPrefix(outcomeNote(r), " → ")
 		}
-		fmt.Fprintf(&b, "%-28s %-6s %-8s %-24s %9s  %s\n", r.Episode, r.Stage, orDash(r.JobID), r.State, formatElapsed(r.Elapsed), out)
+		state := r.State
+		if r.Reason != "" {
+			state += " (" + r.Reason + ")"
+		}
+		fmt.Fprintf(&b, "%-28s %-6s %-8s %-24s %9s  %s\n", r.Episode, r.Stage, orDash(r.JobID), state, formatElapsed(r.Elapsed), out)
 	}
 	return b.String()
 }
@@ -304,6 +365,7 @@ type rowJSON struct {
 	Stage          string           `json:"stage"`
 	JobID          string           `json:"job_id"`
 	State          string           `json:"state"`
+	Reason         string           `json:"reason,omitempty"`
 	ElapsedSeconds int64            `json:"elapsed_seconds"`
 	Outcome        *episode.Outcome `json:"outcome,omitempty"`
 }
@@ -311,7 +373,7 @@ type rowJSON struct {
 func rowsJSON(rows []episode.Row) []rowJSON {
 	out := make([]rowJSON, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, rowJSON{Episode: r.Episode, Stage: r.Stage, JobID: r.JobID, State: r.State,
+		out = append(out, rowJSON{Episode: r.Episode, Stage: r.Stage, JobID: r.JobID, State: r.State, Reason: r.Reason,
 			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
 	}
 	return out
@@ -338,7 +400,7 @@ func worstExit(entries []*episode.Entry) int {
 func summary(o *episode.Outcome) string {
 	s := fmt.Sprintf("%s: %s", o.Episode, o.Outcome)
 	if o.Reward != nil {
-		s += fmt.Sprintf(", reward %g", *o.Reward)
+		s += ", reward " + formatReward(o)
 	}
 	if o.MaskSample {
 		s += ", mask_sample"
@@ -346,8 +408,22 @@ func summary(o *episode.Outcome) string {
 	if o.FailureReason != "" {
 		s += fmt.Sprintf(" (%s: %s)", o.FailureStage, o.FailureReason)
 	}
-	if o.TrainReward != nil && o.InnerSteps != nil {
-		s += fmt.Sprintf("; train_reward %g after %d inner steps", *o.TrainReward, *o.InnerSteps)
+	if o.TrainReward != nil && o.InnerSteps != nil && o.Outcome != episode.InfraFailure && o.Outcome != episode.IntegrityViolation {
+		s += fmt.Sprintf("; train_reward %.4f after %d inner steps", *o.TrainReward, *o.InnerSteps)
+	}
+	return s
+}
+
+// formatReward shows a reward to four places and, for an eval's score,
+// the samples it counts: "0.4542 (109/240)".
+func formatReward(o *episode.Outcome) string {
+	if o.Reward == nil {
+		return "-"
+	}
+	r := *o.Reward
+	s := fmt.Sprintf("%.4f", r)
+	if o.Correct != nil && o.Samples > 0 {
+		s += fmt.Sprintf(" (%d/%d)", *o.Correct, o.Samples)
 	}
 	return s
 }
@@ -368,5 +444,43 @@ func (e *env) printOutcome(o *episode.Outcome) {
 	}
 	if o.Isolation == "none" {
 		fmt.Fprintln(e.stdout, "  isolation: none (lab only: the stages ran without containers)")
+	}
+}
+
+// userNames names the uids in "CANCELLED by 1001" states, asking the
+// cluster once per uid.
+type userNames struct {
+	names map[int]string
+	asked map[int]bool
+}
+
+var reCancelledBy = regexp.MustCompile(`^(CANCELLED by )(\d+)$`)
+
+// rename rewrites the rows' "CANCELLED by UID" states with the user's name.
+func (u *userNames) rename(ctx context.Context, d *episode.Driver, rows []episode.Row) {
+	if u.names == nil {
+		u.names, u.asked = map[int]string{}, map[int]bool{}
+	}
+	var ask []int
+	for _, r := range rows {
+		if m := reCancelledBy.FindStringSubmatch(r.State); m != nil {
+			uid, _ := strconv.Atoi(m[2])
+			if !u.asked[uid] {
+				u.asked[uid] = true
+				ask = append(ask, uid)
+			}
+		}
+	}
+	if len(ask) > 0 && d != nil {
+		names, _ := d.UserNames(ctx, ask)
+		maps.Copy(u.names, names)
+	}
+	for i, r := range rows {
+		if m := reCancelledBy.FindStringSubmatch(r.State); m != nil {
+			uid, _ := strconv.Atoi(m[2])
+			if name, ok := u.names[uid]; ok {
+				rows[i].State = m[1] + name
+			}
+		}
 	}
 }

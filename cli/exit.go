@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/nemorl/nemorl-slurm/episode"
 )
 
 // Exit codes (README "Exit codes").
@@ -37,13 +39,20 @@ func withCode(code int, err error, hint string) error {
 	return &Error{Code: code, Err: err, Hint: hint}
 }
 
-// report prints err to stderr and returns its exit code.
-func report(stderr io.Writer, err error) int {
+// report prints err to stderr and returns its exit code and hint. Errors
+// without a code that name a bad argument (an episode id that is not one,
+// or not in the ledger) are usage errors.
+func report(stderr io.Writer, err error) (int, string) {
 	var e *Error
 	code := ExitInternal
 	hint := ""
-	if errors.As(err, &e) {
+	switch {
+	case errors.As(err, &e):
 		code, hint = e.Code, e.Hint
+	case errors.Is(err, episode.ErrBadEpisodeID):
+		code, hint = ExitUsage, "episode ids look like ep-20261129T214501Z-3f9a1c2b: nemorl-slurm list shows them"
+	case errors.Is(err, episode.ErrNotInLedger):
+		code, hint = ExitUsage, "nemorl-slurm list shows the episodes in the ledger"
 	}
 	msg := err.Error()
 	if strings.Contains(msg, "\n") {
@@ -54,5 +63,5 @@ func report(stderr io.Writer, err error) int {
 	if hint != "" {
 		fmt.Fprintf(stderr, "hint: %s\n", hint)
 	}
-	return code
+	return code, hint
 }

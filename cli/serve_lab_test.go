@@ -41,6 +41,9 @@ func TestServeLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shared := lab.Workdir
+	lab.Workdir = lab.TestWorkdir(t)
+	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
 	lcfg, err := configs.LoadFile("../configs/lab.yaml")
 	if err != nil {
 		t.Fatal(err)

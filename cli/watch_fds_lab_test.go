@@ -24,6 +24,9 @@ func TestWatchManyEpisodesFewFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shared := lab.Workdir
+	lab.Workdir = lab.TestWorkdir(t)
+	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
 	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base)}
 	data := strings.Replace(x.base, "command: ["+labStandIns+"/author]", "command: [/bin/sleep, \"900\"]", 1)
 	cfg := filepath.Join(t.TempDir(), "lab.yaml")

@@ -58,5 +58,9 @@ func DefaultPath() string {
 	if p := os.Getenv("NEMORL_SLURM_CONFIG"); p != "" {
 		return p
 	}
-	return "nemorl-slurm.yaml"
+	return DefaultFile
 }
+
+// DefaultFile is the config read when neither --config nor
+// $NEMORL_SLURM_CONFIG names one.
+const DefaultFile = "nemorl-slurm.yaml"

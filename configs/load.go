@@ -53,7 +53,7 @@ func LoadFileWith(path string, opt LoadOptions) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("config %s: %w (set --config or NEMORL_SLURM_CONFIG)", path, err)
+			return nil, fmt.Errorf("config %s: %w", path, err)
 		}
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -104,6 +104,7 @@ func LoadWith(file string, data []byte, lookup func(string) (string, bool), opt 
 		return nil, l.yamlError(err)
 	}
 	cfg.Source = file
+	cfg.lines = l.lines
 	l.cfg = cfg
 	l.expand(reflect.ValueOf(cfg).Elem(), "", lookup)
 	if len(l.problems) > 0 {

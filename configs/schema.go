@@ -26,7 +26,14 @@ type Config struct {
 	// "${POLICY_API_KEY}") when the config was loaded with
 	// LoadOptions.SecretsOptional; the secret is then empty.
 	SecretUnset string `yaml:"-"`
+
+	// lines maps key paths to their line in Source (Line).
+	lines map[string]int
 }
+
+// Line is the line of key (a dotted path) in the file the config was
+// loaded from, or 0.
+func (c *Config) Line(key string) int { return c.lines[key] }
 
 // Cluster says where Slurm is and how jobs are requested.
 type Cluster struct {

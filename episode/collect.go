@@ -426,6 +426,7 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 	o.Outcome, o.Reward, o.MaskSample = Scored, ptr(ev.Reward), false
 	o.AIME25Exact, o.AIME25AvgAt8 = ptr(ev.AIME25Exact), ptr(ev.AIME25AvgAt8)
 	o.Completed, o.WandbURL = ev.Completed, ev.WandbURL
+	o.Correct, o.Samples = ptr(ev.Correct), ev.Problems*ev.SamplesPerProblem
 	return o, nil
 }
 

@@ -53,6 +53,12 @@ type Driver struct {
 	Logf func(format string, args ...any)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Labels are given to every episode this driver submits (submit
+	// --label); see CheckLabel.
+	Labels map[string]string
+	// Overrides are the --set KEY=VALUE applied to the config file
+	// (configs.ApplySets): recorded in every entry submitted.
+	Overrides []string
 
 	policyOnce sync.Once
 	policyNext atomic.Uint64 // round-robin over policy_model.base_url
@@ -80,7 +86,7 @@ func (d *Driver) now() time.Time {
 // ErrBadEpisodeID when the id is not a usable one. Neither leaves anything
 // behind.
 var (
-	ErrEpisodeExists = errors.New("episode exists")
+	ErrEpisodeExists = errors.New("already exists")
 	ErrBadEpisodeID  = errors.New("bad episode id")
 )
 
@@ -408,7 +414,8 @@ func dependencyGone(err error) bool {
 // lock — also records it in the entry and first looks up submissions whose
 // job id is not known yet; a process that does not own the episode leaves
 // the entry alone: the owner sees the marker at its next poll and cancels
-// what it submitted since.
+// what it submitted since. It returns the jobs it signalled: those that
+// had not ended.
 func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool) ([]string, error) {
 	if e.Final() {
 		return nil, nil
@@ -448,14 +455,25 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 			return nil, err
 		}
 	}
-	if err := d.Slurm.Cancel(ctx, ids); err != nil {
-		return ids, fmt.Errorf("episode %s: %w", e.Episode, err)
+	// Only the jobs that have not ended are signalled (and reported): one
+	// query; if it fails, all of them (scancel of an ended job is a no-op).
+	live := ids
+	if infos, err := d.Slurm.Query(ctx, ids); err == nil {
+		live = nil
+		for _, id := range ids {
+			if !infos[id].State.Terminal() {
+				live = append(live, id)
+			}
+		}
+	}
+	if err := d.Slurm.Cancel(ctx, live); err != nil {
+		return live, fmt.Errorf("episode %s: %w", e.Episode, err)
 	}
 	d.removeSecrets(ctx, e)
-	if len(ids) > 0 {
-		d.logf("%s: cancelled jobs %s (%s)", e.Episode, strings.Join(ids, ", "), first)
+	if len(live) > 0 {
+		d.logf("%s: cancelled jobs %s (%s)", e.Episode, strings.Join(live, ", "), first)
 	}
-	return ids, nil
+	return live, nil
 }
 
 // JobIDs returns the episode's known job ids in chain order.
@@ -488,4 +506,55 @@ func (e *Entry) recordCancels(ids []string) {
 			e.CancelsIssued = append(e.CancelsIssued, id)
 		}
 	}
+}
+
+// CheckLabel checks one label: a key of letters, digits and ._-/ (at most
+// 64), a value of at most 256 printable characters.
+func CheckLabel(k, v string) error {
+	if k == "" || len(k) > 64 {
+		return fmt.Errorf("label key %q: want 1..64 characters", k)
+	}
+	for _, r := range k {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/", r)) {
+			return fmt.Errorf("label key %q: want letters, digits and ._-/ only", k)
+		}
+	}
+	if len(v) > 256 {
+		return fmt.Errorf("label %s: the value is over 256 bytes", k)
+	}
+	for _, r := range v {
+		if r < ' ' || r == 0x7f {
+			return fmt.Errorf("label %s: the value holds a control character", k)
+		}
+	}
+	return nil
+}
+
+// UserNames returns the names of the given uids on the cluster (for
+// "CANCELLED by 1001"): one `getent passwd` for all of them; a uid with no
+// name is left out.
+func (d *Driver) UserNames(ctx context.Context, uids []int) (map[int]string, error) {
+	out := map[int]string{}
+	if len(uids) == 0 {
+		return out, nil
+	}
+	argv := []string{"getent", "passwd"}
+	for _, u := range uids {
+		argv = append(argv, strconv.Itoa(u))
+	}
+	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Idempotent: true})
+	if res == nil {
+		return out, fmt.Errorf("user names: %w", err)
+	}
+	// getent exits 2 when some key is unknown; the lines it printed hold.
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 3 {
+			continue
+		}
+		if uid, err := strconv.Atoi(f[2]); err == nil && f[0] != "" {
+			out[uid] = f[0]
+		}
+	}
+	return out, nil
 }

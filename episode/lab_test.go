@@ -62,6 +62,7 @@ func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *sacctCoun
 	if trainArgv != nil {
 		cfg.Stages.Train.Command = trainArgv
 	}
+	cfg.Cluster.Workdir = lab.TestWorkdir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	host, err := remote.Dial(ctx, remote.Options{Host: lab.SSHHost, Port: lab.SSHPort, User: lab.User,

@@ -67,6 +67,11 @@ type Entry struct {
 	// PolicyBaseURL is the one of policy_model.base_url this episode's
 	// author was given (a list spreads episodes over its endpoints).
 	PolicyBaseURL string `json:"policy_base_url,omitempty"`
+	// Labels are the user's KEY=VALUE tags (submit --label), for list.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Overrides are the --set KEY=VALUE the episode was submitted with:
+	// every later command applies them to ConfigPath again.
+	Overrides []string `json:"overrides,omitempty"`
 	// Staged is set once every file of the episode is on the cluster.
 	Staged bool `json:"staged"`
 	// Scripts holds the sha256 of each stage's sbatch script as staged.
@@ -174,10 +179,10 @@ var ErrNotInLedger = errors.New("not in the ledger")
 // Create writes a new entry and its prompt; it fails if the episode exists.
 func (l *Ledger) Create(e *Entry, prompt []byte) error {
 	if !templates.ValidEpisode(e.Episode) {
-		return fmt.Errorf("ledger: bad episode id %q", e.Episode)
+		return fmt.Errorf("ledger: %w %q", ErrBadEpisodeID, e.Episode)
 	}
 	if _, err := os.Stat(l.path(e.Episode)); err == nil {
-		return fmt.Errorf("ledger: episode %s: %w (%s)", e.Episode, ErrEpisodeExists, l.path(e.Episode))
+		return fmt.Errorf("episode %s %w in the ledger (%s)", e.Episode, ErrEpisodeExists, l.path(e.Episode))
 	}
 	if err := atomicfile.Write(l.PromptPath(e.Episode), prompt, 0o600); err != nil {
 		return fmt.Errorf("ledger: %w", err)
@@ -209,7 +214,7 @@ func (l *Ledger) Save(e *Entry) error {
 // Load reads one episode's entry.
 func (l *Ledger) Load(ep string) (*Entry, error) {
 	if !templates.ValidEpisode(ep) {
-		return nil, fmt.Errorf("bad episode id %q: want ep-… (letters, digits and ._- only)", ep)
+		return nil, fmt.Errorf("%w %q: want ep-… (letters, digits and ._- only)", ErrBadEpisodeID, ep)
 	}
 	b, err := os.ReadFile(l.path(ep))
 	if errors.Is(err, fs.ErrNotExist) {

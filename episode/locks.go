@@ -125,7 +125,7 @@ func (l *Ledger) lockOwner() (*lockOwner, error) {
 // Unlock or with the process.
 func (l *Ledger) TryLock(ep string) (lock *Lock, ok bool, err error) {
 	if !templates.ValidEpisode(ep) {
-		return nil, false, fmt.Errorf("ledger: lock: bad episode id %q", ep)
+		return nil, false, fmt.Errorf("ledger: lock: %w %q", ErrBadEpisodeID, ep)
 	}
 	o, err := l.lockOwner()
 	if err != nil {
@@ -211,7 +211,7 @@ func (k *Lock) Unlock() {
 // episode: for tests and diagnostics; TryLock is the way to take it.
 func (l *Ledger) Locked(ep string) (bool, error) {
 	if !templates.ValidEpisode(ep) {
-		return false, fmt.Errorf("ledger: lock: bad episode id %q", ep)
+		return false, fmt.Errorf("ledger: lock: %w %q", ErrBadEpisodeID, ep)
 	}
 	o, err := l.lockOwner()
 	if err != nil {

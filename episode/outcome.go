@@ -122,6 +122,9 @@ type Outcome struct {
 	TrainReward      *float64 `json:"train_reward,omitempty"`
 	InnerSteps       *int     `json:"inner_steps,omitempty"`
 	Completed        int      `json:"completed"`
+	// Correct of Samples (30 problems × 8) is the score the reward is.
+	Correct *int `json:"correct,omitempty"`
+	Samples int  `json:"samples,omitempty"`
 	PatchSHA256      string   `json:"patch_sha256,omitempty"`
 	CheckpointSHA256 string   `json:"checkpoint_sha256,omitempty"`
 	WandbURL         string   `json:"wandb_url,omitempty"`

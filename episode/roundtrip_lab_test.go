@@ -27,6 +27,7 @@ func TestRoundTripsFar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Cluster.Workdir = lab.TestWorkdir(t)
 	// A chatty author: 1.5 MiB of log before its record.
 	cfg.Stages.Author.Command = []string{"/bin/sh", "-c", "head -c 1572864 /dev/zero | tr '\\0' 'x' | fold -w 100; echo; exec " + cfg.Stages.Author.Command[0]}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -26,7 +26,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -442,6 +444,10 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{Author: {Intent: now}},
 		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree),
 	}
+	if len(d.Labels) > 0 {
+		e.Labels = maps.Clone(d.Labels)
+	}
+	e.Overrides = slices.Clone(d.Overrides)
 	if _, err := d.secretsData(e); err != nil {
 		return nil, err
 	}
@@ -462,7 +468,7 @@ func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
 		case errors.As(err, &pe) || (err == nil && r.exists):
 			// Refused before anything of it was written on the cluster.
 			if err == nil {
-				err1 := fmt.Errorf("episode %s: %w: %s already exists on %s; refusing to overwrite it", p.e.Episode, ErrEpisodeExists, p.e.Dir, d.Host.Name())
+				err1 := fmt.Errorf("episode %s %w: %s on %s; refusing to overwrite it", p.e.Episode, ErrEpisodeExists, p.e.Dir, d.Host.Name())
 				d.discard(p, out, err1)
 				continue
 			}

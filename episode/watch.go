@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"sync"
+	"strings"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/record"
@@ -37,9 +38,14 @@ var ErrConnectionLost = remote.ErrConnectionLost
 // (The CLI renders rows as a table or, with --json, through its own type.)
 type Row struct {
 	Episode, Stage, JobID string
-	// State is Slurm's state of the stage's job (SUBMITTED until Slurm
-	// reports it).
-	State   string
+	// State is Slurm's state of the stage's job (PENDING until Slurm
+	// reports it: a job just submitted waits).
+	State string
+	// Reason is why a PENDING job waits (Slurm's reason: Dependency,
+	// Resources, Priority, …); "" otherwise.
+	Reason string
+	// Elapsed is how long the job has run (zero while pending); for a
+	// finished episode, from the outcome's record of the job.
 	Elapsed time.Duration
 	// Outcome is set once the episode is final.
 	Outcome *Outcome
@@ -417,14 +423,8 @@ func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome) error {
 		// A completed author job's script deleted it already.
 		d.removeSecrets(ctx, e)
 	}
-	msg := fmt.Sprintf("%s: %s", e.Episode, o.Outcome)
-	if o.Reward != nil {
-		msg += fmt.Sprintf(" reward %g", *o.Reward)
-	}
-	if o.FailureReason != "" {
-		msg += fmt.Sprintf(" (%s: %s)", o.FailureStage, o.FailureReason)
-	}
-	d.logf("%s", msg)
+	// The outcome itself is reported once, by the caller (watch's report,
+	// serve's answer), not logged here too.
 	return nil
 }
 
@@ -454,7 +454,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 		if sub == nil {
 			break
 		}
-		r.Stage, r.JobID, r.Elapsed = s, sub.JobID, 0
+		r.Stage, r.JobID, r.Elapsed, r.Reason = s, sub.JobID, 0, ""
 		if sub.JobID == "" {
 			r.State = "SUBMITTING"
 			break
@@ -463,10 +463,21 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 		switch {
 		case ok && j.State.Raw != "":
 			r.State, r.Elapsed = j.State.Raw, j.Elapsed
+			if strings.HasPrefix(j.State.Raw, "PENDING") {
+				r.Elapsed = 0
+				if j.Reason != "" && j.Reason != "None" {
+					r.Reason = j.Reason
+				}
+			}
 		case e.Outcome != nil && e.Outcome.Jobs[s].State != "":
-			r.State = e.Outcome.Jobs[s].State
+			js := e.Outcome.Jobs[s]
+			r.State = js.State
+			if !js.Start.IsZero() && js.End.After(js.Start) {
+				r.Elapsed = js.End.Sub(js.Start)
+			}
 		default:
-			r.State = "SUBMITTED" // Slurm has not reported it yet
+			// Submitted, not yet in sacct or squeue (they lag): it waits.
+			r.State = "PENDING"
 		}
 		if r.State != "COMPLETED" {
 			break

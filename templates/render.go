@@ -460,7 +460,7 @@ func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds in
 		"--output="+r.host(Output(stage)),
 		"--open-mode=truncate",
 		"--comment="+Comment(r.in.Episode, stage),
-		fmt.Sprintf("--signal=B:TERM@%d", GraceSeconds),
+		fmt.Sprintf("--signal=B:USR1@%d", GraceSeconds),
 		"--kill-on-invalid-dep=yes",
 		"--export=NONE",
 	)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -112,7 +113,7 @@ func TestSbatchOptions(t *testing.T) {
 			"--partition=gpu", "--account=rl-lab", "--qos=high", "--open-mode=truncate",
 			"--comment=nemorl:ep-20261129T000000Z-golden:" + stage,
 			"--output=/scratch/alice/nemorl/ep-20261129T000000Z-golden/" + stage + "/out.log",
-			"--signal=B:TERM@120", "--kill-on-invalid-dep=yes", "--export=NONE", "--constraint=h100_80gb",
+			"--signal=B:USR1@120", "--kill-on-invalid-dep=yes", "--export=NONE", "--constraint=h100_80gb",
 		} {
 			if !has(o, want) {
 				t.Errorf("%s: missing #SBATCH %s", stage, want)
@@ -456,43 +457,92 @@ func TestRunAuthorSecrets(t *testing.T) {
 	}
 }
 
-// TestTermForwarded sends TERM to the batch shell, as Slurm's
-// --signal=B:TERM@N does, and checks that the payload receives it at once
-// (the payload runs in the background and is waited for).
-func TestTermForwarded(t *testing.T) {
-	tr := stageRun(t, map[string]string{Train: `trap 'echo payload-got-term; exit 42' TERM; echo started; while :; do sleep 0.1; done`})
+// termPayload counts the TERMs it gets: each prints a line; it exits 42 a
+// second after the first, so a second TERM in between would show.
+const termPayload = `echo "pid=$$"; trap 'echo payload-got-term; [ -n "$t" ] || t=$(date +%s)' TERM; echo started; while [ -z "$t" ] || [ $(date +%s) -lt $((t + 2)) ]; do sleep 0.1; done; exit 42`
+
+// startTermRun starts the train script with termPayload and returns once
+// the payload runs, with its pid.
+func startTermRun(t *testing.T) (*exec.Cmd, *syncBuffer, int, chan error) {
+	t.Helper()
+	tr := stageRun(t, map[string]string{Train: termPayload})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	out := &syncBuffer{}
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Train)))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=0"}
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "started") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "started") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	m := regexp.MustCompile(`pid=(\d+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("the payload did not start:\n%s", out.String())
+	}
+	pid, _ := strconv.Atoi(m[1])
+	return cmd, out, pid, done
+}
+
+func waitTermRun(t *testing.T, cmd *exec.Cmd, out *syncBuffer, done chan error) {
+	t.Helper()
 	select {
 	case err := <-done:
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 42 {
 			t.Fatalf("want exit 42 from the payload, got %v\n%s", err, out.String())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(15 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
-		t.Fatalf("batch shell did not end after TERM\n%s", out.String())
+		t.Fatalf("batch shell did not end\n%s", out.String())
 	}
-	if !strings.Contains(out.String(), "payload-got-term") || !strings.Contains(out.String(), "forwarding") {
-		t.Errorf("TERM not forwarded:\n%s", out.String())
+	if n := strings.Count(out.String(), "payload-got-term"); n != 1 {
+		t.Errorf("the payload got %d TERMs, want exactly one:\n%s", n, out.String())
+	}
+}
+
+// TestUSR1Forwarded: the time-limit warning (--signal=B:USR1@N) reaches the
+// batch shell alone; the payload gets it as one TERM, at once.
+func TestUSR1Forwarded(t *testing.T) {
+	cmd, out, _, done := startTermRun(t)
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitTermRun(t, cmd, out, done)
+	if !strings.Contains(out.String(), "USR1 received (time limit near); sending the payload TERM") {
+		t.Errorf("USR1 not forwarded:\n%s", out.String())
+	}
+}
+
+// TestTermNotForwardedTwice: scancel (and the time limit) send TERM to every
+// process of the job; the batch shell must not send the payload a second
+// one (bug: the stand-in printed its record twice, and the duplicate was
+// judged an integrity violation).
+func TestTermNotForwardedTwice(t *testing.T) {
+	cmd, out, pid, done := startTermRun(t)
+	// As slurmd does: every process of the job, the payload's too. The
+	// payload's TERM first, seen, then the shell's: a forwarded second TERM
+	// would be a signal of its own, not merged with the first.
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "payload-got-term") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitTermRun(t, cmd, out, done)
+	if !strings.Contains(out.String(), "TERM received (job cancelled or at its time limit; Slurm signalled the payload too)") {
+		t.Errorf("no note of the TERM:\n%s", out.String())
 	}
 }
 

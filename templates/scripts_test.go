@@ -539,7 +539,7 @@ func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
 		<-done
 		t.Fatalf("batch shell did not end after TERM\n%s", out.String())
 	}
-	if !strings.Contains(out.String(), "killing its process group") || !strings.Contains(out.String(), "which has 2 s to exit") {
+	if !strings.Contains(out.String(), "killing its process group") || !strings.Contains(out.String(), "it has 2 s to exit") {
 		t.Errorf("no kill after the bounded wait:\n%s", out.String())
 	}
 	if _, err := os.Stat(filepath.Dir(home[1])); !os.IsNotExist(err) {

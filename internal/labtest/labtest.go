@@ -6,12 +6,15 @@ package labtest
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -263,4 +266,38 @@ func flockSSHD(t testing.TB, how int) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		_ = f.Close()
 	})
+}
+
+// TestWorkdir is a workdir on the lab for t alone (under Workdir, created
+// by the first staging), removed with everything in it when t ends: tests
+// leave no episode directories behind.
+func (l Lab) TestWorkdir(t testing.TB) string {
+	t.Helper()
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, t.Name())
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	d := path.Join(l.Workdir, "test-"+name+"-"+hex.EncodeToString(b[:]))
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
+// WithWorkdir returns config text (configs/lab.yaml or a variant) with its
+// cluster.workdir, from, replaced by dir.
+func (l Lab) WithWorkdir(t testing.TB, config, from, dir string) string {
+	t.Helper()
+	old := "  workdir: " + from + "\n"
+	if strings.Count(config, old) != 1 {
+		t.Fatalf("the lab config has no single %q", strings.TrimSpace(old))
+	}
+	return strings.Replace(config, old, "  workdir: "+dir+"\n", 1)
 }
