@@ -117,19 +117,19 @@ type Outcome struct {
 	// issue, …): for operators to review. FailureReason names it.
 	Tampering bool `json:"tampering,omitempty"`
 
-	AIME25Exact      *float64 `json:"aime25_exact,omitempty"`
-	AIME25AvgAt8     *float64 `json:"aime25_avg_at_8,omitempty"`
-	TrainReward      *float64 `json:"train_reward,omitempty"`
-	InnerSteps       *int     `json:"inner_steps,omitempty"`
-	Completed        int      `json:"completed"`
+	AIME25Exact  *float64 `json:"aime25_exact,omitempty"`
+	AIME25AvgAt8 *float64 `json:"aime25_avg_at_8,omitempty"`
+	TrainReward  *float64 `json:"train_reward,omitempty"`
+	InnerSteps   *int     `json:"inner_steps,omitempty"`
+	Completed    int      `json:"completed"`
 	// Correct of Samples (30 problems × 8) is the score the reward is.
-	Correct *int `json:"correct,omitempty"`
-	Samples int  `json:"samples,omitempty"`
-	PatchSHA256      string   `json:"patch_sha256,omitempty"`
-	CheckpointSHA256 string   `json:"checkpoint_sha256,omitempty"`
-	WandbURL         string   `json:"wandb_url,omitempty"`
-	Isolation        string   `json:"isolation"`
-	Dir              string   `json:"dir"`
+	Correct          *int   `json:"correct,omitempty"`
+	Samples          int    `json:"samples,omitempty"`
+	PatchSHA256      string `json:"patch_sha256,omitempty"`
+	CheckpointSHA256 string `json:"checkpoint_sha256,omitempty"`
+	WandbURL         string `json:"wandb_url,omitempty"`
+	Isolation        string `json:"isolation"`
+	Dir              string `json:"dir"`
 
 	Jobs map[string]JobSummary `json:"jobs"`
 	// Decided is when the outcome was decided.

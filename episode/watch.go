@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"sync"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/record"
