@@ -1227,23 +1227,28 @@ func (x *labCLI) testSubmitWatchCancel(t *testing.T) {
 
 	r := x.run(t, state, quickTimeout, "cancel", "--json", ep).want(t, ExitOK)
 	var doc struct {
-		Cancelled map[string][]string `json:"cancelled"`
-		Errors    []string            `json:"errors"`
+		Cancelled    map[string][]string `json:"cancelled"`
+		AlreadyEnded map[string][]string `json:"already_ended"`
+		Errors       []string            `json:"errors"`
 	}
 	oneJSON(t, r, &doc)
 	e := readLedger(t, state, ep)
-	var want []string
-	for _, s := range labStages {
-		if id := e.Jobs[s].JobID; id != "" {
-			want = append(want, id)
-		}
-	}
+	// The author had completed: it is reported as ended, not cancelled
+	// (bug: every job was reported cancelled).
+	want := []string{e.Jobs[episode.Train].JobID, e.Jobs[episode.Eval].JobID}
 	got := slices.Clone(doc.Cancelled[ep])
 	slices.Sort(got)
 	slices.Sort(want)
-	if len(doc.Cancelled) != 1 || !slices.Equal(got, want) || !slices.Contains(got, train) || len(doc.Errors) != 0 {
-		t.Errorf("cancel --json: want %s: %v (with train job %s) and no errors\n%s", ep, want, train, r)
+	if len(doc.Cancelled) != 1 || !slices.Equal(got, want) || !slices.Contains(got, train) || len(doc.Errors) != 0 ||
+		!slices.Equal(doc.AlreadyEnded[ep], []string{e.Jobs[episode.Author].JobID}) {
+		t.Errorf("cancel --json: want %s: %v cancelled (with train job %s), author %s already ended, no errors\n%s", ep, want, train, e.Jobs[episode.Author].JobID, r)
 	}
+	// The outcome line does not show a train reward for a cancelled episode.
+	defer func() {
+		if rr := x.run(t, state, quickTimeout, "result", ep); strings.Contains(string(rr.stdout), "train_reward") {
+			t.Errorf("result of a cancelled episode shows a train reward:\n%s", rr)
+		}
+	}()
 
 	wr := w.wait(t, 2*time.Minute).want(t, ExitInfra)
 	o := watchedOutcome(t, wr, ep)
