@@ -105,3 +105,25 @@ func render(out string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+func TestFormatReward(t *testing.T) {
+	r, c := 0.45416666666666666, 109
+	for _, tc := range []struct {
+		o    episode.Outcome
+		want string
+	}{
+		{episode.Outcome{Outcome: episode.Scored, Reward: &r, Correct: &c, Samples: 240}, "0.4542 (109/240)"},
+		{episode.Outcome{Outcome: episode.Scored, Reward: &r}, "0.4542"},
+		{episode.Outcome{Outcome: episode.InfraFailure}, "-"},
+	} {
+		if got := formatReward(&tc.o); got != tc.want {
+			t.Errorf("formatReward(%+v) = %q, want %q", tc.o, got, tc.want)
+		}
+	}
+	// A cancelled outcome shows no train reward (bug: "train_reward … after 2 inner steps").
+	tr, steps := 0.3, 2
+	s := summary(&episode.Outcome{Episode: "ep-x", Outcome: episode.InfraFailure, FailureReason: "cancelled", FailureStage: "train", TrainReward: &tr, InnerSteps: &steps})
+	if strings.Contains(s, "train_reward") {
+		t.Errorf("summary of a cancelled episode: %s", s)
+	}
+}

@@ -171,7 +171,7 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 		}
 	}
 
-	c.policyModel(cfg, opt.PolicyFromGymHead && cfg.Serve.GymHead != "")
+	c.policyModel(cfg, opt.PolicyFromGymHead && cfg.Serve.GymHead != "", opt.SecretsOptional)
 
 	st := cfg.Stages
 	c.rangeInt("stages.author.research_seconds", st.Author.ResearchSeconds, MinBudgetSeconds, MaxBudgetSeconds)
@@ -301,13 +301,16 @@ func unsafeInScript(s string) string {
 
 // policyModel checks policy_model. fromHead: serve fills base_url, api_key
 // and model from serve.gym_head, so they may be missing here.
-func (c *checker) policyModel(cfg *Config, fromHead bool) {
+//
+// keyOptional (LoadOptions.SecretsOptional): the commands that never stage
+// an episode do not need the key, set or not.
+func (c *checker) policyModel(cfg *Config, fromHead, keyOptional bool) {
 	pm := cfg.PolicyModel
 	var missing []string
 	if len(pm.BaseURL) == 0 && !fromHead {
 		missing = append(missing, "base_url")
 	}
-	if pm.APIKey == "" && cfg.SecretUnset == "" && !fromHead {
+	if pm.APIKey == "" && cfg.SecretUnset == "" && !fromHead && !keyOptional {
 		missing = append(missing, "api_key")
 	}
 	if pm.Model == "" && !fromHead {
@@ -353,7 +356,7 @@ func (c *checker) policyModel(cfg *Config, fromHead bool) {
 // where the values came from, for the message.
 func CheckPolicyModel(cfg *Config, source string) error {
 	c := &checker{line: func(string) int { return 0 }}
-	c.policyModel(cfg, false)
+	c.policyModel(cfg, false, false)
 	if len(c.problems) == 0 {
 		return nil
 	}
