@@ -8,23 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
 // TestDoctorLab: doctor passes on the lab's config, and each broken config
 // fails the check it breaks, with a fix.
 func TestDoctorLab(t *testing.T) {
-	lab := labtest.Env(t)
-	labtest.UseSSHD(t)
-	base, err := os.ReadFile("../configs/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sharedWorkdir := lab.Workdir
-	lab.Workdir = lab.TestWorkdir(t)
-	base = []byte(lab.WithWorkdir(t, string(base), sharedWorkdir, lab.Workdir))
-	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base)}
+	x := newLabCLI(t)
+	lab := x.lab
 	state := t.TempDir()
 	type checkJSON struct {
 		Name, Status, Detail, Fix string
@@ -72,7 +62,7 @@ func TestDoctorLab(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	unreadable := filepath.Join(sharedWorkdir, "doctor-unreadable.sif")
+	unreadable := filepath.Join(x.sharedWorkdir, "doctor-unreadable.sif")
 	if err := os.WriteFile(unreadable, []byte("x"), 0o600); err != nil { // root's: the lab user cannot read it
 		t.Fatal(err)
 	}

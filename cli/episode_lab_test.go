@@ -133,6 +133,29 @@ type labCLI struct {
 	lab    labtest.Lab
 	base   string // configs/lab.yaml
 	apiKey string // the lab's policy API key: must never stay on the cluster
+	// sharedWorkdir is the lab's own workdir (lab.Workdir is the test's).
+	sharedWorkdir string
+}
+
+// newLabCLI is the lab and the built binary for a test, with configs/lab.yaml
+// as its base config staging into a workdir of the test's own (removed when
+// it ends). It holds the lab's sshd for the test (labtest.UseSSHD).
+func newLabCLI(t *testing.T) *labCLI {
+	t.Helper()
+	lab := labtest.Env(t)
+	labtest.UseSSHD(t)
+	base, err := os.ReadFile("../configs/lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configs.LoadFile("../configs/lab.yaml")
+	if err != nil {
+		t.Fatalf("configs/lab.yaml: %v", err)
+	}
+	shared := lab.Workdir
+	lab.Workdir = lab.TestWorkdir(t)
+	return &labCLI{bin: buildBinary(t), lab: lab, base: lab.WithWorkdir(t, string(base), shared, lab.Workdir),
+		apiKey: cfg.PolicyModel.APIKey.Reveal(), sharedWorkdir: shared}
 }
 
 // config writes configs/lab.yaml to a temp dir, with stage's stand-in

@@ -13,22 +13,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
 func TestOperatorLab(t *testing.T) {
-	lab := labtest.Env(t)
-	labtest.UseSSHD(t)
+	x := newLabCLI(t)
 	requireStandIns(t)
-	base, err := os.ReadFile("../configs/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := lab.Workdir
-	lab.Workdir = lab.TestWorkdir(t)
-	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
-	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base)}
+	lab := x.lab
 	state := t.TempDir()
 	cfg := x.config(t, "")
 	noPatch := x.config(t, "author", "--no-patch")

@@ -26,29 +26,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nemorl/nemorl-slurm/configs"
-	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
 const serveConcurrency = 4
 
 func TestServeLab(t *testing.T) {
-	lab := labtest.Env(t)
-	labtest.UseSSHD(t)
+	x := newLabCLI(t)
 	requireStandIns(t)
-	base, err := os.ReadFile("../configs/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := lab.Workdir
-	lab.Workdir = lab.TestWorkdir(t)
-	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
-	lcfg, err := configs.LoadFile("../configs/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base), apiKey: lcfg.PolicyModel.APIKey.Reveal()}
 	// Gym's head server stands in this process: serve reads the policy
 	// endpoint from it, two endpoints to spread the episodes over (the
 	// stand-in author calls neither).

@@ -9,25 +9,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
 // TestWatchManyEpisodesFewFiles: `watch` of 200 episodes holds no file per
 // episode open (login nodes often allow 1,024): its descriptors stay below
 // 64 while it owns all 200. The authors sleep, so the watch only polls.
 func TestWatchManyEpisodesFewFiles(t *testing.T) {
-	lab := labtest.Env(t)
-	labtest.UseSSHD(t)
+	x := newLabCLI(t)
 	requireStandIns(t)
-	base, err := os.ReadFile("../configs/lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := lab.Workdir
-	lab.Workdir = lab.TestWorkdir(t)
-	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
-	x := &labCLI{bin: buildBinary(t), lab: lab, base: string(base)}
 	data := strings.Replace(x.base, "command: ["+labStandIns+"/author]", "command: [/bin/sleep, \"900\"]", 1)
 	cfg := filepath.Join(t.TempDir(), "lab.yaml")
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
