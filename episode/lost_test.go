@@ -52,9 +52,9 @@ func TestLostNeedsContinuousEvidence(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	step(0, unknown(slurm.SourceNone))                            // the count starts
+	step(0, unknown(slurm.SourceNone))                              // the count starts
 	step(JobLostAfter-time.Minute, unknown(slurm.SourceUnanswered)) // sacct failed: no evidence, the count restarts
-	step(2*time.Minute, unknown(slurm.SourceNone))                 // starts again here
+	step(2*time.Minute, unknown(slurm.SourceNone))                  // starts again here
 	step(JobLostAfter-time.Minute, map[string]slurm.JobInfo{"41": {ID: "41", State: slurm.State{Raw: "RUNNING", Class: slurm.Running}, Source: slurm.SourceSqueue}})
 	step(time.Minute, unknown(slurm.SourceNone))
 	step(JobLostAfter-time.Second, unknown(slurm.SourceNone))
