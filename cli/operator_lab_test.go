@@ -138,6 +138,7 @@ func TestOperatorLab(t *testing.T) {
 		}
 	}
 	t.Logf("list --json:\n%s", r.stdout)
+	t.Logf("list:\n%s", x.run(t, state, quickTimeout, "list").stdout)
 	r = x.run(t, state, quickTimeout, "list", "--label", "sweep=b", "--outcome", "policy_failure")
 	r.want(t, ExitOK)
 	if !strings.Contains(string(r.stdout), noPatchEp) || strings.Count(string(r.stdout), "\n") != 2 {
