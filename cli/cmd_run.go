@@ -45,7 +45,7 @@ func (e *env) run(c *ucli.Context) error {
 	start := time.Now()
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, en, err := e.submitEpisode(c)
+	s, en, err := e.submitEpisode(c, true)
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ func (e *env) submit(c *ucli.Context) error {
 	case n > 1:
 		return e.submitMany(c, n)
 	}
-	s, en, err := e.submitEpisode(c)
+	s, en, err := e.submitEpisode(c, false)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,10 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 
 // submitEpisode loads the config, connects, and submits a new episode. The
 // returned session stays open; its episode lock is released.
-func (e *env) submitEpisode(c *ucli.Context) (*session, *episode.Entry, error) {
+//
+// carryOn (run): an episode in the ledger whose author sbatch failed is
+// returned without an error, for the watch to carry on.
+func (e *env) submitEpisode(c *ucli.Context, carryOn bool) (*session, *episode.Entry, error) {
 	path := configPath(c)
 	ledger, err := openLedger()
 	if err != nil {
@@ -166,6 +169,16 @@ func (e *env) submitEpisode(c *ucli.Context) (*session, *episode.Entry, error) {
 	}
 	id := c.String("episode")
 	en, lock, err := s.Submit(c.Context, id, prompt)
+	if err != nil && en != nil && carryOn {
+		// In the ledger, its author not submitted (slurmctld away, the
+		// connection lost): the watch that follows submits it again at
+		// every poll, as it does train and eval, and ends the episode if
+		// sbatch refuses it for good.
+		lock.Unlock()
+		e.logf("%s: the author's sbatch failed (%v); trying again at every poll", en.Episode, err)
+		s.episodes = []string{en.Episode}
+		return s, en, nil
+	}
 	if err != nil {
 		s.close()
 		if en == nil {

@@ -69,6 +69,11 @@ type Entry struct {
 	PolicyBaseURL string `json:"policy_base_url,omitempty"`
 	// Labels are the user's KEY=VALUE tags (submit --label), for list.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Ended holds, for the stages whose job has ended and been collected
+	// (the author, once its patch is verified), the job as sacct last
+	// showed it: they are not queried again (a job slurmctld has forgotten
+	// and slurmdbd cannot answer for would otherwise look lost).
+	Ended map[string]JobSummary `json:"ended,omitempty"`
 	// Overrides are the --set KEY=VALUE the episode was submitted with:
 	// every later command applies them to ConfigPath again.
 	Overrides []string `json:"overrides,omitempty"`

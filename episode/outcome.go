@@ -147,6 +147,16 @@ type JobSummary struct {
 	NodeList string    `json:"node_list,omitempty"`
 }
 
+// info is the job as the summary keeps it.
+func (s JobSummary) info() slurm.JobInfo {
+	j := slurm.JobInfo{ID: s.ID, State: slurm.ParseState(s.State, ""), ExitCode: slurm.ParseExitCode(s.ExitCode),
+		Start: s.Start, End: s.End, NodeList: s.NodeList, Source: slurm.SourceSacct}
+	if !s.Start.IsZero() && s.End.After(s.Start) {
+		j.Elapsed = s.End.Sub(s.Start)
+	}
+	return j
+}
+
 func summarize(j slurm.JobInfo) JobSummary {
 	s := JobSummary{ID: j.ID, State: j.State.Raw, ExitCode: j.ExitCode.Raw, Start: j.Start, End: j.End, NodeList: j.NodeList}
 	if s.State == "" {

@@ -22,6 +22,10 @@ const (
 	// for this long is lost (infra_failure job_lost). Unknown is not
 	// failed: sacct lags submissions and ends by seconds.
 	JobLostAfter = 10 * time.Minute
+	// RequeueGrace is how long a job ended NODE_FAIL, PREEMPTED or
+	// BOOT_FAIL is given to be requeued by Slurm (it does so within
+	// seconds) before its end counts.
+	RequeueGrace = 2 * time.Minute
 	// TimesUnknownAfter: an ended eval whose start (or train's end) sacct
 	// has not reported for this long cannot be checked (times_unknown).
 	TimesUnknownAfter = 5 * time.Minute
@@ -83,6 +87,14 @@ func (st *watchState) waited(key string, now time.Time) time.Duration {
 		return 0
 	}
 	return now.Sub(t)
+}
+
+// waits are advance's timers: waited reports how long a named wait has
+// lasted, counted from its first call; forget ends it (the next waited
+// starts again from zero).
+type waits struct {
+	waited func(key string) time.Duration
+	forget func(key string)
 }
 
 // Watch polls the episodes (one sacct for all their jobs per poll) until
@@ -203,7 +215,11 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 				continue
 			}
 		}
-		ids = append(ids, e.JobIDs()...)
+		for _, s := range templates.Stages {
+			if id := e.JobID(s); id != "" && e.Ended[s].ID != id {
+				ids = append(ids, id)
+			}
+		}
 	}
 	infos := map[string]slurm.JobInfo{}
 	if len(ids) > 0 {
@@ -211,6 +227,15 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 		infos, err = d.Slurm.Query(ctx, ids)
 		if err != nil {
 			return nil, err
+		}
+	}
+	// The stages collected already, as the ledger keeps them.
+	for _, ep := range st.order {
+		e := st.entries[ep]
+		for s, js := range e.Ended {
+			if id := e.JobID(s); id != "" && js.ID == id {
+				infos[id] = js.info()
+			}
 		}
 	}
 	if act {
@@ -254,12 +279,19 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			waited := func(key string) time.Duration {
-				mu.Lock()
-				defer mu.Unlock()
-				return st.waited(e.Episode+"/"+key, d.now())
+			w := waits{
+				waited: func(key string) time.Duration {
+					mu.Lock()
+					defer mu.Unlock()
+					return st.waited(e.Episode+"/"+key, d.now())
+				},
+				forget: func(key string) {
+					mu.Lock()
+					defer mu.Unlock()
+					delete(st.since, e.Episode+"/"+key)
+				},
 			}
-			if err := d.advance(ctx, e, infos, waited); err != nil && ctx.Err() == nil {
+			if err := d.advance(ctx, e, infos, w); err != nil && ctx.Err() == nil {
 				d.logf("%s: %v (will retry)", e.Episode, err)
 			}
 		}()
@@ -267,12 +299,13 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 	wg.Wait()
 }
 
-// advance takes one episode as far as the jobs' states allow. waited
-// reports how long a named wait has lasted, counted from its first call.
-func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo, waited func(string) time.Duration) error {
+// advance takes one episode as far as the jobs' states allow; w times the
+// waits that end it (a job unknown, times unknown).
+func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo, w waits) error {
 	if e.Final() {
 		return nil
 	}
+	waited := w.waited
 	finish := func(o *Outcome) error { return d.finish(ctx, e, o) }
 	// submit submits stage; a refusal sbatch will repeat for ever (a wrong
 	// partition, a script that is gone) ends the episode, anything else is
@@ -293,11 +326,15 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	cancelled := func() error {
 		return finish(d.base(e, infos).fail(InfraFailure, stageOfCancel(e, infos), e.CancelRequested, "the episode was cancelled: "+e.CancelRequested))
 	}
-	// lost finalizes a job Slurm forgot, after JobLostAfter.
+	// lost finalizes a job Slurm forgot, after JobLostAfter of continuous
+	// evidence: every poll in between answered and did not know it. A poll
+	// that sees it, or one where sacct or squeue failed (its absence then
+	// proves nothing), starts the count again.
 	lost := func(stage string) error {
 		id := e.JobID(stage)
 		j := infos[id]
-		if j.State.Class != slurm.Unknown {
+		if j.State.Class != slurm.Unknown || j.Source != slurm.SourceNone {
+			w.forget("unknown-" + id)
 			return nil
 		}
 		if w := waited("unknown-" + id); w > JobLostAfter {
@@ -305,6 +342,19 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 				fmt.Sprintf("%s job %s: neither sacct nor squeue has known it for %s", stage, id, w.Round(time.Second))))
 		}
 		return nil
+	}
+
+	// settling: a job that ended for the cluster's reasons (its node
+	// failed, it was preempted, its node did not boot) may be requeued by
+	// Slurm itself, same job id, a new run (the scripts allow it): its end
+	// is final only once RequeueGrace has passed without a new run.
+	settling := func(j slurm.JobInfo) bool {
+		switch j.State.Failure {
+		case slurm.FailureNodeFailure, slurm.FailurePreempted, slurm.FailureBootFailure:
+			return e.CancelRequested == "" && waited("requeue-"+j.ID) < RequeueGrace
+		}
+		w.forget("requeue-" + j.ID)
+		return false
 	}
 
 	if !e.Staged {
@@ -324,6 +374,9 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		return submit(Author, "")
 	}
 	ai := infos[e.JobID(Author)]
+	if settling(ai) {
+		return nil
+	}
 	if !ai.State.Terminal() {
 		return lost(Author)
 	}
@@ -351,6 +404,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 			if o != nil {
 				return finish(o)
 			}
+			e.markEnded(Author, ai)
 			if err := d.Ledger.Save(e); err != nil {
 				return err
 			}
@@ -375,6 +429,9 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 			return submit(Eval, e.JobID(Train))
 		}
 	}
+	if settling(ti) {
+		return nil
+	}
 	if !ti.State.Terminal() {
 		return lost(Train)
 	}
@@ -390,6 +447,9 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	}
 	if id := e.JobID(Eval); id != "" {
 		ei := infos[id]
+		if settling(ei) {
+			return nil
+		}
 		if !ei.State.Terminal() {
 			if ti.State.Class == slurm.Succeeded || waited("dependent-"+id) < DependentCancelWait {
 				return lost(Eval)
@@ -414,10 +474,22 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 // secrets.env if the author job never consumed it (a cancelled or refused
 // episode must not leave the key in the shared workdir).
 func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome) error {
+	// An episode that ends takes its jobs that still run or wait with it
+	// (an eval left pending, a train whose episode was judged lost): on
+	// record first, so their CANCELLED is never read as the policy's.
+	live := liveJobs(e, o)
+	e.recordCancels(live)
 	e.Outcome = o
 	if err := d.Ledger.Save(e); err != nil {
 		e.Outcome = nil
 		return err
+	}
+	if len(live) > 0 {
+		if err := d.Slurm.Cancel(ctx, live); err != nil {
+			d.logf("%s: ended as %s; cancelling its jobs %s failed: %v", e.Episode, o.Outcome, strings.Join(live, ", "), err)
+		} else {
+			d.logf("%s: ended as %s; cancelled its jobs still running or waiting: %s", e.Episode, o.Outcome, strings.Join(live, ", "))
+		}
 	}
 	if o.Jobs[Author].State != "COMPLETED" {
 		// A completed author job's script deleted it already.
@@ -535,4 +607,30 @@ func (d *Driver) abort(ctx context.Context, e *Entry, o *Outcome, extra ...strin
 		return err
 	}
 	return d.finish(ctx, e, o)
+}
+
+// liveJobs are the episode's jobs that the outcome does not show ended:
+// running, pending, or not seen by the last poll.
+func liveJobs(e *Entry, o *Outcome) []string {
+	var out []string
+	for _, s := range templates.Stages {
+		id := e.JobID(s)
+		if id == "" {
+			continue
+		}
+		if j, ok := o.Jobs[s]; ok && j.State != "" && slurm.ParseState(j.State, "").Terminal() {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// markEnded records stage's job as ended and collected: it is not queried
+// again.
+func (e *Entry) markEnded(stage string, j slurm.JobInfo) {
+	if e.Ended == nil {
+		e.Ended = map[string]JobSummary{}
+	}
+	e.Ended[stage] = summarize(j)
 }

@@ -127,6 +127,14 @@ func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo
 	if sacctErr != nil && squeueErr != nil {
 		return fmt.Errorf("slurm: query: %w", errors.Join(sacctErr, squeueErr))
 	}
+	if sacctErr != nil || squeueErr != nil {
+		for _, id := range missing {
+			if j := out[id]; j.Source == SourceNone {
+				j.Source = SourceUnanswered
+				out[id] = j
+			}
+		}
+	}
 	return nil
 }
 

@@ -8,6 +8,10 @@ type Source string
 const (
 	// SourceNone: neither sacct nor squeue knows the job; its class is Unknown.
 	SourceNone Source = "none"
+	// SourceUnanswered: neither knows the job, but sacct or squeue failed
+	// (slurmdbd or slurmctld away): its absence proves nothing. Its class
+	// is Unknown.
+	SourceUnanswered Source = "unanswered"
 	// SourceSacct: the accounting database (slurmdbd).
 	SourceSacct Source = "sacct"
 	// SourceSqueue: the controller's memory (slurmctld), used for jobs sacct

@@ -1,0 +1,218 @@
+package episode
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+)
+
+// A job is lost only after JobLostAfter of continuous evidence: polls that
+// answered and did not know it. Seeing it, or a poll whose sacct failed
+// (slurmdbd away), starts the count again (bug: two short slurmdbd outages
+// ten minutes apart failed every episode as job_lost).
+func TestLostNeedsContinuousEvidence(t *testing.T) {
+	data, err := configs.Example("lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configs.Load("lab.yaml", data, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	host := remote.NewLocal()
+	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(host), Ledger: ledger, Now: func() time.Time { return now }}
+	e := &Entry{Episode: "ep-lost", Staged: true, Dir: t.TempDir(), Jobs: map[string]*Submission{Author: {JobID: "41", Intent: now}}}
+	if err := ledger.Create(e, []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	st := &watchState{since: map[string]time.Time{}}
+	w := waits{
+		waited: func(k string) time.Duration { return st.waited(e.Episode+"/"+k, now) },
+		forget: func(k string) { delete(st.since, e.Episode+"/"+k) },
+	}
+	unknown := func(src slurm.Source) map[string]slurm.JobInfo {
+		return map[string]slurm.JobInfo{"41": {ID: "41", State: slurm.State{Class: slurm.Unknown, ByUID: -1}, Source: src}}
+	}
+	step := func(after time.Duration, infos map[string]slurm.JobInfo) {
+		t.Helper()
+		now = now.Add(after)
+		if err := d.advance(context.Background(), e, infos, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(0, unknown(slurm.SourceNone))                              // the count starts
+	step(JobLostAfter-time.Minute, unknown(slurm.SourceUnanswered)) // sacct failed: no evidence, the count restarts
+	step(2*time.Minute, unknown(slurm.SourceNone))                  // starts again here
+	step(JobLostAfter-time.Minute, map[string]slurm.JobInfo{"41": {ID: "41", State: slurm.State{Raw: "RUNNING", Class: slurm.Running}, Source: slurm.SourceSqueue}})
+	step(time.Minute, unknown(slurm.SourceNone))
+	step(JobLostAfter-time.Second, unknown(slurm.SourceNone))
+	if e.Final() {
+		t.Fatalf("lost after interrupted evidence: %+v", e.Outcome)
+	}
+	step(2*time.Second, unknown(slurm.SourceNone))
+	if !e.Final() || e.Outcome.FailureReason != ReasonJobLost {
+		t.Fatalf("after %s of continuous evidence: %+v", JobLostAfter, e.Outcome)
+	}
+}
+
+type recordRunner struct{ cmds [][]string }
+
+func (r *recordRunner) Run(_ context.Context, c remote.Command) (*remote.Result, error) {
+	r.cmds = append(r.cmds, c.Argv)
+	return &remote.Result{}, nil
+}
+
+// An episode that ends cancels its jobs that still run or wait, on record
+// first (bug: a lost author left train and eval running).
+func TestFinishCancelsLiveJobs(t *testing.T) {
+	ledger, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordRunner{}
+	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger}
+	e := &Entry{Episode: "ep-fin", Staged: true, Dir: t.TempDir(), Jobs: map[string]*Submission{
+		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}}}
+	if err := ledger.Create(e, []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	o := (&Outcome{Episode: e.Episode, Jobs: map[string]JobSummary{
+		Author: {ID: "1", State: "COMPLETED"}, Train: {ID: "2", State: "RUNNING"}, Eval: {ID: "3", State: "PENDING"}}}).fail(InfraFailure, Author, ReasonJobLost, "x")
+	if err := d.finish(context.Background(), e, o); err != nil {
+		t.Fatal(err)
+	}
+	var scancel []string
+	for _, c := range rec.cmds {
+		if c[0] == "scancel" {
+			scancel = c[1:]
+		}
+	}
+	if strings.Join(scancel, " ") != "2 3" {
+		t.Errorf("scancel %v, want the running train and the pending eval (commands %v)", scancel, rec.cmds)
+	}
+	got, err := ledger.Load(e.Episode)
+	if err != nil || !got.Final() || strings.Join(got.CancelsIssued, " ") != "2 3" {
+		t.Errorf("ledger: %+v %v", got, err)
+	}
+}
+
+// A stage collected is never queried again: the poll asks sacct for the
+// others only, and the stage's job is as the ledger keeps it.
+func TestPollSkipsEndedStages(t *testing.T) {
+	ledger, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordRunner{}
+	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger}
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	e := &Entry{Episode: "ep-ended", Staged: true, Jobs: map[string]*Submission{
+		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}},
+		Ended: map[string]JobSummary{Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
+	if err := ledger.Create(e, []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	st := &watchState{entries: map[string]*Entry{e.Episode: e}, order: []string{e.Episode}, locks: map[string]*Lock{}, since: map[string]time.Time{}}
+	rows, err := d.poll(context.Background(), st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs string
+	for _, c := range rec.cmds {
+		for _, a := range c {
+			if v, ok := strings.CutPrefix(a, "--jobs="); ok && slices.Contains(c, "sacct") {
+				jobs = v
+			}
+		}
+	}
+	if jobs != "2,3" {
+		t.Errorf("sacct --jobs=%s, want 2,3 (not the collected author); commands %v", jobs, rec.cmds)
+	}
+	if len(rows) != 1 || rows[0].Stage != Train {
+		t.Errorf("rows %+v: want the train stage current (the author completed, as the ledger keeps it)", rows)
+	}
+}
+
+// A train job that ended NODE_FAIL is given RequeueGrace to come back
+// (Slurm requeues it itself, same job id); a requeue starts the grace
+// again for a later failure.
+func TestNodeFailSettles(t *testing.T) {
+	data, err := configs.Example("lab.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configs.Load("lab.yaml", data, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	rec := &recordRunner{}
+	d := &Driver{Config: cfg, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger, Now: func() time.Time { return now }}
+	e := &Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{}, Jobs: map[string]*Submission{
+		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}}}
+	if err := ledger.Create(e, []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	st := &watchState{since: map[string]time.Time{}}
+	w := waits{
+		waited: func(k string) time.Duration { return st.waited(e.Episode+"/"+k, now) },
+		forget: func(k string) { delete(st.since, e.Episode+"/"+k) },
+	}
+	infos := func(train string) map[string]slurm.JobInfo {
+		return map[string]slurm.JobInfo{
+			"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Source: slurm.SourceSacct},
+			"2": {ID: "2", State: slurm.ParseState(train, ""), Source: slurm.SourceSacct},
+			"3": {ID: "3", State: slurm.ParseState("PENDING", ""), Reason: "Dependency", Source: slurm.SourceSqueue},
+		}
+	}
+	step := func(after time.Duration, train string) {
+		t.Helper()
+		now = now.Add(after)
+		if err := d.advance(context.Background(), e, infos(train), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(0, "NODE_FAIL")
+	if _, ok := st.since[e.Episode+"/requeue-2"]; !ok || e.Final() {
+		t.Fatalf("NODE_FAIL did not start the grace: %+v %v", e.Outcome, st.since)
+	}
+	step(RequeueGrace/2, "PENDING") // requeued by Slurm: the grace ends
+	if _, ok := st.since[e.Episode+"/requeue-2"]; ok {
+		t.Fatalf("a requeue did not end the grace: %v", st.since)
+	}
+	step(RequeueGrace, "NODE_FAIL") // its second run failed: a new grace
+	if e.Final() {
+		t.Fatalf("final %v after a requeue and a second NODE_FAIL just now", e.Outcome)
+	}
+	step(RequeueGrace/2, "NODE_FAIL")
+	if e.Final() {
+		t.Fatalf("final within the grace: %+v", e.Outcome)
+	}
+	step(RequeueGrace, "NODE_FAIL") // not requeued within the grace: its end counts
+	if _, ok := st.since[e.Episode+"/requeue-2"]; !ok {
+		t.Fatalf("the grace timer went away: %v", st.since)
+	}
+	if !e.Final() {
+		// The dependent eval is given its own wait to be cancelled by
+		// Slurm before the outcome; the grace is over either way.
+		if w := now.Sub(st.since[e.Episode+"/requeue-2"]); w <= RequeueGrace {
+			t.Errorf("grace %v", w)
+		}
+	}
+}
