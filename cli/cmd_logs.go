@@ -81,7 +81,9 @@ func (e *env) logs(c *ucli.Context) error {
 	if c.Bool("follow") {
 		return e.follow(c, s, en, stage, p, n)
 	}
-	tail, err := s.Host.ReadTail(c.Context, p, min(int64(n)*4096, episode.TailBytes))
+	// One command that reads only a regular file (SFTP would block on a
+	// FIFO planted in the output's place).
+	tail, _, err := readFrom(c.Context, s, p, -1, min(int64(n)*4096, episode.TailBytes))
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: the %s stage has no output yet (%s)", en.Episode, stage, p),
 			Hint: "its job has not started: nemorl-slurm status " + en.Episode}
@@ -89,13 +91,7 @@ func (e *env) logs(c *ucli.Context) error {
 	if err != nil {
 		return withCode(ExitInfra, fmt.Errorf("%s: %s output %s on %s: %w", en.Episode, stage, p, s.Host.Name(), err), "")
 	}
-	lines := bytes.SplitAfter(tail, []byte("\n"))
-	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
-		lines = lines[:len(lines)-1]
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
+	lines := lastLines(tail, n)
 	if globalBool(c, "json") {
 		out := make([]string, 0, len(lines))
 		for _, l := range lines {
@@ -154,11 +150,7 @@ func (e *env) follow(c *ucli.Context, s *session, en *episode.Entry, stage, p st
 			return withCode(ExitInfra, fmt.Errorf("%s: %s output %s on %s: %w", en.Episode, stage, p, s.Host.Name(), err), "")
 		}
 		if off < 0 && err == nil {
-			lines := bytes.SplitAfter(chunk, []byte("\n"))
-			if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
-				lines = lines[:len(lines)-1]
-			}
-			chunk = bytes.Join(lines[max(0, len(lines)-n):], nil)
+			chunk = bytes.Join(lastLines(chunk, n), nil)
 		}
 		if err == nil {
 			_, _ = e.stdout.Write(chunk)
@@ -189,16 +181,29 @@ func (e *env) follow(c *ucli.Context, s *session, en *episode.Entry, stage, p st
 	}
 }
 
+// lastLines is the last n lines of b (a final line without a newline
+// counts).
+func lastLines(b []byte, n int) [][]byte {
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	return lines[max(0, len(lines)-n):]
+}
+
 // followScript prints the size of a regular file and its bytes from
-// offset $2 (or, with $2 = -1, its last $3 bytes); a FIFO or symlink is
-// never read.
+// offset $2 (or, with $2 = -1, its last $3 bytes). As the collector does,
+// it opens the file read-write (a FIFO swapped in opens without blocking)
+// and reads it only when the path, not followed, and the open file are the
+// same regular file: a FIFO, a device or a symlink is never read.
 const followScript = `f=$1 off=$2 n=$3
-[ -e "$f" ] || { echo absent; exit 0; }
+[ -e "$f" ] || [ -L "$f" ] || { echo absent; exit 0; }
 [ -f "$f" ] && [ ! -L "$f" ] || { echo "not a regular file" >&2; exit 3; }
-exec 3<>"$f" # read-write: a FIFO swapped in opens without blocking
-st=$(LC_ALL=C stat -L -c '%F|%s' /dev/fd/3) || exit 3
-case $st in "regular file|"* | "regular empty file|"*) ;; *) echo "not a regular file" >&2; exit 3 ;; esac
-size=${st#*|}
+exec 3<>"$f"
+st=$(LC_ALL=C stat -L -c '%F|%i|%s' /dev/fd/3) || exit 3
+ino=$(LC_ALL=C stat -c '%i' -- "$f") || exit 3
+case $st in "regular file|$ino|"* | "regular empty file|$ino|"*) ;; *) echo "not a regular file" >&2; exit 3 ;; esac
+size=${st##*|}
 echo "$size"
 if [ "$off" -lt 0 ]; then tail -c "$n" <&3
 elif [ "$size" -gt "$off" ]; then tail -c +$((off + 1)) <&3 | head -c $((size - off))

@@ -42,7 +42,11 @@ func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rec record.R
 		// The honest job writes its output 0600 and leaves it so.
 		return nil, fi, &plantedError{Stage: stage, Path: p, Type: "regular file that cannot be opened for reading and writing"}
 	case out.replaced:
-		return nil, fi, fmt.Errorf("episode %s: %s output %s changed while it was inspected; trying again", e.Episode, stage, p)
+		// Outputs are read only after their job ended, and the honest job
+		// never replaces its out.log: a file swapped in while it is read
+		// is planted (retrying would let a process that keeps swapping it
+		// hold the episode unfinished until a deadline masks it).
+		return nil, fi, &plantedError{Stage: stage, Path: p, Type: "file replaced while it was read"}
 	}
 	rec, err = record.ScanLines(record.Stage(stage), out.lines)
 	var rj *record.Rejection

@@ -161,3 +161,33 @@ func FuzzParseOutputTail(f *testing.F) {
 		}
 	})
 }
+
+// cannedRun answers every command with out.
+type cannedRun struct {
+	remote.Host
+	out string
+}
+
+func (c cannedRun) Run(context.Context, remote.Command) (*remote.Result, error) {
+	return &remote.Result{Stdout: []byte(c.out)}, nil
+}
+
+// An output replaced while it is read (after its job ended, which the
+// honest job never does) is planted: the policy's 0 for train, not a retry
+// that a process swapping it could keep going until a deadline masks it.
+func TestScanReplacedIsPlanted(t *testing.T) {
+	d := &Driver{Host: cannedRun{Host: remote.NewLocal(), out: "nemorl-collect lstat regular file|10|1700000000|7|1\nnemorl-collect replaced\n"}}
+	e := &Entry{Episode: "ep-r", Dir: t.TempDir(), Isolation: "apptainer"}
+	_, _, err := d.scan(context.Background(), e, Train)
+	var pe *plantedError
+	if !errors.As(err, &pe) || pe.Stage != Train || !strings.Contains(pe.Type, "replaced") {
+		t.Fatalf("scan of a replaced output: %v", err)
+	}
+	o := (&Outcome{}).planted(e, pe)
+	if o.Outcome != PolicyFailure || o.FailureReason != ReasonPlantedOutput {
+		t.Errorf("train output replaced: %s/%s, want policy_failure/planted_output", o.Outcome, o.FailureReason)
+	}
+	if o := (&Outcome{}).planted(e, &plantedError{Stage: Eval, Path: "x", Type: pe.Type}); o.Outcome != IntegrityViolation {
+		t.Errorf("eval output replaced with isolation: %s, want integrity_violation", o.Outcome)
+	}
+}
