@@ -14,14 +14,14 @@ func TestRowOf(t *testing.T) {
 	e := &Entry{Episode: "ep-r", Staged: true, Jobs: map[string]*Submission{
 		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}}}
 	infos := map[string]slurm.JobInfo{
-		"1": {ID: "1", State: slurm.State{Raw: "COMPLETED"}, Elapsed: 5 * time.Second},
-		"2": {ID: "2", State: slurm.State{Raw: "PENDING"}, Reason: "Dependency", Elapsed: 3 * time.Second},
+		"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Elapsed: 5 * time.Second},
+		"2": {ID: "2", State: slurm.ParseState("PENDING", ""), Reason: "Dependency", Elapsed: 3 * time.Second},
 	}
 	r := rowOf(e, infos)
 	if r.Stage != Train || r.State != "PENDING" || r.Reason != "Dependency" || r.Elapsed != 0 {
 		t.Errorf("pending train: %+v", r)
 	}
-	infos["2"] = slurm.JobInfo{ID: "2", State: slurm.State{Raw: "PENDING"}, Reason: "None"}
+	infos["2"] = slurm.JobInfo{ID: "2", State: slurm.ParseState("PENDING", ""), Reason: "None"}
 	if r := rowOf(e, infos); r.Reason != "" {
 		t.Errorf("reason None shown: %+v", r)
 	}

@@ -4,7 +4,7 @@ package episode
 // their secrets.env and manifests reach the cluster as one tar stream on
 // the stdin of one command (batchScript), gzipped, which checks the files the
 // config names (preflight), unpacks the stream into a fresh 0700
-// directory beside the episodes', fsyncs the files, renames each episode's
+// directory beside the episodes', syncs it (syncfs), renames each episode's
 // directory into place whole (an episode directory exists only complete:
 // there is no partial tree for resume to finish) and, for a submit, runs
 // each author's sbatch and records its job id in the manifest. Over SSH
@@ -329,6 +329,8 @@ type pending struct {
 	tree *templates.Tree
 	req  slurm.SubmitRequest
 	lock *Lock
+	// created: its ledger entry was written.
+	created bool
 }
 
 // SubmitBatch submits several episodes as Submit submits one, staging and
@@ -354,6 +356,7 @@ func (d *Driver) SubmitBatch(ctx context.Context, specs []Spec) []Submitted {
 		if err := d.Ledger.Create(p.e, specs[p.i].Prompt); err != nil {
 			return err
 		}
+		p.created = true
 		lock, ok, err := d.Ledger.TryLock(p.e.Episode)
 		if err != nil {
 			return err
@@ -365,8 +368,8 @@ func (d *Driver) SubmitBatch(ctx context.Context, specs []Spec) []Submitted {
 		return nil
 	}, func(p *pending, err error) {
 		out[p.i] = Submitted{Err: err}
-		if p.lock == nil && !errors.Is(err, ErrEpisodeExists) {
-			out[p.i].Entry = p.e
+		if p.created {
+			out[p.i].Entry = p.e // in the ledger: resume carries it on
 		}
 	})
 	var live []*pending
@@ -649,7 +652,6 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 	out := map[string]*batchResult{}
 	type acc struct {
 		rc    int
-		ran   bool
 		lines []string
 	}
 	sb := map[string]*acc{}
@@ -684,7 +686,7 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 			if err != nil || rc < 0 {
 				return nil, fmt.Errorf("unexpected output %.80q", line)
 			}
-			a.rc, a.ran = rc, true
+			a.rc = rc
 			order = append(order, ep)
 		case f[2] == "out" && len(f) == 4:
 			a.lines = append(a.lines, f[3])

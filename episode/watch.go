@@ -315,10 +315,10 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		var imp *ImpostorError
 		if errors.As(err, &imp) {
 			// The episode ends here, the impostors with it.
-			return d.abort(ctx, e, d.base(e, infos).fail(IntegrityViolation, stage, ReasonImpostorJob, imp.Error()+"; cancelled").tampered(), imp.IDs...)
+			return d.finish(ctx, e, d.base(e, infos).fail(IntegrityViolation, stage, ReasonImpostorJob, imp.Error()+"; cancelled").tampered(), imp.IDs...)
 		}
 		if why, refused := slurm.SubmitRefused(err); refused {
-			return d.abort(ctx, e, d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
+			return d.finish(ctx, e, d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
 				fmt.Sprintf("sbatch refused the %s job: %s", stage, why)))
 		}
 		return err
@@ -442,7 +442,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		if o, err := d.checkEvalOutput(ctx, e, infos); err != nil {
 			return err
 		} else if o != nil {
-			return d.abort(ctx, e, o)
+			return d.finish(ctx, e, o)
 		}
 	}
 	if id := e.JobID(Eval); id != "" {
@@ -473,11 +473,13 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 // finish records the outcome in the ledger, then removes the episode's
 // secrets.env if the author job never consumed it (a cancelled or refused
 // episode must not leave the key in the shared workdir).
-func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome) error {
-	// An episode that ends takes its jobs that still run or wait with it
-	// (an eval left pending, a train whose episode was judged lost): on
-	// record first, so their CANCELLED is never read as the policy's.
-	live := liveJobs(e, o)
+//
+// An episode that ends takes its jobs that still run or wait with it (an
+// eval left pending, a train whose episode was judged lost), and extra
+// (impostor jobs found under its name): on record first, in the same save
+// as the outcome, so their CANCELLED is never read as the policy's.
+func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome, extra ...string) error {
+	live := append(liveJobs(e, o), extra...)
 	e.recordCancels(live)
 	e.Outcome = o
 	if err := d.Ledger.Save(e); err != nil {
@@ -535,7 +537,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 		switch {
 		case ok && j.State.Raw != "":
 			r.State, r.Elapsed = j.State.Raw, j.Elapsed
-			if strings.HasPrefix(j.State.Raw, "PENDING") {
+			if j.State.Class == slurm.Pending {
 				r.Elapsed = 0
 				if j.Reason != "" && j.Reason != "None" {
 					r.Reason = j.Reason
@@ -543,10 +545,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 			}
 		case e.Outcome != nil && e.Outcome.Jobs[s].State != "":
 			js := e.Outcome.Jobs[s]
-			r.State = js.State
-			if !js.Start.IsZero() && js.End.After(js.Start) {
-				r.Elapsed = js.End.Sub(js.Start)
-			}
+			r.State, r.Elapsed = js.State, js.info().Elapsed
 		default:
 			// Submitted, not yet in sacct or squeue (they lag): it waits.
 			r.State = "PENDING"
@@ -592,21 +591,6 @@ func (d *Driver) checkEvalOutput(ctx context.Context, e *Entry, infos map[string
 		return nil, d.Ledger.Save(e)
 	}
 	return d.base(e, infos).planted(e, &plantedError{Stage: Eval, Path: p, Type: fi.Type}), nil
-}
-
-// abort ends an episode early with o: it records and scancels every job of
-// the episode (and extra, jobs found under its name), so nothing of it keeps
-// a node busy, then records the outcome.
-func (d *Driver) abort(ctx context.Context, e *Entry, o *Outcome, extra ...string) error {
-	ids := append(e.JobIDs(), extra...)
-	e.recordCancels(ids)
-	if err := d.Ledger.Save(e); err != nil {
-		return err
-	}
-	if err := d.Slurm.Cancel(ctx, ids); err != nil {
-		return err
-	}
-	return d.finish(ctx, e, o)
 }
 
 // liveJobs are the episode's jobs that the outcome does not show ended:
