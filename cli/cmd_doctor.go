@@ -78,30 +78,27 @@ func (e *env) doctor(c *ucli.Context) error {
 
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Minute)
 	defer cancel()
-	var host remote.Host
-	if l := cfg.Cluster.Login; l == nil {
-		host = remote.NewLocal()
-		add("ssh", "skip", "no cluster.login: commands run on this machine", "")
-	} else {
-		ssh, err := remote.Dial(ctx, remote.Options{Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
-			KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey})
-		if err != nil {
-			var hk *remote.HostKeyError
-			var ae *remote.AuthError
-			switch {
-			case errors.As(err, &hk) && hk.Unknown:
-				add("ssh host key", "fail", err.Error(), "check the key's fingerprint with the cluster's admins, then add it to "+hk.File+" (ssh-keyscan), or set cluster.login.accept_new_host_key: true once")
-			case errors.As(err, &hk):
-				add("ssh host key", "fail", err.Error(), "the host key changed: ask the cluster's admins before you trust the new one")
-			case errors.As(err, &ae):
-				add("ssh login", "fail", err.Error(), "set cluster.login.identity_file to a key the cluster accepts, or load it into ssh-agent")
-			default:
-				add("ssh reachable", "fail", err.Error(), "check cluster.login.host and port (and proxy_jump) from this machine: ssh -p PORT USER@HOST true")
-			}
-			return e.doctorReport(c, checks)
+	host, err := dialCluster(ctx, cfg, path, nil)
+	l := cfg.Cluster.Login
+	switch {
+	case err != nil:
+		var hk *remote.HostKeyError
+		var ae *remote.AuthError
+		switch {
+		case errors.As(err, &hk) && hk.Unknown:
+			add("ssh host key", "fail", err.Error(), "check the key's fingerprint with the cluster's admins, then add it to "+hk.File+" (ssh-keyscan), or set cluster.login.accept_new_host_key: true once")
+		case errors.As(err, &hk):
+			add("ssh host key", "fail", err.Error(), "the host key changed: ask the cluster's admins before you trust the new one")
+		case errors.As(err, &ae):
+			add("ssh login", "fail", err.Error(), "set cluster.login.identity_file to a key the cluster accepts, or load it into ssh-agent")
+		default:
+			add("ssh reachable", "fail", err.Error(), "check cluster.login.host and port (and proxy_jump) from this machine: ssh -p PORT USER@HOST true")
 		}
-		host = ssh
-		add("ssh", "ok", "logged in to "+ssh.Name()+" (host key checked against "+l.KnownHosts+")", "")
+		return e.doctorReport(c, checks)
+	case l == nil:
+		add("ssh", "skip", "no cluster.login: commands run on this machine", "")
+	default:
+		add("ssh", "ok", "logged in to "+host.Name()+" (host key checked against "+l.KnownHosts+")", "")
 	}
 	defer host.Close()
 	run := func(argv ...string) (string, string, error) {

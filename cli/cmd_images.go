@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -114,7 +115,7 @@ func (e *env) imagesLock(c *ucli.Context) error {
 	if rt.Kind == configs.RuntimeNone {
 		return usageErr("%s: runtime.kind is none: there are no images to lock", path)
 	}
-	host, err := e.dialCluster(c, cfg, path)
+	host, err := dialCluster(c.Context, cfg, path, e.verboseLogf(c))
 	if err != nil {
 		return err
 	}
@@ -164,22 +165,28 @@ func (e *env) imagesLock(c *ucli.Context) error {
 }
 
 // dialCluster reaches the cluster of cfg (loaded from path): this machine
-// when cluster.login is absent, else over SSH.
-func (e *env) dialCluster(c *ucli.Context, cfg *configs.Config, path string) (remote.Host, error) {
+// when cluster.login is absent, else over SSH with host keys checked. logf
+// receives the connection's log lines (nil: none). Every verb that talks to
+// the cluster connects through it.
+func dialCluster(ctx context.Context, cfg *configs.Config, path string, logf func(string, ...any)) (remote.Host, error) {
 	l := cfg.Cluster.Login
 	if l == nil {
 		return remote.NewLocal(), nil
 	}
-	opts := remote.Options{
+	ssh, err := remote.Dial(ctx, remote.Options{
 		Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
-		KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey,
-	}
-	if globalBool(c, "verbose") {
-		opts.Logf = e.logf
-	}
-	ssh, err := remote.Dial(c.Context, opts)
+		KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey, Logf: logf,
+	})
 	if err != nil {
 		return nil, withCode(ExitInfra, fmt.Errorf("connect to the cluster (%s, from %s): %w", l.Host, path, err), "")
 	}
 	return ssh, nil
+}
+
+// verboseLogf is e.logf with -v, else nil.
+func (e *env) verboseLogf(c *ucli.Context) func(string, ...any) {
+	if globalBool(c, "verbose") {
+		return e.logf
+	}
+	return nil
 }

@@ -94,28 +94,18 @@ func (e *env) serve(c *ucli.Context) error {
 	}
 	var reconnects atomic.Int64
 	verbose := globalBool(c, "verbose")
-	var host remote.Host
-	if l := cfg.Cluster.Login; l == nil {
-		host = remote.NewLocal()
-	} else {
-		opts := remote.Options{
-			Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
-			KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey,
-			Logf: func(format string, args ...any) {
-				msg := fmt.Sprintf(format, args...)
-				if strings.HasSuffix(msg, ": reconnected") {
-					reconnects.Add(1)
-				}
-				if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
-					e.logf("%s", msg)
-				}
-			},
+	// Reconnections are counted for /metrics and logged, -v or not.
+	host, err := dialCluster(c.Context, cfg, path, func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if strings.HasSuffix(msg, ": reconnected") {
+			reconnects.Add(1)
 		}
-		ssh, err := remote.Dial(c.Context, opts)
-		if err != nil {
-			return withCode(ExitInfra, fmt.Errorf("connect to the cluster (%s, from %s): %w", l.Host, path, err), "")
+		if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
+			e.logf("%s", msg)
 		}
-		host = ssh
+	})
+	if err != nil {
+		return err
 	}
 	counted := remote.NewCounted(host)
 	host = counted

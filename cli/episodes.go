@@ -22,7 +22,6 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
-	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 )
 
@@ -91,23 +90,9 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledg
 		}
 	}
 	sum := sha256.Sum256(data)
-	verbose := globalBool(c, "verbose")
-	var host remote.Host
-	if l := cfg.Cluster.Login; l == nil {
-		host = remote.NewLocal()
-	} else {
-		opts := remote.Options{
-			Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
-			KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey,
-		}
-		if verbose {
-			opts.Logf = e.logf
-		}
-		ssh, err := remote.Dial(ctx, opts)
-		if err != nil {
-			return nil, withCode(ExitInfra, fmt.Errorf("connect to the cluster (%s, from %s): %w", l.Host, path, err), "")
-		}
-		host = ssh
+	host, err := dialCluster(ctx, cfg, path, e.verboseLogf(c))
+	if err != nil {
+		return nil, err
 	}
 	d := &episode.Driver{
 		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),

@@ -13,7 +13,7 @@ import (
 func Warnings(cfg *Config) []Problem {
 	var out []Problem
 	warn := func(key, format string, args ...any) {
-		out = append(out, Problem{Path: key, Line: cfg.Line(key), Msg: sprintf(format, args...)})
+		out = append(out, Problem{Path: key, Line: cfg.Line(key), Msg: fmt.Sprintf(format, args...)})
 	}
 	for key, d := range map[string]string{"runtime.digests.author": cfg.Runtime.Digests.Author,
 		"runtime.digests.train": cfg.Runtime.Digests.Train, "runtime.digests.eval": cfg.Runtime.Digests.Eval} {
@@ -41,7 +41,7 @@ func Warnings(cfg *Config) []Problem {
 	for i, u := range cfg.PolicyModel.BaseURL {
 		key := "policy_model.base_url"
 		if len(cfg.PolicyModel.BaseURL) > 1 {
-			key = sprintf("policy_model.base_url[%d]", i)
+			key = fmt.Sprintf("policy_model.base_url[%d]", i)
 		}
 		if pu, err := url.Parse(u); err == nil && placeholderHost(pu.Hostname()) {
 			warn(key, "%q names a reserved example host: set the policy server's endpoint", u)
@@ -65,8 +65,6 @@ func placeholderHost(h string) bool {
 	}
 	return false
 }
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 func sortProblems(ps []Problem) {
 	sort.SliceStable(ps, func(i, j int) bool {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/templates"
@@ -23,14 +22,7 @@ import (
 // with $FAKE_SBATCH_RC), recording its arguments.
 func stageDriver(t *testing.T) (*Driver, string) {
 	t.Helper()
-	data, err := configs.Example("lab.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := configs.Load("lab.yaml", data, func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := exampleConfig(t)
 	root := t.TempDir()
 	cfg.Cluster.Workdir = filepath.Join(root, "work dir $(touch pwned) `id` 'q'")
 	bin := filepath.Join(root, "bin")

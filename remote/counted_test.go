@@ -2,7 +2,6 @@ package remote_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/nemorl/nemorl-slurm/remote"
@@ -59,15 +58,18 @@ func TestCounted(t *testing.T) {
 }
 
 func TestProgram(t *testing.T) {
-	for want, argv := range map[string][]string{
-		"sacct":  {"env", "SLURM_TIME_FORMAT=%s", "sacct", "--parsable2"},
-		"sbatch": {"/usr/bin/sbatch", "--parsable"},
-		"env":    {"env"},
-		"?":      nil,
-		"env ":   {"env", "-i", "ls"}, // env's own flags: not looked through
+	for _, c := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"env", "SLURM_TIME_FORMAT=%s", "sacct", "--parsable2"}, "sacct"},
+		{[]string{"/usr/bin/sbatch", "--parsable"}, "sbatch"},
+		{[]string{"env"}, "env"},
+		{nil, "?"},
+		{[]string{"env", "-i", "ls"}, "env"}, // env's own flags: not looked through
 	} {
-		if got := remote.Program(argv); got != strings.TrimSpace(want) {
-			t.Errorf("Program(%q) = %q, want %q", argv, got, want)
+		if got := remote.Program(c.argv); got != c.want {
+			t.Errorf("Program(%q) = %q, want %q", c.argv, got, c.want)
 		}
 	}
 }
