@@ -345,7 +345,17 @@ func TestLabNoGPUNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		state := labRun(ctx, t, lab, filepath.Join(tr.Dir, Script(Train)))
-		log, _ := os.ReadFile(filepath.Join(tr.Dir, Output(Train)))
+		// sacct may report the end before the job's output is all on disk
+		// (seen once under a full make test): read until the script's last
+		// line is there, a few seconds at most.
+		var log []byte
+		for range 40 {
+			log, _ = os.ReadFile(filepath.Join(tr.Dir, Output(Train)))
+			if strings.Contains(string(log), "nemorl: no GPU:") || strings.Contains(string(log), "payload exited with status") {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		ran := strings.Contains(string(log), "payload-ran")
 		if state != c.state || ran != (c.state == "COMPLETED 0:0") ||
 			(c.state != "COMPLETED 0:0" && !strings.Contains(string(log), "nemorl: no GPU: GPU 0: no device file matches "+c.devices)) {
