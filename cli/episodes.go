@@ -422,7 +422,18 @@ func (e *env) printOutcome(o *episode.Outcome) {
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(e.stdout, "  %-6s job %-8s %-22s exit %s\n", st, j.ID, j.State, j.ExitCode)
+		for _, a := range o.Retried[st] {
+			fmt.Fprintf(e.stdout, "  %-6s job %-8s %-22s exit %s  attempt %d, retried: %s\n", st, a.JobID, a.Job.State, a.Job.ExitCode, a.Attempt, a.Reason)
+		}
+		fmt.Fprintf(e.stdout, "  %-6s job %-8s %-22s exit %s", st, j.ID, j.State, j.ExitCode)
+		if n := o.Attempts[st]; n > 1 {
+			fmt.Fprintf(e.stdout, "  (%d attempts", n)
+			if j.Runs > 1 {
+				fmt.Fprintf(e.stdout, "; Slurm ran this job %d times, earlier runs %s", j.Runs, strings.Join(j.EarlierRuns, ", "))
+			}
+			fmt.Fprint(e.stdout, ")")
+		}
+		fmt.Fprintln(e.stdout)
 	}
 	if o.Detail != "" {
 		fmt.Fprintf(e.stdout, "  %s\n", o.Detail)

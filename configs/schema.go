@@ -155,6 +155,17 @@ type Episodes struct {
 	Concurrency int      `yaml:"concurrency"`
 	PollMin     Duration `yaml:"poll_min"`
 	PollMax     Duration `yaml:"poll_max"`
+	// Retries is how many times a train or eval stage that the cluster
+	// failed (a node failure, a preemption, no GPU, a lost job, an
+	// evaluator that died) is run again with the same verified patch;
+	// a run Slurm requeued counts as one.
+	Retries int `yaml:"retries"`
+	// NoRequeue submits train and eval with --no-requeue: Slurm does not
+	// rerun them after a node failure or preemption, and the tool retries
+	// them as new jobs instead. By default they say --requeue and the tool
+	// follows Slurm's reruns. The author job is never requeued (its
+	// secrets file is gone after its first run).
+	NoRequeue bool `yaml:"no_requeue"`
 }
 
 // Duration is a time.Duration written as "5s", "1m30s".

@@ -13,10 +13,13 @@ import (
 
 // Defaults of the reference episode.
 const (
-	DefaultResearchSeconds  = 3600
-	DefaultTrainSeconds     = 3600
-	DefaultMaxTurns         = 200
-	DefaultEvalConcurrency  = 30
+	DefaultResearchSeconds = 3600
+	DefaultTrainSeconds    = 3600
+	DefaultMaxTurns        = 200
+	DefaultEvalConcurrency = 30
+	// DefaultRetries and MaxRetries bound episodes.retries.
+	DefaultRetries          = 2
+	MaxRetries              = 10
 	DefaultEvalTimeLimit    = 7200
 	DefaultEpisodeParallel  = 32
 	DefaultPollMin          = 5 * time.Second
@@ -60,6 +63,7 @@ func applyDefaults(c *Config, present func(string) bool) {
 	setInt("stages.eval.cpus", &e.CPUs, 8)
 	setStr("stages.eval.mem", &e.Mem, "64G")
 	setInt("episodes.concurrency", &c.Episodes.Concurrency, DefaultEpisodeParallel)
+	setInt("episodes.retries", &c.Episodes.Retries, DefaultRetries)
 	if c.Episodes.PollMin.Duration == 0 && !present("episodes.poll_min") {
 		c.Episodes.PollMin.Duration = DefaultPollMin
 	}
@@ -195,6 +199,7 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 
 	ep := cfg.Episodes
 	c.rangeInt("episodes.concurrency", ep.Concurrency, 1, 4096)
+	c.rangeInt("episodes.retries", ep.Retries, 0, MaxRetries)
 	if ep.PollMin.Duration < time.Second {
 		c.add("episodes.poll_min", "want at least 1s, got %s", ep.PollMin.Duration)
 	}

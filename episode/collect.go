@@ -71,6 +71,12 @@ func (d *Driver) base(e *Entry, infos map[string]slurm.JobInfo) *Outcome {
 	if e.Author != nil {
 		o.PatchSHA256 = e.Author.PatchSHA256
 	}
+	if len(e.Retried) > 0 || o.Jobs[Train].Runs > 1 || o.Jobs[Eval].Runs > 1 {
+		o.Attempts, o.Retried = map[string]int{}, e.Retried
+		for s := range o.Jobs {
+			o.Attempts[s] = e.attempts(s, infos)
+		}
+	}
 	return o
 }
 

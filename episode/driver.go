@@ -189,6 +189,8 @@ type Manifest struct {
 	Digests      map[string]string `json:"image_digests,omitempty"`
 	Scripts      map[string]string `json:"scripts_sha256"`
 	Jobs         map[string]string `json:"jobs"`
+	// Retried lists, by stage, the job ids of its earlier attempts.
+	Retried map[string][]string `json:"retried,omitempty"`
 }
 
 // writeManifest (re)writes the manifest from the entry: at staging and
@@ -221,7 +223,15 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 			return err
 		}
 	}
-	sub = &Submission{Intent: d.now().UTC()}
+	sub = &Submission{Intent: d.now().UTC(), Attempt: e.attemptNumber(stage), After: after}
+	if retired := e.retiredJobs(stage); len(retired) > 0 {
+		// A crash after a retry was recorded may have kept its scancel
+		// from running, and Slurm could still rerun a retired job: never
+		// two attempts at once.
+		if err := d.Slurm.Cancel(ctx, retired); err != nil {
+			return fmt.Errorf("episode %s: cancel the retired %s jobs %s before attempt %d: %w", e.Episode, stage, strings.Join(retired, ", "), sub.Attempt, err)
+		}
+	}
 	e.Jobs[stage] = sub
 	if err := d.Ledger.Save(e); err != nil {
 		return err
@@ -262,7 +272,7 @@ func (d *Driver) submitRequest(e *Entry, stage, after string) slurm.SubmitReques
 	req := slurm.SubmitRequest{
 		ScriptPath:       path.Join(e.Dir, templates.Script(stage)),
 		Name:             templates.JobName(e.Episode, stage),
-		Comment:          templates.Comment(e.Episode, stage),
+		Comment:          templates.AttemptComment(e.Episode, stage, e.attemptNumber(stage)),
 		KillOnInvalidDep: true,
 	}
 	if after != "" {
@@ -299,8 +309,12 @@ func (e *ImpostorError) Error() string {
 // after the intent. Any other job under the stage's name or tag is an
 // *ImpostorError.
 func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error) {
-	name, tag := templates.JobName(e.Episode, stage), templates.Comment(e.Episode, stage)
-	found, err := d.Slurm.Find(ctx, func(j slurm.JobInfo) bool { return j.Name == name || j.Comment == tag })
+	name, tag := templates.JobName(e.Episode, stage), templates.AttemptComment(e.Episode, stage, e.attemptNumber(stage))
+	// The stage's earlier attempts have its job name too: they are known.
+	retired := e.retiredJobs(stage)
+	found, err := d.Slurm.Find(ctx, func(j slurm.JobInfo) bool {
+		return (j.Name == name || j.Comment == tag) && !slices.Contains(retired, j.ID)
+	})
 	if err != nil {
 		return false, fmt.Errorf("episode %s: look for the %s job before submitting it again: %w", e.Episode, stage, err)
 	}

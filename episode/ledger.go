@@ -81,8 +81,11 @@ type Entry struct {
 	Staged bool `json:"staged"`
 	// Scripts holds the sha256 of each stage's sbatch script as staged.
 	Scripts map[string]string `json:"scripts_sha256,omitempty"`
-	// Jobs holds the submissions, by stage.
+	// Jobs holds the submissions, by stage: each stage's current attempt.
 	Jobs map[string]*Submission `json:"jobs"`
+	// Retried holds, by stage, the earlier attempts of the stages that
+	// were run again (retry.go), oldest first.
+	Retried map[string][]Attempt `json:"retried,omitempty"`
 	// CancelRequested names why the episode's jobs were cancelled (by
 	// cancel, a deadline or an interrupt): nothing more is submitted.
 	CancelRequested string `json:"cancel_requested,omitempty"`
@@ -112,6 +115,11 @@ type Submission struct {
 	// Adopted is set when the job id was found on the cluster after a
 	// crash rather than returned by sbatch.
 	Adopted bool `json:"adopted,omitempty"`
+	// Attempt numbers the stage's submissions: 1 (or 0, in entries from
+	// before retries) is the first.
+	Attempt int `json:"attempt,omitempty"`
+	// After is the job this one was submitted to wait for (afterok).
+	After string `json:"after,omitempty"`
 }
 
 // Final reports whether the episode has its outcome.

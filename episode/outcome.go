@@ -132,6 +132,11 @@ type Outcome struct {
 	Dir              string `json:"dir"`
 
 	Jobs map[string]JobSummary `json:"jobs"`
+	// Attempts counts, by stage, how many times its job ran or was queued
+	// to: the tool's retries and Slurm's own requeues (retry.go).
+	Attempts map[string]int `json:"attempts,omitempty"`
+	// Retried are the stages' earlier attempts, as the ledger keeps them.
+	Retried map[string][]Attempt `json:"retried,omitempty"`
 	// Decided is when the outcome was decided.
 	Decided time.Time `json:"decided"`
 }
@@ -145,12 +150,16 @@ type JobSummary struct {
 	End      time.Time `json:"end,omitzero"`
 	Elapsed  string    `json:"elapsed,omitempty"`
 	NodeList string    `json:"node_list,omitempty"`
+	// Runs, when more than one, is how many times Slurm ran the job (it
+	// requeued it); EarlierRuns are the states the earlier runs ended in.
+	Runs        int      `json:"runs,omitempty"`
+	EarlierRuns []string `json:"earlier_runs,omitempty"`
 }
 
 // info is the job as the summary keeps it.
 func (s JobSummary) info() slurm.JobInfo {
 	j := slurm.JobInfo{ID: s.ID, State: slurm.ParseState(s.State, ""), ExitCode: slurm.ParseExitCode(s.ExitCode),
-		Start: s.Start, End: s.End, NodeList: s.NodeList, Source: slurm.SourceSacct}
+		Start: s.Start, End: s.End, NodeList: s.NodeList, Source: slurm.SourceSacct, Runs: s.Runs, EarlierRuns: s.EarlierRuns}
 	if !s.Start.IsZero() && s.End.After(s.Start) {
 		j.Elapsed = s.End.Sub(s.Start)
 	}
@@ -158,7 +167,10 @@ func (s JobSummary) info() slurm.JobInfo {
 }
 
 func summarize(j slurm.JobInfo) JobSummary {
-	s := JobSummary{ID: j.ID, State: j.State.Raw, ExitCode: j.ExitCode.Raw, Start: j.Start, End: j.End, NodeList: j.NodeList}
+	s := JobSummary{ID: j.ID, State: j.State.Raw, ExitCode: j.ExitCode.Raw, Start: j.Start, End: j.End, NodeList: j.NodeList, EarlierRuns: j.EarlierRuns}
+	if j.Runs > 1 {
+		s.Runs = j.Runs
+	}
 	if s.State == "" {
 		s.State = "UNKNOWN"
 	}

@@ -302,6 +302,12 @@ func (d *Driver) manifest(e *Entry, pending string) ([]byte, error) {
 	if pending != "" {
 		m.Jobs[pending] = jobIDMarker
 	}
+	for s := range e.Retried {
+		if m.Retried == nil {
+			m.Retried = map[string][]string{}
+		}
+		m.Retried[s] = e.retiredJobs(s)
+	}
 	b, err := json.Marshal(m) // one line: batchScript reads it with read -r
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: manifest: %w", e.Episode, err)

@@ -306,7 +306,14 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		return nil
 	}
 	waited := w.waited
-	finish := func(o *Outcome) error { return d.finish(ctx, e, o) }
+	// finish ends the episode with o, unless o is a failure of the
+	// cluster's that a retry of its stage may cure (retry.go).
+	finish := func(o *Outcome) error {
+		if retried, err := d.retry(ctx, e, o, infos); retried || err != nil {
+			return err
+		}
+		return d.finish(ctx, e, o)
+	}
 	// submit submits stage; a refusal sbatch will repeat for ever (a wrong
 	// partition, a script that is gone) ends the episode, anything else is
 	// tried again at the next poll.
@@ -318,7 +325,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 			return d.finish(ctx, e, d.base(e, infos).fail(IntegrityViolation, stage, ReasonImpostorJob, imp.Error()+"; cancelled").tampered(), imp.IDs...)
 		}
 		if why, refused := slurm.SubmitRefused(err); refused {
-			return d.finish(ctx, e, d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
+			return finish(d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
 				fmt.Sprintf("sbatch refused the %s job: %s", stage, why)))
 		}
 		return err
@@ -348,10 +355,13 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	// failed, it was preempted, its node did not boot) may be requeued by
 	// Slurm itself, same job id, a new run (the scripts allow it): its end
 	// is final only once RequeueGrace has passed without a new run.
-	settling := func(j slurm.JobInfo) bool {
+	settling := func(stage string, j slurm.JobInfo) bool {
 		switch j.State.Failure {
 		case slurm.FailureNodeFailure, slurm.FailurePreempted, slurm.FailureBootFailure:
-			return e.CancelRequested == "" && waited("requeue-"+j.ID) < RequeueGrace
+			// The author, and train and eval under episodes.no_requeue,
+			// are submitted --no-requeue: Slurm will not run them again.
+			requeues := stage != Author && !d.Config.Episodes.NoRequeue
+			return requeues && e.CancelRequested == "" && waited("requeue-"+j.ID) < RequeueGrace
 		}
 		w.forget("requeue-" + j.ID)
 		return false
@@ -374,7 +384,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		return submit(Author, "")
 	}
 	ai := infos[e.JobID(Author)]
-	if settling(ai) {
+	if settling(Author, ai) {
 		return nil
 	}
 	if !ai.State.Terminal() {
@@ -429,7 +439,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 			return submit(Eval, e.JobID(Train))
 		}
 	}
-	if settling(ti) {
+	if settling(Train, ti) {
 		return nil
 	}
 	if !ti.State.Terminal() {
@@ -447,7 +457,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	}
 	if id := e.JobID(Eval); id != "" {
 		ei := infos[id]
-		if settling(ei) {
+		if settling(Eval, ei) {
 			return nil
 		}
 		if !ei.State.Terminal() {

@@ -686,6 +686,21 @@ func TestStandInModes(t *testing.T) {
 				}
 			}
 		})
+		if stage == record.StageTrain {
+			t.Run("train/delay", func(t *testing.T) {
+				t.Parallel()
+				e := newEpisode(t, "lab-delay", 2600)
+				for _, args := range [][]string{{"--delay"}, {"--delay", "x"}, {"--delay", "3601"}} {
+					wantExit(t, e.run(t, stage, e.env(stage), args...), 2)
+				}
+				t0 := time.Now()
+				r := e.run(t, stage, e.env(stage), "--delay", "2", "--exit", "0")
+				wantExit(t, r, 0)
+				if d := time.Since(t0); d < 2*time.Second || !bytes.Contains(r.stderr, []byte("--delay: training for 2 s first")) {
+					t.Errorf("--delay 2 took %s; stderr %q", d, r.stderr)
+				}
+			})
+		}
 		t.Run(string(stage)+"/exit", func(t *testing.T) {
 			t.Parallel()
 			e := newEpisode(t, "lab-exit", 2500)

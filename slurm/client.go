@@ -97,7 +97,9 @@ func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo
 		want[id] = true
 		out[id] = unknownJob(id)
 	}
-	jobs, sacctErr := c.sacct(ctx, "--jobs="+strings.Join(ids, ","))
+	// --duplicates: a requeued job's every run, so that its runs are
+	// counted (the latest is the job's state either way).
+	jobs, sacctErr := c.sacct(ctx, "--duplicates", "--jobs="+strings.Join(ids, ","))
 	if err := ctx.Err(); err != nil {
 		return err
 	}

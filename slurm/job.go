@@ -46,6 +46,14 @@ type JobInfo struct {
 	User    string `json:"user,omitempty"`
 	Comment string `json:"comment,omitempty"`
 	Steps   []Step `json:"steps,omitempty"` // sacct only
+	// Runs is how many times the job ran or was queued to run: one, or
+	// more when Slurm requeued it (sacct --duplicates shows a record per
+	// run; the fields above are the latest's). Zero when sacct did not
+	// report the job (squeue knows no history).
+	Runs int `json:"runs,omitempty"`
+	// EarlierRuns are the states the earlier runs ended in (NODE_FAIL,
+	// PREEMPTED, REQUEUED, …), oldest first.
+	EarlierRuns []string `json:"earlier_runs,omitempty"`
 	Source  Source `json:"source"`
 }
 

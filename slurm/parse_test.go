@@ -236,6 +236,12 @@ func TestParseSynthetic(t *testing.T) {
 	if s := rq["601"].Steps[0]; s.State.Class != Running {
 		t.Errorf("requeue kept the older run's step: %+v", s)
 	}
+	if j := rq["601"]; j.Runs != 2 || len(j.EarlierRuns) != 1 || j.EarlierRuns[0] != "NODE_FAIL" {
+		t.Errorf("requeue: runs %d, earlier %q; want 2 runs, the first NODE_FAIL", j.Runs, j.EarlierRuns)
+	}
+	if j := oom["502"]; j.Runs != 1 || j.EarlierRuns != nil {
+		t.Errorf("a job that ran once: runs %d, earlier %q", j.Runs, j.EarlierRuns)
+	}
 
 	sq := parseFile(t, ParseSqueue, "testdata/synthetic/squeue_states.txt")
 	for id, w := range map[string]struct {

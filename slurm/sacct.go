@@ -131,6 +131,14 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 		}
 		j.Steps = best.steps
 		foldSteps(&j)
+		// Each job line is one run: a job Slurm requeued (a node failure,
+		// a preemption, scontrol requeue) has one per run, oldest first.
+		for _, r := range recs[id] {
+			if r.haveJob && r != best {
+				j.EarlierRuns = append(j.EarlierRuns, r.job.State.Raw)
+			}
+		}
+		j.Runs = len(j.EarlierRuns) + 1
 		jobs = append(jobs, j)
 	}
 	return jobs, errors.Join(errs...)

@@ -456,6 +456,14 @@ func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds in
 	if gpu {
 		o = append(o, "--gres="+cl.Gres)
 	}
+	// Train and eval may be rerun by Slurm after a node failure or a
+	// preemption (the tool follows the job's runs as attempts); the author
+	// never: its secrets file is gone after its first run.
+	if stage == Author || r.cfg.Episodes.NoRequeue {
+		o = append(o, "--no-requeue")
+	} else {
+		o = append(o, "--requeue")
+	}
 	o = append(o,
 		"--output="+r.host(Output(stage)),
 		"--open-mode=truncate",
@@ -533,6 +541,16 @@ func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + ep
 
 // Comment is the --comment tag that finds a stage's job again after a crash.
 func Comment(episode, stage string) string { return "nemorl:" + episode + ":" + stage }
+
+// AttemptComment is the --comment tag of a stage's attempt: the script's
+// own (Comment) for the first, with the attempt's number after it for a
+// retry (nemorl:EP:train:2), given on sbatch's command line.
+func AttemptComment(episode, stage string, attempt int) string {
+	if attempt <= 1 {
+		return Comment(episode, stage)
+	}
+	return fmt.Sprintf("%s:%d", Comment(episode, stage), attempt)
+}
 
 func slurmTime(seconds int) string {
 	return fmt.Sprintf("%02d:%02d:%02d", seconds/3600, seconds%3600/60, seconds%60)

@@ -138,6 +138,23 @@ func TestSbatchOptions(t *testing.T) {
 			}
 		}
 	}
+	// Slurm may rerun train and eval (the tool follows the runs), never the
+	// author; episodes.no_requeue leaves the retries to the tool.
+	for _, noRequeue := range []bool{false, true} {
+		cfg.Episodes.NoRequeue = noRequeue
+		tr := render(t, cfg)
+		for _, stage := range Stages {
+			f, _ := tr.Lookup(Script(stage))
+			o := sbatchLines(f.Data)
+			want := "--requeue"
+			if stage == Author || noRequeue {
+				want = "--no-requeue"
+			}
+			if !has(o, want) || has(o, "--requeue") == has(o, "--no-requeue") {
+				t.Errorf("%s (no_requeue %v): want #SBATCH %s alone", stage, noRequeue, want)
+			}
+		}
+	}
 	times := map[string]string{Author: "--time=01:10:00", Train: "--time=01:10:00", Eval: "--time=02:00:00"}
 	for stage, want := range times {
 		f, _ := tr.Lookup(Script(stage))

@@ -1,0 +1,184 @@
+package episode
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/templates"
+)
+
+// Retries: a train or eval stage that the cluster failed is run again, as
+// a new job with the same staged script and the same verified patch, up to
+// episodes.retries times; eval is run again after a retried train. The
+// author is never retried: its run costs the policy's tokens and its
+// secrets file is gone after it ran. An outcome the policy owns or an
+// integrity violation is never retried, and neither is anything after a
+// cancel (cancel, a deadline, an interrupt).
+//
+// Slurm may also rerun a train or eval job itself (same job id: a node
+// failure or a preemption of a job submitted with --requeue, or scontrol
+// requeue); the tool follows the job's latest run, and each run counts as
+// an attempt.
+
+// Attempt is an earlier attempt of a stage, retired when the stage was run
+// again.
+type Attempt struct {
+	// Attempt numbers it: 1 is the stage's first.
+	Attempt int    `json:"attempt"`
+	JobID   string `json:"job_id"`
+	// Job is the job as sacct last showed it before it was retired.
+	Job JobSummary `json:"job"`
+	// Reason is why it was retired: its stage's failure reason, or, for an
+	// eval retired with the train it waited for, "train_retried".
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+	// Output is where its output file was moved ("" if it had none).
+	Output string `json:"output,omitempty"`
+}
+
+// ReasonTrainRetried retires an eval job with the train attempt it waited
+// for.
+const ReasonTrainRetried = "train_retried"
+
+// retryable reports whether o is a failure of the cluster's in train or
+// eval that running the stage again may cure.
+func retryable(o *Outcome) bool {
+	if o.Outcome != InfraFailure || (o.FailureStage != Train && o.FailureStage != Eval) {
+		return false
+	}
+	switch o.FailureReason {
+	case string(slurm.FailureNodeFailure), string(slurm.FailurePreempted), string(slurm.FailureBootFailure),
+		string(slurm.FailureLaunch), ReasonJobLost, ReasonNoGPU, ReasonRolloutsRejected:
+		return true
+	case string(record.ReasonMissingRecord):
+		// The trusted evaluator died before its record (its vLLM, its
+		// node); a missing train record is the policy's.
+		return o.FailureStage == Eval
+	}
+	return false
+}
+
+// attempts is how many times stage has run or been queued to run: every
+// run of its retired attempts and of its current job (a job Slurm
+// requeued ran more than once).
+func (e *Entry) attempts(stage string, infos map[string]slurm.JobInfo) int {
+	n := 0
+	for _, a := range e.Retried[stage] {
+		n += max(a.Job.Runs, 1)
+	}
+	if id := e.JobID(stage); id != "" {
+		n += max(infos[id].Runs, 1)
+	}
+	return n
+}
+
+// attemptNumber is the number of the stage's next submission.
+func (e *Entry) attemptNumber(stage string) int { return len(e.Retried[stage]) + 1 }
+
+// retiredJobs are the job ids of stage's retired attempts.
+func (e *Entry) retiredJobs(stage string) []string {
+	var ids []string
+	for _, a := range e.Retried[stage] {
+		ids = append(ids, a.JobID)
+	}
+	return ids
+}
+
+// retry runs o's stage again instead of ending the episode with o, when o
+// is a failure of the cluster's and attempts are left. It retires the
+// stage's job and the stages after it (their ids, states and why, in the
+// ledger first, with the cancels this issues), scancels those jobs (Slurm
+// could still rerun a NODE_FAIL job; an eval waits on the retired train)
+// and moves their output files aside; the next advance submits the stage
+// again. It reports whether it did; when not, o's detail says why when the
+// attempts ran out.
+func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[string]slurm.JobInfo) (bool, error) {
+	if !retryable(o) || e.CancelRequested != "" || ctx.Err() != nil {
+		return false, nil
+	}
+	stage := o.FailureStage
+	limit := 1 + d.Config.Episodes.Retries
+	n := e.attempts(stage, infos)
+	if n >= limit {
+		if d.Config.Episodes.Retries > 0 {
+			o.Detail += fmt.Sprintf("; %s ran %d times, the last allowed (episodes.retries: %d)", stage, n, d.Config.Episodes.Retries)
+		}
+		return false, nil
+	}
+	redo := []string{Eval}
+	if stage == Train {
+		redo = []string{Train, Eval}
+	}
+	var ids []string
+	moves := map[string]string{}
+	for _, s := range redo {
+		sub := e.Jobs[s]
+		if sub == nil {
+			continue
+		}
+		if sub.JobID == "" {
+			// An interrupted submission: find its job first, so that it is
+			// retired (and cancelled) with the rest.
+			if _, err := d.adopt(ctx, e, s); err != nil {
+				return false, err
+			}
+		}
+		a := Attempt{Attempt: e.attemptNumber(s), JobID: sub.JobID, Job: o.Jobs[s], Reason: ReasonTrainRetried}
+		if s == stage {
+			a.Reason, a.Detail = o.FailureReason, o.Detail
+		}
+		if sub.JobID != "" {
+			ids = append(ids, sub.JobID)
+			out := path.Join(e.Dir, templates.Output(s))
+			a.Output = strings.TrimSuffix(out, ".log") + fmt.Sprintf(".attempt-%d.log", a.Attempt)
+			moves[out] = a.Output
+		}
+		if e.Retried == nil {
+			e.Retried = map[string][]Attempt{}
+		}
+		e.Retried[s] = append(e.Retried[s], a)
+		delete(e.Jobs, s)
+		delete(e.Ended, s)
+	}
+	e.EvalOutputChecked = false
+	e.recordCancels(ids)
+	if err := d.Ledger.Save(e); err != nil {
+		return false, err
+	}
+	d.logf("%s: %s job %s ended as %s (%s): running %s again, attempt %d of %d",
+		e.Episode, stage, o.Jobs[stage].ID, o.FailureReason, o.Jobs[stage].State, strings.Join(redo, " and "), n+1, limit)
+	if err := d.Slurm.Cancel(ctx, ids); err != nil {
+		// The next submission of the stage cancels them again first.
+		d.logf("%s: cancelling the retired jobs %s failed: %v", e.Episode, strings.Join(ids, ", "), err)
+	}
+	d.moveAside(ctx, e, moves)
+	return true, nil
+}
+
+// moveAsideScript renames each SRC DST pair whose SRC exists (never
+// following it, never into a directory).
+const moveAsideScript = `while [ $# -ge 2 ]; do
+	if [ -e "$1" ] || [ -L "$1" ]; then mv -fT -- "$1" "$2" || exit 1; fi
+	shift 2
+done`
+
+// moveAside keeps the retired attempts' outputs beside the new ones (the
+// new job would truncate them). A failure is logged: the new attempt's
+// job truncates the file anyway.
+func (d *Driver) moveAside(ctx context.Context, e *Entry, moves map[string]string) {
+	if len(moves) == 0 {
+		return
+	}
+	argv := []string{"sh", "-c", moveAsideScript, "sh"}
+	for src, dst := range moves {
+		argv = append(argv, src, dst)
+	}
+	if _, err := d.Host.Run(ctx, remote.Command{Argv: argv, Label: "retire"}); err != nil {
+		d.logf("%s: could not keep the retired attempts' output: %v", e.Episode, err)
+	}
+}

@@ -1,0 +1,204 @@
+package episode
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/templates"
+)
+
+// recordHost records the commands run on it and runs none.
+type recordHost struct {
+	remote.Host
+	cmds [][]string
+}
+
+func (h *recordHost) Run(_ context.Context, c remote.Command) (*remote.Result, error) {
+	h.cmds = append(h.cmds, c.Argv)
+	return &remote.Result{}, nil
+}
+
+// Which outcomes are retried: the cluster's failures of train and eval,
+// never the author's, the policy's, an integrity violation, a cancel.
+func TestRetryable(t *testing.T) {
+	for _, c := range []struct {
+		kind          Kind
+		stage, reason string
+		want          bool
+	}{
+		{InfraFailure, Train, string(slurm.FailureNodeFailure), true},
+		{InfraFailure, Eval, string(slurm.FailurePreempted), true},
+		{InfraFailure, Train, string(slurm.FailureBootFailure), true},
+		{InfraFailure, Train, string(slurm.FailureLaunch), true},
+		{InfraFailure, Train, ReasonJobLost, true},
+		{InfraFailure, Eval, ReasonNoGPU, true},
+		{InfraFailure, Eval, string(record.ReasonMissingRecord), true},
+		{InfraFailure, Eval, ReasonRolloutsRejected, true},
+		{InfraFailure, Author, string(slurm.FailureNodeFailure), false}, // the author is never run twice
+		{InfraFailure, Author, ReasonPolicyEndpointFailed, false},
+		{InfraFailure, Train, ReasonCancelled, false},       // an administrator's cancel
+		{InfraFailure, Train, ReasonDeadline, false},        // the operator's
+		{InfraFailure, Train, ReasonInterrupted, false},     // the operator's
+		{InfraFailure, Train, ReasonSubmitRefused, false},   // sbatch will refuse again
+		{InfraFailure, Train, ReasonIsolationBreach, false}, // the site's setup: again
+		{InfraFailure, Eval, ReasonTimesUnknown, false},     // accounting, not the job
+		{PolicyFailure, Train, ReasonTrainFailed, false},    // the policy's 0
+		{PolicyFailure, Train, string(record.ReasonMissingRecord), false},
+		{PolicyFailure, Eval, ReasonBadWeights, false},
+		{IntegrityViolation, Eval, string(record.ReasonDuplicateRecord), false},
+		{IntegrityViolation, Eval, ReasonEvalOutputTampered, false},
+	} {
+		o := (&Outcome{}).fail(c.kind, c.stage, c.reason, "")
+		if got := retryable(o); got != c.want {
+			t.Errorf("%s %s %s: retryable %v, want %v", c.kind, c.stage, c.reason, got, c.want)
+		}
+	}
+}
+
+// A train that ended NODE_FAIL (submitted --no-requeue: Slurm will not
+// rerun it) is retired with the eval that waited on it, on record with the
+// cancels first; both are submitted again as attempt 2, tagged so; the
+// second failure ends the episode once episodes.retries is spent, and the
+// outcome counts the attempts.
+func TestRetryTrain(t *testing.T) {
+	cfg := exampleConfig(t)
+	cfg.Episodes.Retries, cfg.Episodes.NoRequeue = 1, true
+	ledger, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	sl := &recordRunner{}
+	host := &recordHost{Host: remote.NewLocal()}
+	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(sl), Ledger: ledger, Now: func() time.Time { return now }}
+	dir := "/work/nemorl/ep-retry"
+	e := &Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[string]*Submission{
+		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}},
+		Ended: map[string]JobSummary{Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
+	if err := ledger.Create(e, []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	st := &watchState{since: map[string]time.Time{}}
+	w := waits{
+		waited: func(k string) time.Duration { return st.waited(e.Episode+"/"+k, now) },
+		forget: func(k string) { delete(st.since, e.Episode+"/"+k) },
+	}
+	infos := map[string]slurm.JobInfo{
+		"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Source: slurm.SourceSacct},
+		"2": {ID: "2", State: slurm.ParseState("NODE_FAIL", ""), Runs: 1, Source: slurm.SourceSacct},
+		"3": {ID: "3", State: slurm.ParseState("CANCELLED", "DependencyNeverSatisfied"), Runs: 1, Source: slurm.SourceSacct},
+	}
+	if err := d.advance(context.Background(), e, infos, w); err != nil {
+		t.Fatal(err)
+	}
+	if e.Final() {
+		t.Fatalf("a NODE_FAIL train with a retry left ended the episode: %+v", e.Outcome)
+	}
+	got, err := ledger.Load(e.Episode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, ev := got.Retried[Train], got.Retried[Eval]
+	if len(tr) != 1 || tr[0].JobID != "2" || tr[0].Attempt != 1 || tr[0].Reason != string(slurm.FailureNodeFailure) || tr[0].Job.State != "NODE_FAIL" {
+		t.Errorf("ledger's retired train: %+v", tr)
+	}
+	if len(ev) != 1 || ev[0].JobID != "3" || ev[0].Reason != ReasonTrainRetried {
+		t.Errorf("ledger's retired eval: %+v", ev)
+	}
+	if got.Jobs[Train] != nil || got.Jobs[Eval] != nil || !slices.Contains(got.CancelsIssued, "2") || !slices.Contains(got.CancelsIssued, "3") {
+		t.Errorf("ledger after the retry: jobs %v, cancels %v", got.Jobs, got.CancelsIssued)
+	}
+	if tr[0].Output != dir+"/train/out.attempt-1.log" || ev[0].Output != dir+"/eval/out.attempt-1.log" {
+		t.Errorf("outputs kept as %q and %q", tr[0].Output, ev[0].Output)
+	}
+	var scancel, moved []string
+	for _, c := range sl.cmds {
+		if c[0] == "scancel" {
+			scancel = c[1:]
+		}
+	}
+	for _, c := range host.cmds {
+		if len(c) > 4 && c[0] == "sh" && c[2] == moveAsideScript {
+			moved = c[4:]
+		}
+	}
+	if strings.Join(scancel, " ") != "2 3" {
+		t.Errorf("scancel %v, want the retired train and eval", scancel)
+	}
+	if !slices.Contains(moved, dir+"/train/out.log") || !slices.Contains(moved, dir+"/train/out.attempt-1.log") {
+		t.Errorf("outputs moved: %v", moved)
+	}
+
+	// The next submission is attempt 2: its tag says so, it cancels the
+	// retired jobs first (a crash may have kept the first scancel from
+	// running), and it waits for the author again.
+	req := d.submitRequest(e, Train, "1")
+	if req.Comment != templates.Comment(e.Episode, Train)+":2" || req.Name != templates.JobName(e.Episode, Train) {
+		t.Errorf("attempt 2's sbatch: comment %q, name %q", req.Comment, req.Name)
+	}
+	if n := e.attemptNumber(Train); n != 2 {
+		t.Errorf("attempt number %d", n)
+	}
+
+	// Attempt 2 of train failed the same way: no retry is left.
+	e.Jobs[Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
+	e.Jobs[Eval] = &Submission{JobID: "5", Attempt: 2, After: "4"}
+	infos["4"] = slurm.JobInfo{ID: "4", State: slurm.ParseState("NODE_FAIL", ""), Runs: 1, Source: slurm.SourceSacct}
+	infos["5"] = slurm.JobInfo{ID: "5", State: slurm.ParseState("CANCELLED", "DependencyNeverSatisfied"), Runs: 1, Source: slurm.SourceSacct}
+	if err := d.advance(context.Background(), e, infos, w); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Final() || e.Outcome.FailureReason != string(slurm.FailureNodeFailure) || !e.Outcome.MaskSample {
+		t.Fatalf("after the last attempt: %+v", e.Outcome)
+	}
+	if e.Outcome.Attempts[Train] != 2 || e.Outcome.Attempts[Eval] != 2 || e.Outcome.Attempts[Author] != 1 || len(e.Outcome.Retried[Train]) != 1 {
+		t.Errorf("outcome attempts %v, retried %+v", e.Outcome.Attempts, e.Outcome.Retried)
+	}
+	if !strings.Contains(e.Outcome.Detail, "ran 2 times, the last allowed (episodes.retries: 1)") {
+		t.Errorf("detail %q does not say the retries ran out", e.Outcome.Detail)
+	}
+}
+
+// Runs Slurm made itself (a requeue) count as attempts: a job that ran
+// twice has used up one retry.
+func TestRequeueRunsCount(t *testing.T) {
+	e := &Entry{Jobs: map[string]*Submission{Train: {JobID: "7"}},
+		Retried: map[string][]Attempt{Train: {{Attempt: 1, JobID: "6", Job: JobSummary{ID: "6", Runs: 2}}}}}
+	infos := map[string]slurm.JobInfo{"7": {ID: "7", Runs: 2}}
+	if n := e.attempts(Train, infos); n != 4 {
+		t.Errorf("attempts %d, want 4 (2 runs of each job)", n)
+	}
+	if n := e.attempts(Eval, infos); n != 0 {
+		t.Errorf("eval never submitted: attempts %d", n)
+	}
+	if n := e.attemptNumber(Train); n != 2 {
+		t.Errorf("attempt number %d, want 2 (one tool attempt retired)", n)
+	}
+}
+
+// A cancel on record stops retrying: the failure ends the episode.
+func TestNoRetryAfterCancel(t *testing.T) {
+	cfg := exampleConfig(t)
+	ledger, err := OpenLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{Config: cfg, Host: &recordHost{Host: remote.NewLocal()}, Slurm: slurm.New(&recordRunner{}), Ledger: ledger}
+	e := &Entry{Episode: "ep-c", Jobs: map[string]*Submission{Train: {JobID: "2"}}, CancelRequested: ReasonDeadline}
+	o := (&Outcome{Jobs: map[string]JobSummary{}}).fail(InfraFailure, Train, string(slurm.FailureNodeFailure), "")
+	if ok, err := d.retry(context.Background(), e, o, nil); ok || err != nil || e.Retried != nil {
+		t.Errorf("retried after a cancel: %v %v %+v", ok, err, e.Retried)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.CancelRequested = ""
+	if ok, err := d.retry(ctx, e, o, nil); ok || err != nil {
+		t.Errorf("retried after SIGINT (context ended): %v %v", ok, err)
+	}
+}
