@@ -253,13 +253,13 @@ func (p *progress) update(rows []episode.Row) {
 		return
 	}
 	for _, r := range rows {
-		line := r.Stage + " " + r.JobID + " " + r.State
+		line := r.Stage + " " + r.JobID + " " + r.State + attemptNote(r)
 		if p.last[r.Episode] == line {
 			continue
 		}
 		p.last[r.Episode] = line
 		// The outcome is printed once, by the report at the end.
-		fmt.Fprintf(p.w, "%s %s %s job %s %s%s\n", time.Now().UTC().Format(time.RFC3339), r.Episode, r.Stage, orDash(r.JobID), r.State, reasonNote(r))
+		fmt.Fprintf(p.w, "%s %s %s job %s %s%s%s\n", time.Now().UTC().Format(time.RFC3339), r.Episode, r.Stage, orDash(r.JobID), r.State, reasonNote(r), attemptNote(r))
 	}
 }
 
@@ -331,6 +331,7 @@ func formatRows(rows []episode.Row) string {
 		if r.Reason != "" {
 			state += " (" + r.Reason + ")"
 		}
+		state += attemptNote(r)
 		fmt.Fprintf(&b, "%-28s %-6s %-8s %-24s %9s  %s\n", r.Episode, r.Stage, orDash(r.JobID), state, formatElapsed(r.Elapsed), out)
 	}
 	return b.String()
@@ -344,15 +345,26 @@ func formatElapsed(d time.Duration) string {
 	return fmt.Sprintf("%d:%02d:%02d", s/3600, s%3600/60, s%60)
 }
 
+// attemptNote names a stage's attempt after its first (a retry, a
+// requeue): " attempt 2".
+func attemptNote(r episode.Row) string {
+	if r.Attempt > 1 {
+		return fmt.Sprintf(" attempt %d", r.Attempt)
+	}
+	return ""
+}
+
 // rowJSON is a row in --json output.
 type rowJSON struct {
-	Episode        string           `json:"episode"`
-	Stage          string           `json:"stage"`
-	JobID          string           `json:"job_id"`
-	State          string           `json:"state"`
-	Reason         string           `json:"reason,omitempty"`
-	ElapsedSeconds int64            `json:"elapsed_seconds"`
-	Outcome        *episode.Outcome `json:"outcome,omitempty"`
+	Episode        string `json:"episode"`
+	Stage          string `json:"stage"`
+	JobID          string `json:"job_id"`
+	State          string `json:"state"`
+	Reason         string `json:"reason,omitempty"`
+	ElapsedSeconds int64  `json:"elapsed_seconds"`
+	// Attempt, after the first: the stage's attempt (retries, requeues).
+	Attempt int              `json:"attempt,omitempty"`
+	Outcome *episode.Outcome `json:"outcome,omitempty"`
 }
 
 func rowsJSON(rows []episode.Row) []rowJSON {
@@ -360,6 +372,9 @@ func rowsJSON(rows []episode.Row) []rowJSON {
 	for _, r := range rows {
 		out = append(out, rowJSON{Episode: r.Episode, Stage: r.Stage, JobID: r.JobID, State: r.State, Reason: r.Reason,
 			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
+		if r.Attempt > 1 {
+			out[len(out)-1].Attempt = r.Attempt
+		}
 	}
 	return out
 }

@@ -146,6 +146,12 @@ func TestRetryTrain(t *testing.T) {
 		t.Errorf("attempt number %d", n)
 	}
 
+	e.Jobs[Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
+	infos["4"] = slurm.JobInfo{ID: "4", State: slurm.ParseState("RUNNING", ""), Runs: 1, Source: slurm.SourceSacct}
+	if r := rowOf(e, infos); r.Stage != Train || r.JobID != "4" || r.Attempt != 2 {
+		t.Errorf("row of attempt 2: %+v", r)
+	}
+
 	// Attempt 2 of train failed the same way: no retry is left.
 	e.Jobs[Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
 	e.Jobs[Eval] = &Submission{JobID: "5", Attempt: 2, After: "4"}

@@ -51,6 +51,9 @@ type Row struct {
 	// Elapsed is how long the job has run (zero while pending); for a
 	// finished episode, from the outcome's record of the job.
 	Elapsed time.Duration
+	// Attempt is how many times the stage has run or been queued to run,
+	// this job's runs included (retries, requeues): 1 normally.
+	Attempt int
 	// Outcome is set once the episode is final.
 	Outcome *Outcome
 }
@@ -539,6 +542,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 			break
 		}
 		r.Stage, r.JobID, r.Elapsed, r.Reason = s, sub.JobID, 0, ""
+		r.Attempt = max(e.attempts(s, infos), e.attemptNumber(s))
 		if sub.JobID == "" {
 			r.State = "SUBMITTING"
 			break
