@@ -36,7 +36,7 @@ const (
 // TestAuthorLab runs the real author stage's cases on the lab.
 func TestAuthorLab(t *testing.T) {
 	lab := labtest.Env(t)
-	labtest.UseSSHD(t)
+	labtest.UseLab(t)
 	requireStandIns(t)
 	requireAuthorRoot(t)
 

@@ -27,7 +27,7 @@ type benchEndpoint struct {
 
 func benchEndpoints(b *testing.B) (labtest.Lab, []benchEndpoint) {
 	lab := labtest.Env(b)
-	labtest.UseSSHD(b)
+	labtest.UseLab(b)
 	lab.WaitSSH(b, time.Minute)
 	far := lab.Far(b)
 	return lab, []benchEndpoint{{"loopback", lab.SSHPort}, {fmt.Sprintf("far-%dms", far.FarRTT.Milliseconds()), far.FarSSHPort}}

@@ -57,11 +57,11 @@ const (
 )
 
 // TestEpisodeLab runs every episode case on the lab. The parent builds the
-// binary, checks the installed stand-ins and holds the lab's sshd lock
-// (shared) until all of its parallel subtests have ended.
+// binary, checks the installed stand-ins and holds the lab lock (shared)
+// until all of its parallel subtests have ended.
 func TestEpisodeLab(t *testing.T) {
 	lab := labtest.Env(t)
-	labtest.UseSSHD(t) // held until the parallel subtests below are done
+	labtest.UseLab(t) // held until the parallel subtests below are done
 	requireStandIns(t)
 
 	base, err := os.ReadFile("../configs/lab.yaml")
@@ -140,11 +140,11 @@ type labCLI struct {
 
 // newLabCLI is the lab and the built binary for a test, with configs/lab.yaml
 // as its base config staging into a workdir of the test's own (removed when
-// it ends). It holds the lab's sshd for the test (labtest.UseSSHD).
+// it ends). It holds the lab lock (shared) for the test (labtest.UseLab).
 func newLabCLI(t *testing.T) *labCLI {
 	t.Helper()
 	lab := labtest.Env(t)
-	labtest.UseSSHD(t)
+	labtest.UseLab(t)
 	base, err := os.ReadFile("../configs/lab.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ func TestImagesInspect(t *testing.T) {
 // them in a config file, changing only the digest lines.
 func TestImagesLockLab(t *testing.T) {
 	lab := labtest.Env(t)
-	labtest.UseSSHD(t)
+	labtest.UseLab(t)
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	imgDir, err := os.MkdirTemp(lab.Workdir, "images-test-")
 	if err != nil {

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared definitions for lab/up, lab/down, lab/status and lab/sshd.
+# Shared definitions for lab/up, lab/down, lab/status, lab/sshd and lab/daemon.
 # Sourced, never executed. Callers run with `set -euo pipefail`.
 
 LAB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -217,6 +217,33 @@ mariadb_stop() {
     else
         log "mariadb: not running"
     fi
+}
+
+# ---- Slurm daemons and the node (lab/up, lab/daemon) ----------------------
+
+# lab_node: the lab's one node, named after the short hostname.
+lab_node() { hostname -s; }
+
+# dbd_ok: slurmdbd answers sacctmgr.
+dbd_ok() { sacctmgr -n -P show cluster format=cluster; }
+# ctld_ok: slurmctld answers a ping.
+ctld_ok() { scontrol ping | grep -q 'is UP'; }
+# node_state: the node's state as sinfo has it (idle, mixed, down*, drained, ...).
+node_state() { sinfo -h -N -n "$(lab_node)" -o '%T' 2>/dev/null | head -n1; }
+# node_ready: the node is in service (a "*" suffix, not responding, is not).
+node_ready() { case "$(node_state)" in idle | mixed | allocated | completing) return 0 ;; esac; return 1; }
+
+# node_resume: put a node left DOWN, DRAINED or FAILED (by a crashed
+# slurmd, or lab/daemon node-down) back in service: State=RESUME, retried
+# while slurmd registers (up to ~10 s). Does not wait for node_ready.
+node_resume() {
+    local _
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        case "$(node_state)" in
+        down* | drain* | fail*) scontrol update NodeName="$(lab_node)" State=RESUME >/dev/null 2>&1 || true; sleep 1 ;;
+        *) break ;;
+        esac
+    done
 }
 
 # ---- lab sshd -------------------------------------------------------------

@@ -63,7 +63,7 @@ func (p noPrompt) Challenge(dest, _, _ string, q []string, _ []bool) ([]string, 
 
 func dialLab(t *testing.T, opts remote.Options) *remote.SSH {
 	t.Helper()
-	labtest.UseSSHD(t) // never overlap another package's sshd restart
+	labtest.UseLab(t) // never overlap another package's sshd or Slurm restart
 	h, err := remote.Dial(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
@@ -423,8 +423,8 @@ func ensureSSHDUp(t *testing.T) {
 // TestSSHLabReconnect stops and restarts the lab sshd (which also kills
 // the connections it serves) in the middle of a series of calls.
 func TestSSHLabReconnect(t *testing.T) {
+	labtest.LockLab(t) // before Env: this test restarts sshd
 	lab := labtest.Env(t)
-	labtest.LockSSHD(t)
 	ensureSSHDUp(t)
 	var logs logRecorder
 	opts := labOptions(t, lab)

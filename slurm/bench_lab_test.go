@@ -26,7 +26,7 @@ import (
 // Figures go to docs/BENCHMARKS.md.
 func BenchmarkWatchPoll(b *testing.B) {
 	lab := labtest.Env(b)
-	labtest.UseSSHD(b)
+	labtest.UseLab(b)
 	lab.WaitSSH(b, time.Minute)
 	out, err := exec.Command("sacct", "-a", "-X", "-n", "-P", "--starttime=now-30days", "--format=JobIDRaw").Output()
 	if err != nil {

@@ -18,7 +18,7 @@ func sshClient(t *testing.T, restarts bool, opts ...func(*remote.Options)) (*Cli
 	needLab(t)
 	lab := labtest.Env(t)
 	if !restarts {
-		labtest.UseSSHD(t)
+		labtest.UseLab(t)
 	}
 	lab.WaitSSH(t, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -117,8 +117,8 @@ func TestSSHChain(t *testing.T) {
 // connection) in the middle of a series of Query calls: the calls after the
 // restart succeed without anyone redialling by hand.
 func TestSSHQueryAcrossSSHDRestart(t *testing.T) {
+	labtest.LockLab(t) // before needLab (labtest.Env): this test restarts sshd
 	needLab(t)
-	labtest.LockSSHD(t)
 	script := labtest.Script(t, "sshd")
 	t.Cleanup(func() {
 		if exec.Command(script, "status").Run() != nil {

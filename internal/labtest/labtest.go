@@ -1,7 +1,8 @@
 // Package labtest gives integration tests the facts of the local Slurm lab
 // (lab/up writes them to /var/lib/nemorl-lab/lab.env). Tests call Env: when
 // the lab is absent the test is skipped, unless NEMORL_REQUIRE_LAB=1 (set by
-// CI), which turns the skip into a failure.
+// CI), which turns the skip into a failure. Env also takes the lab lock
+// (see LockLab and UseLab) for its test.
 package labtest
 
 import (
@@ -18,7 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,11 +66,18 @@ func Required() bool { return os.Getenv("NEMORL_REQUIRE_LAB") == "1" }
 
 // Env returns the lab, or skips t (fails it when Required) when there is
 // none. A lab.env that exists but is broken always fails t.
+//
+// Env also takes the lab lock shared for t until t ends (UseLab), so every
+// lab test keeps out of the way of the tests that break the lab on purpose.
+// It may be called several times, in a test and in its subtests, and from
+// benchmarks. A test that needs the lab lock exclusively calls LockLab
+// before Env.
 func Env(t testing.TB) Lab {
 	t.Helper()
 	lab, err := Load(Path())
 	switch {
 	case err == nil:
+		UseLab(t)
 		return lab
 	case errors.Is(err, fs.ErrNotExist) && Required():
 		t.Fatalf("lab required (NEMORL_REQUIRE_LAB=1) but absent: %v; run lab/up", err)
@@ -230,42 +238,181 @@ func (l Lab) WaitSSH(t testing.TB, limit time.Duration) {
 	}
 }
 
-// LockSSHD serialises tests (in any package or process) that stop or
-// restart the lab sshd: it takes an exclusive flock on
-// $TMPDIR/nemorl-lab-sshd.lock, released when t ends.
-func LockSSHD(t testing.TB) {
-	flockSSHD(t, syscall.LOCK_EX)
-	exclusive.Store(true)
-	t.Cleanup(func() { exclusive.Store(false) })
-}
+// The lab lock: $TMPDIR/nemorl-lab.lock, flocked by every lab test of every
+// test process (go test runs each package in a process of its own, and runs
+// them in parallel). Lab tests hold it shared: Env takes it for its test,
+// UseLab takes it explicitly. Tests that break the lab on purpose (stop or
+// restart sshd, slurmctld, slurmdbd or slurmd, set the node DOWN: lab/sshd,
+// lab/daemon) hold it exclusively (LockLab), so they never overlap another
+// lab test, in any package.
+//
+// The rule: a test that needs the exclusive lock calls LockLab first,
+// before labtest.Env or anything else that reaches the lab, and from a
+// top-level test that does not call t.Parallel. go test runs no other test
+// of the package alongside such a test (parallel tests wait, paused, until
+// the sequential ones are done), so LockLab only has to keep the other
+// processes out; the package's paused tests that already called Env keep
+// their shared hold and do not block it (see labLock). LockLab after Env in
+// the same test does not deadlock either (the test's shared hold is
+// converted), but the test then reached the lab before it was alone on it.
 
-// exclusive is set while this process holds the lock exclusively.
-var exclusive atomic.Bool
-
-// UseSSHD is for tests that need the lab sshd up from start to end: it takes
-// the same lock shared, so they never overlap a test that restarts sshd.
-// Inside a test that holds it exclusively, it does nothing.
-func UseSSHD(t testing.TB) {
-	if !exclusive.Load() {
-		flockSSHD(t, syscall.LOCK_SH)
-	}
-}
-
-func flockSSHD(t testing.TB, how int) {
+// LockLab takes the lab lock exclusively until t ends: no lab test of any
+// other process runs meanwhile, and those already running are waited for.
+// Call it before labtest.Env (see above). Within it, Env and UseLab only
+// count, and LockLab again (in t or a subtest) does nothing.
+func LockLab(t testing.TB) {
 	t.Helper()
-	p := filepath.Join(os.TempDir(), "nemorl-lab-sshd.lock")
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
-	if err != nil {
-		t.Fatalf("lab sshd lock: %v", err)
+	theLock.lockExclusive(t)
+}
+
+// UseLab takes the lab lock shared until t ends, so t never overlaps a
+// LockLab test of another process. Env already does this for its test;
+// UseLab is for tests that reach the lab without Env. Inside a LockLab
+// holder it only counts.
+func UseLab(t testing.TB) {
+	t.Helper()
+	theLock.lockShared(t)
+}
+
+// LockSSHD is the old name of LockLab, kept until every caller is renamed.
+//
+// Deprecated: use LockLab.
+func LockSSHD(t testing.TB) {
+	t.Helper()
+	LockLab(t)
+}
+
+// UseSSHD is the old name of UseLab, kept until every caller is renamed.
+//
+// Deprecated: use UseLab (or nothing: Env takes the shared lock).
+func UseSSHD(t testing.TB) {
+	t.Helper()
+	UseLab(t)
+}
+
+// lockPath is the lab lock file; a variable for this package's tests.
+var lockPath = func() string { return filepath.Join(os.TempDir(), "nemorl-lab.lock") }
+
+// theLock is this process's hold on the lab lock.
+var theLock labLock
+
+// labLock is a process's hold on the lab lock. Every hold of the process,
+// shared or exclusive, goes through one open file, so flock sees one holder
+// per process: LockLab converts the process's shared lock to an exclusive
+// one instead of waiting for it. Separate files per hold would deadlock a
+// LockLab test on the shared holds of its own process: its own Env, or
+// the package's parallel tests that called Env and then t.Parallel, paused
+// until the sequential LockLab test ends. (An exclusive flock also blocks a
+// shared flock of the same process taken on another file: that is why a
+// shared hold inside an exclusive one only counts.)
+//
+// flock converts a lock by dropping it and then waiting for the new one, so
+// while LockLab waits this process holds nothing, and two processes that
+// both convert cannot deadlock each other.
+type labLock struct {
+	excl sync.Mutex // one exclusive holder (test) at a time in this process
+
+	mu     sync.Mutex // guards what follows; held while flock blocks
+	f      *os.File   // the lock file, open while anything is held
+	mode   int        // what f holds: 0, syscall.LOCK_SH or syscall.LOCK_EX
+	shared int        // shared holds (Env, UseLab) of this process
+	owner  string     // name of the test holding it exclusively, "" if none
+}
+
+func (l *labLock) lockShared(t testing.TB) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mode == 0 {
+		if err := l.flock(syscall.LOCK_SH); err != nil {
+			t.Fatalf("lab lock: %v", err)
+		}
 	}
-	if err := syscall.Flock(int(f.Fd()), how); err != nil {
-		_ = f.Close()
-		t.Fatalf("lab sshd lock: %v", err)
+	l.shared++
+	t.Cleanup(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.shared--
+		if l.shared == 0 && l.mode == syscall.LOCK_SH {
+			_ = l.flock(0)
+		}
+	})
+}
+
+func (l *labLock) lockExclusive(t testing.TB) {
+	t.Helper()
+	name := t.Name()
+	l.mu.Lock()
+	nested := l.owner != "" && (name == l.owner || strings.HasPrefix(name, l.owner+"/"))
+	l.mu.Unlock()
+	if nested {
+		return
+	}
+	l.excl.Lock()
+	l.mu.Lock()
+	err := l.flock(syscall.LOCK_EX)
+	if err == nil {
+		l.owner = name
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.excl.Unlock()
+		t.Fatalf("lab lock: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
+		l.mu.Lock()
+		l.owner = ""
+		how := 0 // unlock
+		if l.shared > 0 {
+			how = syscall.LOCK_SH // the process's shared holds go on
+		}
+		err := l.flock(how)
+		l.mu.Unlock()
+		l.excl.Unlock()
+		if err != nil {
+			t.Errorf("lab lock: %v", err)
+		}
 	})
+}
+
+// flock sets what the process holds to how (0: nothing), opening the lock
+// file first if need be and closing it when nothing is held. l.mu is held.
+func (l *labLock) flock(how int) error {
+	if how == l.mode {
+		return nil
+	}
+	if l.f == nil {
+		p := lockPath()
+		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE, 0o666)
+		if err != nil {
+			return err
+		}
+		l.f = f
+	}
+	op := how
+	if how == 0 {
+		op = syscall.LOCK_UN
+	}
+	var err error
+	for {
+		if err = syscall.Flock(int(l.f.Fd()), op); err != syscall.EINTR {
+			break
+		}
+	}
+	if err == nil {
+		l.mode = how
+	} else {
+		// A failed conversion may have dropped the old lock: hold
+		// nothing rather than believe in a lock that may be gone.
+		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+		l.mode = 0
+		err = fmt.Errorf("flock %s: %w", l.f.Name(), err)
+	}
+	if l.mode == 0 {
+		_ = l.f.Close()
+		l.f = nil
+	}
+	return err
 }
 
 // TestWorkdir is a workdir on the lab for t alone (under Workdir, created

@@ -1,10 +1,14 @@
 package labtest
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,5 +171,203 @@ func TestEnvRequired(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "lab required (NEMORL_REQUIRE_LAB=1) but absent") {
 		t.Errorf("child: %v\n%s", err, out)
+	}
+}
+
+// useLockPath points the lab lock at p (in a temporary directory, not the
+// one real lab tests use) for t.
+func useLockPath(t *testing.T, p string) {
+	old := lockPath
+	lockPath = func() string { return p }
+	t.Cleanup(func() { lockPath = old })
+}
+
+// canFlock says whether another holder (another open file: to flock, the
+// same as another process) could take the lock at p now, shared or
+// exclusive.
+func canFlock(t *testing.T, p string, how int) bool {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	switch err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err {
+	case nil:
+		return true
+	case syscall.EWOULDBLOCK:
+		return false
+	default:
+		t.Fatal(err)
+		return false
+	}
+}
+
+// testLabEnv writes a minimal lab.env and points NEMORL_LAB_ENV at it.
+func testLabEnv(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lab.env")
+	env := "NEMORL_LAB_SSH_HOST=127.0.0.1\nNEMORL_LAB_SSH_PORT=2222\nNEMORL_LAB_USER=nemorl\nNEMORL_LAB_KEY=/k\n" +
+		"NEMORL_LAB_KNOWN_HOSTS=/kh\nNEMORL_LAB_HOST_KEY_PUB=/h.pub\nNEMORL_LAB_WORKDIR=/w\n"
+	if err := os.WriteFile(p, []byte(env), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NEMORL_LAB_ENV", p)
+}
+
+// TestLabLockAcrossProcesses: a child test process holds the lab lock
+// exclusively (LockLab, with UseLab inside it); a shared taker here (UseLab)
+// waits until the child lets go.
+func TestLabLockAcrossProcesses(t *testing.T) {
+	if os.Getenv("LABTEST_LOCK_CHILD") == "1" {
+		LockLab(t)
+		UseLab(t) // only counts: must not deadlock
+		fmt.Println("locked")
+		_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
+		return
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "nemorl-lab.lock")
+	useLockPath(t, p)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLabLockAcrossProcesses$", "-test.v")
+	cmd.Env = append(os.Environ(), "LABTEST_LOCK_CHILD=1", "TMPDIR="+dir) // the child's lock: $TMPDIR/nemorl-lab.lock
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	locked := make(chan struct{})
+	var childOut strings.Builder
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			childOut.WriteString(sc.Text() + "\n")
+			if sc.Text() == "locked" {
+				close(locked)
+			}
+		}
+	}()
+	select {
+	case <-locked:
+	case <-outDone:
+		t.Fatalf("the child ended without taking the lock:\n%s", childOut.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the child did not take the lock within 10s")
+	}
+	if canFlock(t, p, syscall.LOCK_SH) {
+		t.Fatal("a shared flock was granted while the child holds the lab lock exclusively")
+	}
+
+	const hold = 300 * time.Millisecond
+	released := make(chan time.Time, 1)
+	start := time.Now()
+	go func() {
+		time.Sleep(hold)
+		released <- time.Now()
+		_ = stdin.Close() // the child's test returns and its cleanup unlocks
+	}()
+	var took time.Time
+	t.Run("shared", func(t *testing.T) {
+		UseLab(t)
+		took = time.Now()
+		if canFlock(t, p, syscall.LOCK_EX) {
+			t.Error("an exclusive flock was granted while UseLab holds the lab lock")
+		}
+	})
+	rel := <-released
+	if took.Before(rel) {
+		t.Errorf("UseLab returned %v after the start, before the child let go (%v)", took.Sub(start), rel.Sub(start))
+	}
+	<-outDone
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("child: %v\n%s", err, childOut.String())
+	}
+	if !canFlock(t, p, syscall.LOCK_EX) {
+		t.Error("the lab lock is still held after both tests ended")
+	}
+}
+
+// TestLabLockInProcess: in one process nothing deadlocks, and another
+// process (another open file) sees the right lock throughout: UseLab and Env
+// inside LockLab, LockLab again in a subtest, Env before LockLab in one test
+// (against the rule, but its hold is converted), a LockLab test while a
+// parallel test that called Env is paused (what a package's sequential
+// fault test meets), and Env from a benchmark.
+func TestLabLockInProcess(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nemorl-lab.lock")
+	useLockPath(t, p)
+	testLabEnv(t)
+	exclusive := func(t *testing.T) {
+		t.Helper()
+		if canFlock(t, p, syscall.LOCK_SH) {
+			t.Error("another process could take the lab lock shared: not held exclusively")
+		}
+	}
+	shared := func(t *testing.T) {
+		t.Helper()
+		if !canFlock(t, p, syscall.LOCK_SH) || canFlock(t, p, syscall.LOCK_EX) {
+			t.Error("the lab lock is not held shared")
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.Run("exclusive, then shared inside", func(t *testing.T) {
+			LockLab(t)
+			UseLab(t)
+			Env(t)
+			Env(t)
+			t.Run("subtest", func(t *testing.T) {
+				Env(t)
+				LockLab(t)
+				UseLab(t)
+				exclusive(t)
+			})
+			exclusive(t)
+		})
+		t.Run("Env, then LockLab", func(t *testing.T) {
+			Env(t)
+			shared(t)
+			LockLab(t)
+			exclusive(t)
+		})
+		t.Run("paused parallel test", func(t *testing.T) {
+			t.Run("parallel", func(t *testing.T) {
+				Env(t)
+				t.Parallel() // waits for the sequential subtest below
+				shared(t)
+			})
+			t.Run("sequential LockLab", func(t *testing.T) {
+				LockLab(t)
+				exclusive(t)
+			})
+		})
+		var benchErr string
+		testing.Benchmark(func(b *testing.B) {
+			Env(b)
+			UseLab(b)
+			if !canFlock(t, p, syscall.LOCK_SH) || canFlock(t, p, syscall.LOCK_EX) {
+				benchErr = "Env in a benchmark: the lab lock is not held shared"
+			}
+		})
+		if benchErr != "" {
+			t.Error(benchErr)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		panic("lab lock: deadlock (the subtests did not end within 5s)")
+	}
+	if !canFlock(t, p, syscall.LOCK_EX) {
+		t.Error("the lab lock is still held after every test ended")
 	}
 }
