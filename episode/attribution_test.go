@@ -21,6 +21,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 const (
@@ -63,7 +64,8 @@ func newFixture(t *testing.T) *fixture {
 	f.infos = map[string]slurm.JobInfo{
 		authorID: job(authorID, "COMPLETED", "0:0", now.Add(-3*time.Hour), now.Add(-2*time.Hour)),
 		trainID:  job(trainID, "COMPLETED", "0:0", now.Add(-2*time.Hour), now.Add(-time.Hour)),
-		evalID:   job(evalID, "COMPLETED", "0:0", now.Add(-time.Hour), now.Add(time.Second)),
+		// The honest eval job ends its quiet watch after its record.
+		evalID: job(evalID, "COMPLETED", "0:0", now.Add(-time.Hour), now.Add(time.Duration(templates.EvalOutputWatchSeconds)*time.Second)),
 	}
 	f.write(Train, goodTrainLine(t))
 	f.write(Eval, goodEvalLine(t, evalID, weightsSHA))
@@ -272,6 +274,18 @@ func TestAttributionTrainAndEval(t *testing.T) {
 			tj := f.infos[trainID]
 			tj.End = j.Start
 			f.infos[trainID] = tj
+		}, integrity(Eval, ReasonEvalOutputTampered)},
+		{"eval out.log renamed over as the eval job ended (after the script's last look)", func(f *fixture) {
+			// The file changed a moment before the job's end: the honest
+			// script wrote nothing in its last EvalOutputWatchSeconds.
+			j := f.infos[evalID]
+			j.End = time.Now().Add(500 * time.Millisecond)
+			f.infos[evalID] = j
+		}, integrity(Eval, ReasonEvalOutputTampered)},
+		{"eval out.log renamed over just after the eval job ended", func(f *fixture) {
+			j := f.infos[evalID]
+			j.End = time.Now().Add(-1500 * time.Millisecond)
+			f.infos[evalID] = j
 		}, integrity(Eval, ReasonEvalOutputTampered)},
 		{"eval record names another job", func(f *fixture) { f.write(Eval, goodEvalLine(t, "999", weightsSHA)) }, integrity(Eval, "job_id_mismatch")},
 		{"eval two records", func(f *fixture) {

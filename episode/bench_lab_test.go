@@ -25,7 +25,7 @@ import (
 //     (a new connection each time, as a script would).
 func BenchmarkCollect(b *testing.B) {
 	lab := labtest.Env(b)
-	labtest.UseSSHD(b)
+	labtest.UseLab(b)
 	lab.WaitSSH(b, time.Minute)
 	far := lab.Far(b)
 	ctx := context.Background()

@@ -293,6 +293,14 @@ func (d *Driver) collectAuthor(ctx context.Context, e *Entry, infos map[string]s
 // server's clock).
 const EvalOutputSlack = 2 * time.Second
 
+// EvalOutputQuiet is how long before the end sacct reports for the eval
+// job its honest out.log last changed, at least: the script writes
+// nothing after the record and watches the file for
+// templates.EvalOutputWatchSeconds (bash's whole seconds may make that one
+// less), and sacct's End drops the fraction of a second (one more). A
+// file renamed over out.log after the script's last look changed later.
+const EvalOutputQuiet = time.Duration(templates.EvalOutputWatchSeconds-2) * time.Second
+
 // classify decides the outcome of an episode whose train job has ended and
 // whose eval job has ended (or never will). It returns nil, nil when Slurm
 // has not yet reported what the checks need (sacct lags). Who could have
@@ -413,12 +421,14 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 		return nil, err
 	}
 	// The file must be the one the eval job wrote, last changed while it
-	// ran: a redirected StdOut leaves a file older than the job, a rewrite
-	// or a rename after its end a younger one.
-	if fi.Ctime.Before(ei.Start.Add(-EvalOutputSlack)) || fi.Ctime.After(ei.End.Add(EvalOutputSlack)) {
+	// ran and before its quiet watch: a redirected StdOut leaves a file
+	// older than the job, a rewrite or a rename after the script's last
+	// look a younger one.
+	latest := ei.End.Add(-EvalOutputQuiet).Add(EvalOutputSlack)
+	if fi.Ctime.Before(ei.Start.Add(-EvalOutputSlack)) || fi.Ctime.After(latest) {
 		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered,
-			fmt.Sprintf("eval's output %s last changed at %s, outside eval job %s's run (%s to %s)", evalOut,
-				fi.Ctime.UTC().Format(time.RFC3339), ei.ID, ei.Start.UTC().Format(time.RFC3339), ei.End.UTC().Format(time.RFC3339))).tampered(), nil
+			fmt.Sprintf("eval's output %s last changed at %s, outside eval job %s's run before its quiet watch (%s to %s; the job ran to %s)", evalOut,
+				fi.Ctime.UTC().Format(time.RFC3339), ei.ID, ei.Start.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339), ei.End.UTC().Format(time.RFC3339))).tampered(), nil
 	}
 	if err != nil {
 		return o.evalRecord(err), nil

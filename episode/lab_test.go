@@ -46,7 +46,7 @@ func (c *sacctCounter) calls() []time.Time {
 func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
 	t.Helper()
 	labtest.Env(t)
-	labtest.UseSSHD(t)
+	labtest.UseLab(t)
 	return dialLab(t, trainArgv, 0)
 }
 
@@ -171,8 +171,8 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 // episode stays unfinished in the ledger (no outcome is made up), and a
 // later watch picks it up again once sshd is back.
 func TestWatchConnectionLost(t *testing.T) {
+	labtest.LockLab(t) // stops the lab sshd; before labtest.Env
 	labtest.Env(t)
-	labtest.LockSSHD(t)
 	// No transport retries: the polls fail at once (the retries themselves
 	// are remote's tests).
 	d, _ := dialLab(t, sleepingTrain, -1)

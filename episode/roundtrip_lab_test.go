@@ -22,7 +22,7 @@ import (
 //     bytes back out of a log of more than a MiB.
 func TestRoundTripsFar(t *testing.T) {
 	lab := labtest.Env(t).Far(t)
-	labtest.UseSSHD(t)
+	labtest.UseLab(t)
 	cfg, err := configs.LoadFile("../configs/lab.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ func TestFarLab(t *testing.T) {
 	if rtt <= 0 {
 		t.Fatalf("%s: NEMORL_LAB_FAR_RTT_MS=%v, want a positive round trip", far.File, rtt)
 	}
-	labtest.UseSSHD(t)
+	labtest.UseLab(t)
 	nearOpts, farOpts := labOptions(t, near), labOptions(t, far) // host keys checked (lab known_hosts)
 	if farOpts.Port != far.FarSSHPort || farOpts.KnownHostsFile != near.KnownHosts {
 		t.Fatalf("far options %+v", farOpts)
@@ -102,7 +102,7 @@ func TestFarLab(t *testing.T) {
 // port alone does not vouch for it.
 func TestFarLabHostKey(t *testing.T) {
 	far := labtest.Env(t).Far(t)
-	labtest.UseSSHD(t)
+	labtest.UseLab(t)
 	b, err := os.ReadFile(far.KnownHosts)
 	if err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ type JobInfo struct {
 	// EarlierRuns are the states the earlier runs ended in (NODE_FAIL,
 	// PREEMPTED, REQUEUED, …), oldest first.
 	EarlierRuns []string `json:"earlier_runs,omitempty"`
-	Source  Source `json:"source"`
+	Source      Source   `json:"source"`
 }
 
 // Step is one step line of sacct (123.batch, 123.extern, 123.0).

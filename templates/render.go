@@ -530,11 +530,14 @@ const EvalImageVar = "NEMORL_EVAL_IMAGE"
 const EvalBundleVar = "NEMORL_EVAL_BUNDLE"
 
 // EvalOutputWatchSeconds is how long the eval script keeps checking, after
-// printing its record, that its stdout is still its out.log (exit 67
-// otherwise): longer than the collector's slack on out.log's change time, so
-// a forged file renamed over out.log as soon as the record appeared is
-// caught by the script, and one renamed later by its change time.
-const EvalOutputWatchSeconds = 5
+// printing its record and writing nothing more, that its stdout is still
+// its out.log (exit 67 otherwise). A forged file renamed over out.log
+// while it watches is caught by the script; one renamed after its last
+// look (as the job ends, or just after) changed less than this quiet
+// period before the job's end, which the collector refuses (its change
+// time must lie before the job's end by the quiet period, less sacct's
+// and bash's rounding and the clocks' slack).
+const EvalOutputWatchSeconds = 8
 
 // JobName is the Slurm job name of a stage.
 func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }

@@ -274,22 +274,6 @@ func UseLab(t testing.TB) {
 	theLock.lockShared(t)
 }
 
-// LockSSHD is the old name of LockLab, kept until every caller is renamed.
-//
-// Deprecated: use LockLab.
-func LockSSHD(t testing.TB) {
-	t.Helper()
-	LockLab(t)
-}
-
-// UseSSHD is the old name of UseLab, kept until every caller is renamed.
-//
-// Deprecated: use UseLab (or nothing: Env takes the shared lock).
-func UseSSHD(t testing.TB) {
-	t.Helper()
-	UseLab(t)
-}
-
 // lockPath is the lab lock file; a variable for this package's tests.
 var lockPath = func() string { return filepath.Join(os.TempDir(), "nemorl-lab.lock") }
 

@@ -1,0 +1,500 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+)
+
+// The fault-injection suite (#14): each fault is played on the real lab
+// through the built binary. The faults take the cluster away from every
+// other test (a node set DOWN kills every job on it, a stopped slurmctld
+// refuses every sbatch), so the suite holds the lab's lock exclusively
+// and its subtests run one after another. Every subtest asserts the
+// outcome, its attempts, and Slurm's own view (sacct --duplicates).
+
+const faultTimeout = 8 * time.Minute // one episode through a fault and its recovery
+
+func TestFaultLab(t *testing.T) {
+	labtest.LockLab(t) // before newLabCLI's labtest.Env
+	x := newLabCLI(t)
+	requireStandIns(t)
+	if os.Geteuid() != 0 {
+		if labtest.Required() {
+			t.Fatal("the fault suite stops lab daemons: run it as root")
+		}
+		t.Skip("the fault suite stops lab daemons: run it as root")
+	}
+	labDaemon(t, "status")
+	t.Cleanup(func() {
+		// Whatever a failed subtest left behind, the lab is whole again.
+		for _, d := range []string{"slurmdbd", "slurmctld", "slurmd"} {
+			_ = exec.Command(labtest.Script(t, "daemon"), "start", d).Run()
+		}
+		_ = exec.Command(labtest.Script(t, "daemon"), "node-resume").Run()
+	})
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"node-down-requeued", x.testNodeDownRequeued},
+		{"node-down-retried", x.testNodeDownRetried},
+		{"requeue", x.testRequeue},
+		{"slurmctld-restart", x.testSlurmctldRestart},
+		{"run-slurmctld-down", x.testRunSlurmctldDown},
+		{"slurmdbd-outage", x.testSlurmdbdOutage},
+		{"kill9", x.testKill9},
+	} {
+		start := time.Now()
+		t.Run(c.name, c.f)
+		t.Logf("%s: %s", c.name, time.Since(start).Round(time.Second))
+	}
+}
+
+// labDaemon runs lab/daemon with args (as root) and fails t if it fails.
+func labDaemon(t *testing.T, args ...string) {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(labtest.Script(t, "daemon"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lab/daemon %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("lab/daemon %s (%s)", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond))
+}
+
+// attemptsDoc is what an outcome says about attempts.
+type attemptsDoc struct {
+	Attempts map[string]int `json:"attempts"`
+	Retried  map[string][]struct {
+		Attempt int    `json:"attempt"`
+		JobID   string `json:"job_id"`
+		Reason  string `json:"reason"`
+		Output  string `json:"output"`
+		Job     struct {
+			State string `json:"state"`
+		} `json:"job"`
+	} `json:"retried"`
+	Jobs map[string]struct {
+		ID          string   `json:"id"`
+		State       string   `json:"state"`
+		Runs        int      `json:"runs"`
+		EarlierRuns []string `json:"earlier_runs"`
+	} `json:"jobs"`
+}
+
+func attemptsOf(t *testing.T, raw []byte) attemptsDoc {
+	t.Helper()
+	var a attemptsDoc
+	if err := json.Unmarshal(raw, &a); err != nil {
+		t.Fatalf("outcome: %v\n%s", err, raw)
+	}
+	return a
+}
+
+// sacctRun is one record of sacct --duplicates: a run of a job.
+type sacctRun struct{ ID, Submit, Name, Comment, State string }
+
+// sacctRuns lists every run sacct knows of ep's jobs, oldest submission
+// first: a requeued job has one record per run.
+func sacctRuns(ep string) ([]sacctRun, error) {
+	var names []string
+	for _, s := range labStages {
+		names = append(names, jobName(ep, s))
+	}
+	seen := map[string]sacctRun{}
+	for _, q := range [][]string{
+		{"--starttime=now-2hours"},
+		{"--starttime=now-2hours", "--endtime=now", "--state=" + sacctAllStates},
+	} {
+		args := append([]string{"-a", "-n", "-P", "-X", "--duplicates", "--name=" + strings.Join(names, ","),
+			"--format=JobIDRaw,Submit,JobName,Comment,State"}, q...)
+		out, err := exec.Command("sacct", args...).Output()
+		if err != nil {
+			return nil, fmt.Errorf("sacct: %w", err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.SplitN(l, "|", 5)
+			if len(f) != 5 {
+				continue
+			}
+			r := sacctRun{ID: f[0], Submit: f[1], Name: f[2], Comment: f[3], State: f[4]}
+			seen[r.ID+" "+r.Submit] = r
+		}
+	}
+	var runs []sacctRun
+	for _, r := range seen {
+		runs = append(runs, r)
+	}
+	slices.SortFunc(runs, func(a, b sacctRun) int { return strings.Compare(a.Submit+a.ID, b.Submit+b.ID) })
+	return runs, nil
+}
+
+// stageRuns are the "id state comment" of stage's runs, in order.
+func stageRuns(ep, stage string, runs []sacctRun) []string {
+	var out []string
+	for _, r := range runs {
+		if r.Name == jobName(ep, stage) {
+			out = append(out, fmt.Sprintf("%s %s %s", r.ID, r.State, r.Comment))
+		}
+	}
+	return out
+}
+
+// waitRuns polls sacct until each stage's runs are as want says (every
+// run "id state comment", in order; an id of "" matches any).
+func waitRuns(t *testing.T, ep string, want map[string][]string) []sacctRun {
+	t.Helper()
+	var runs []sacctRun
+	var why string
+	eventually(t, sacctPatience, time.Second, func() string {
+		var err error
+		if runs, err = sacctRuns(ep); err != nil {
+			return err.Error()
+		}
+		for _, s := range labStages {
+			got := stageRuns(ep, s, runs)
+			if len(got) != len(want[s]) {
+				why = fmt.Sprintf("%s: runs %q, want %q", s, got, want[s])
+				return why
+			}
+			for i, w := range want[s] {
+				if !strings.HasPrefix(got[i], w) {
+					why = fmt.Sprintf("%s run %d: %q, want %q", s, i+1, got[i], w)
+					return why
+				}
+			}
+		}
+		return ""
+	})
+	var view []string
+	for _, r := range runs {
+		view = append(view, fmt.Sprintf("%s %s %s %s", r.ID, r.Name, r.State, r.Comment))
+	}
+	t.Logf("sacct --duplicates for %s:\n  %s", ep, strings.Join(view, "\n  "))
+	return runs
+}
+
+// runToScore runs the episode in the background until its train job
+// runs, plays fault, and returns the outcome once run exits 0 scored.
+func (x *labCLI) runToScore(t *testing.T, cfg, ep string, fault func(train string)) ([]byte, outcomeJSON) {
+	t.Helper()
+	state := t.TempDir()
+	b := x.start(t, state, faultTimeout, "run", "--json", "--config", cfg, "--episode", ep)
+	fault(x.waitTrainRunning(t, state, ep, b))
+	r := b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
+	o := outcomeOf(t, r)
+	if o.Outcome != "scored" || o.Reward == nil {
+		t.Fatalf("outcome %s (%s): %s\n%s", o.Outcome, o.FailureReason, o.Detail, r)
+	}
+	return r.stdout, o
+}
+
+// (#14, fault 4) The node set DOWN while train runs: Slurm ends the job
+// NODE_FAIL and, the script saying --requeue, runs it again under the
+// same id once the node is back. The tool follows the job's runs and
+// counts them: attempts.train = 2.
+func (x *labCLI) testNodeDownRequeued(t *testing.T) {
+	ep := newEpisode(t, "node-down")
+	raw, o := x.runToScore(t, x.config(t, "train", "--delay", "15"), ep, func(train string) {
+		labDaemon(t, "node-down")
+		time.Sleep(2 * time.Second)
+		labDaemon(t, "node-resume")
+	})
+	a := attemptsOf(t, raw)
+	tr := a.Jobs["train"]
+	if a.Attempts["train"] != 2 || a.Attempts["author"] != 1 || a.Attempts["eval"] != 1 || tr.Runs != 2 || !slices.Equal(tr.EarlierRuns, []string{"NODE_FAIL"}) {
+		t.Errorf("attempts %v, train job %+v: want train run twice (NODE_FAIL, then a rerun)", a.Attempts, tr)
+	}
+	if len(a.Retried) != 0 {
+		t.Errorf("the tool retried (%+v) where Slurm requeued the job itself", a.Retried)
+	}
+	waitRuns(t, ep, map[string][]string{
+		"author": {o.Jobs["author"].ID + " COMPLETED"},
+		"train":  {tr.ID + " NODE_FAIL", tr.ID + " COMPLETED"},
+		"eval":   {o.Jobs["eval"].ID + " COMPLETED"},
+	})
+}
+
+// (#14, fault 4, episodes.no_requeue) The node set DOWN while train runs,
+// the scripts saying --no-requeue: the job ends NODE_FAIL for good; the
+// tool retires it with its eval and submits both again (attempt 2, tagged
+// nemorl:EP:train:2), and the episode scores.
+func (x *labCLI) testNodeDownRetried(t *testing.T) {
+	ep := newEpisode(t, "node-retry")
+	cfg := x.config(t, "train", "--delay", "15")
+	noRequeue(t, cfg)
+	raw, o := x.runToScore(t, cfg, ep, func(train string) {
+		labDaemon(t, "node-down")
+		time.Sleep(2 * time.Second)
+		labDaemon(t, "node-resume")
+	})
+	a := attemptsOf(t, raw)
+	if a.Attempts["train"] != 2 || a.Attempts["eval"] != 2 || a.Attempts["author"] != 1 {
+		t.Errorf("attempts %v: want train and eval twice, the author once", a.Attempts)
+	}
+	rt, re := a.Retried["train"], a.Retried["eval"]
+	if len(rt) != 1 || rt[0].Reason != "node_failure" || rt[0].Job.State != "NODE_FAIL" || rt[0].JobID == o.Jobs["train"].ID ||
+		len(re) != 1 || re[0].Reason != "train_retried" {
+		t.Fatalf("retried %+v", a.Retried)
+	}
+	waitRuns(t, ep, map[string][]string{
+		"author": {o.Jobs["author"].ID + " COMPLETED " + jobTag(ep, "author")},
+		"train": {rt[0].JobID + " NODE_FAIL " + jobTag(ep, "train"),
+			o.Jobs["train"].ID + " COMPLETED " + jobTag(ep, "train") + ":2"},
+		"eval": {re[0].JobID + " CANCELLED",
+			o.Jobs["eval"].ID + " COMPLETED " + jobTag(ep, "eval") + ":2"},
+	})
+}
+
+// noRequeue adds episodes.no_requeue: true to the config file cfg.
+func noRequeue(t *testing.T, cfg string) {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "\nepisodes:\n", "\nepisodes:\n  no_requeue: true\n", 1)
+	if s == string(b) {
+		t.Fatalf("%s: no episodes: section", cfg)
+	}
+	if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// (#14, requeue) A preemption that requeues, played by scontrol requeue
+// of the running train job: the same job id runs again; the collector
+// reads the run that ended, and the episode scores with attempts.train = 2.
+func (x *labCLI) testRequeue(t *testing.T) {
+	ep := newEpisode(t, "requeue")
+	raw, o := x.runToScore(t, x.config(t, "train", "--delay", "15"), ep, func(train string) {
+		if out, err := exec.Command("scontrol", "requeue", train).CombinedOutput(); err != nil {
+			t.Fatalf("scontrol requeue %s: %v\n%s", train, err, out)
+		}
+	})
+	a := attemptsOf(t, raw)
+	tr := a.Jobs["train"]
+	if a.Attempts["train"] != 2 || tr.Runs != 2 || len(tr.EarlierRuns) != 1 {
+		t.Fatalf("attempts %v, train job %+v: want train run twice", a.Attempts, tr)
+	}
+	waitRuns(t, ep, map[string][]string{
+		"author": {o.Jobs["author"].ID + " COMPLETED"},
+		"train":  {tr.ID + " " + tr.EarlierRuns[0], tr.ID + " COMPLETED"},
+		"eval":   {o.Jobs["eval"].ID + " COMPLETED"},
+	})
+}
+
+// submitCount submits n episodes and returns their ids.
+func (x *labCLI) submitCount(t *testing.T, state, cfg string, n int) []string {
+	t.Helper()
+	x.run(t, state, quickTimeout, "submit", "--count", fmt.Sprint(n), "--json", "--config", cfg).want(t, ExitOK)
+	eps := x.listEpisodes(t, state)
+	if len(eps) != n {
+		t.Fatalf("%d episodes in the ledger after submit --count %d", len(eps), n)
+	}
+	for _, ep := range eps {
+		t.Cleanup(func() { cleanupEpisode(t, ep) })
+	}
+	return eps
+}
+
+// listEpisodes is every episode of the ledger in state.
+func (x *labCLI) listEpisodes(t *testing.T, state string) []string {
+	t.Helper()
+	r := x.run(t, state, quickTimeout, "--json", "list").want(t, ExitOK)
+	var l struct {
+		Episodes []struct {
+			Episode string `json:"episode"`
+		} `json:"episodes"`
+	}
+	oneJSON(t, r, &l)
+	var eps []string
+	for _, e := range l.Episodes {
+		eps = append(eps, e.Episode)
+	}
+	return eps
+}
+
+// wantAllScored checks that every episode of eps is final and scored
+// (result --json) and that sacct shows each with exactly one COMPLETED
+// job per stage.
+func (x *labCLI) wantAllScored(t *testing.T, state string, eps []string) {
+	t.Helper()
+	for _, ep := range eps {
+		r := x.run(t, state, quickTimeout, "result", "--json", ep)
+		if r.code != ExitOK {
+			t.Errorf("%s: result exit %d\n%s", ep, r.code, r)
+			continue
+		}
+		o := outcomeOf(t, r)
+		if o.Outcome != "scored" {
+			t.Errorf("%s: %s (%s) %s", ep, o.Outcome, o.FailureReason, o.Detail)
+		}
+		waitSacct(t, ep, sacctWant{states: allStates("COMPLETED", labStages...), ids: idsOf(o), tags: true})
+	}
+}
+
+// (#14, fault 2) slurmctld restarted while episodes are pending and
+// running: no false failure; they complete, one job per stage.
+func (x *labCLI) testSlurmctldRestart(t *testing.T) {
+	state := t.TempDir()
+	eps := x.submitCount(t, state, x.config(t, "train", "--delay", "10"), 3)
+	b := x.start(t, state, faultTimeout, "watch", "--json")
+	x.waitTrainRunning(t, state, eps[0], b)
+	labDaemon(t, "restart", "slurmctld")
+	b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
+	x.wantAllScored(t, state, eps)
+}
+
+// (#14) run started while slurmctld is down: the author's sbatch is tried
+// again at every poll, like train's and eval's, until slurmctld is back;
+// run scores the episode and prints its one JSON document.
+func (x *labCLI) testRunSlurmctldDown(t *testing.T) {
+	state, ep := t.TempDir(), newEpisode(t, "ctld-down")
+	labDaemon(t, "stop", "slurmctld")
+	b := x.start(t, state, faultTimeout, "run", "--json", "--config", x.config(t, ""), "--episode", ep)
+	time.Sleep(10 * time.Second)
+	if b.exited() {
+		labDaemon(t, "start", "slurmctld")
+		t.Fatalf("run gave up while slurmctld was down\n%s", b.res)
+	}
+	labDaemon(t, "start", "slurmctld")
+	r := b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
+	if o := outcomeOf(t, r); o.Outcome != "scored" {
+		t.Fatalf("outcome %s (%s): %s", o.Outcome, o.FailureReason, o.Detail)
+	}
+	waitSacct(t, ep, sacctWant{states: allStates("COMPLETED", labStages...), tags: true})
+}
+
+// (#14, fault 3) slurmdbd stopped for 60 s while train and eval end: sacct
+// fails, and slurmctld forgets the ended jobs after MinJobAge (30 s in the
+// lab), so for a while nothing answers for them. The watch waits; nothing
+// is classified lost or failed; the episodes score once slurmdbd is back.
+func (x *labCLI) testSlurmdbdOutage(t *testing.T) {
+	state := t.TempDir()
+	eps := x.submitCount(t, state, x.config(t, "train", "--delay", "5"), 2)
+	b := x.start(t, state, faultTimeout, "watch", "--json")
+	x.waitTrainRunning(t, state, eps[0], b)
+	labDaemon(t, "stop", "slurmdbd")
+	time.Sleep(60 * time.Second)
+	if b.exited() {
+		labDaemon(t, "start", "slurmdbd")
+		t.Fatalf("watch ended while slurmdbd was away\n%s", b.res)
+	}
+	labDaemon(t, "start", "slurmdbd")
+	b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
+	x.wantAllScored(t, state, eps)
+}
+
+// ledgerPhases counts the episodes of the ledger in state by how far they
+// are: a kill -9 lands in one of these.
+func ledgerPhases(t *testing.T, state string) map[string]int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(state, "nemorl-slurm", "episodes", "*.json"))
+	phases := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var e struct {
+			Staged bool `json:"staged"`
+			Jobs   map[string]struct {
+				JobID string `json:"job_id"`
+			} `json:"jobs"`
+			Outcome json.RawMessage `json:"outcome"`
+		}
+		if json.Unmarshal(b, &e) != nil {
+			continue
+		}
+		phase := "final"
+		switch {
+		case len(e.Outcome) > 0 && string(e.Outcome) != "null":
+		case !e.Staged:
+			phase = "staging"
+		default:
+			phase = "running"
+			for _, s := range labStages {
+				if j, ok := e.Jobs[s]; ok && j.JobID == "" {
+					phase = "intent without job id (" + s + ")"
+				}
+			}
+			if _, ok := e.Jobs["eval"]; !ok && e.Jobs["train"].JobID != "" {
+				phase = "between train and eval submission"
+			}
+		}
+		phases[phase]++
+	}
+	return phases
+}
+
+// killGroup kills b's process group with SIGKILL and waits for it.
+func killGroup(t *testing.T, b *bgRun) {
+	t.Helper()
+	if err := syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+		t.Fatal(err)
+	}
+	<-b.done
+}
+
+// (#14, fault 1) kill -9 of submit, run and watch at random moments across
+// 20 episodes: while staging, between an intent and its job id, between
+// train and eval, while collecting. After one resume, every episode has
+// exactly one job per stage (sacct), and every one scores.
+func (x *labCLI) testKill9(t *testing.T) {
+	state, cfg := t.TempDir(), x.config(t, "")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 14))
+	seen := map[string]int{}
+	note := func(what string) {
+		for p, n := range ledgerPhases(t, state) {
+			if p != "final" {
+				seen[p] += n
+			}
+		}
+		t.Logf("kill -9 %s: ledger %v", what, ledgerPhases(t, state))
+	}
+	// submit --count killed while it stages.
+	b := x.start(t, state, faultTimeout, "submit", "--count", "12", "--json", "--config", cfg)
+	time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+	note("submit --count 12")
+	killGroup(t, b)
+	// run killed, one at a time, at random moments of an episode.
+	for i := range 4 {
+		ep := newEpisode(t, fmt.Sprintf("kill9-run%d", i))
+		b := x.start(t, state, faultTimeout, "run", "--json", "--config", cfg, "--episode", ep)
+		time.Sleep(time.Duration(200+rng.IntN(6000)) * time.Millisecond)
+		note("run " + ep)
+		killGroup(t, b)
+	}
+	if n := len(x.listEpisodes(t, state)); n < 20 {
+		x.run(t, state, quickTimeout, "submit", "--count", fmt.Sprint(20-n), "--json", "--config", cfg).want(t, ExitOK)
+	}
+	eps := x.listEpisodes(t, state)
+	for _, ep := range eps {
+		t.Cleanup(func() { cleanupEpisode(t, ep) })
+	}
+	// watch and resume of them all, killed at random.
+	for i := range 8 {
+		verb := []string{"watch", "resume"}[i%2]
+		b := x.start(t, state, faultTimeout, verb, "--json")
+		time.Sleep(time.Duration(300+rng.IntN(5000)) * time.Millisecond)
+		note(verb)
+		killGroup(t, b)
+	}
+	t.Logf("kill -9 landed with episodes in: %v", seen)
+	x.run(t, state, faultTimeout, "resume", "--json").want(t, ExitOK)
+	if len(eps) < 20 {
+		t.Fatalf("%d episodes, want at least 20", len(eps))
+	}
+	x.wantAllScored(t, state, eps)
+}
