@@ -90,6 +90,8 @@ policy_model: {base_url: "http://p/v1", api_key: k, model: m, uses_reasoning_par
 		{"episodes concurrency", cfg.Episodes.Concurrency, 32},
 		{"poll_min", cfg.Episodes.PollMin.Duration, 5 * time.Second},
 		{"poll_max", cfg.Episodes.PollMax.Duration, 60 * time.Second},
+		{"retries", cfg.Episodes.Retries, 2},
+		{"no_requeue", cfg.Episodes.NoRequeue, false},
 		{"gres", cfg.Cluster.Gres, "gpu:h100:1"},
 		{"login", cfg.Cluster.Login == nil, true},
 		{"binary", cfg.Runtime.Binary, ""},

@@ -2,6 +2,8 @@ package episode
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -135,6 +137,11 @@ func TestRetryTrain(t *testing.T) {
 		t.Errorf("outputs moved: %v", moved)
 	}
 
+	// The manifest on the cluster lists the retired jobs too.
+	if m, err := d.manifest(got, ""); err != nil || !strings.Contains(string(m), `"retried":{"eval":["3"],"train":["2"]}`) {
+		t.Errorf("manifest %s (%v): want the retired jobs", m, err)
+	}
+
 	// The next submission is attempt 2: its tag says so, it cancels the
 	// retired jobs first (a crash may have kept the first scancel from
 	// running), and it waits for the author again.
@@ -207,4 +214,45 @@ func TestNoRetryAfterCancel(t *testing.T) {
 	if ok, err := d.retry(ctx, e, o, nil); ok || err != nil {
 		t.Errorf("retried after SIGINT (context ended): %v %v", ok, err)
 	}
+}
+
+// The retired attempts' outputs are renamed aside, never followed and
+// never moved into a directory planted under the new name.
+func TestMoveAside(t *testing.T) {
+	dir := t.TempDir()
+	d := &Driver{Host: remote.NewLocal(), Logf: t.Logf}
+	for _, s := range []string{"train", "eval"} {
+		if err := os.MkdirAll(filepath.Join(dir, s), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, data string) {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("train/out.log", "attempt 1")
+	// A directory where eval's kept output goes: mv must not move into it.
+	if err := os.Mkdir(filepath.Join(dir, "eval/out.attempt-1.log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write("eval/out.log", "eval 1")
+	e := &Entry{Episode: "ep-m", Dir: dir}
+	d.moveAside(context.Background(), e, map[string]string{
+		filepath.Join(dir, "train/out.log"): filepath.Join(dir, "train/out.attempt-1.log"),
+	})
+	if b, err := os.ReadFile(filepath.Join(dir, "train/out.attempt-1.log")); err != nil || string(b) != "attempt 1" {
+		t.Errorf("train output kept: %q %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "train/out.log")); !os.IsNotExist(err) {
+		t.Errorf("train/out.log still there: %v", err)
+	}
+	d.moveAside(context.Background(), e, map[string]string{
+		filepath.Join(dir, "eval/out.log"): filepath.Join(dir, "eval/out.attempt-1.log"),
+	})
+	if _, err := os.Lstat(filepath.Join(dir, "eval/out.attempt-1.log/out.log")); !os.IsNotExist(err) {
+		t.Errorf("eval/out.log was moved into the planted directory: %v", err)
+	}
+	// Nothing to move is no error.
+	d.moveAside(context.Background(), e, map[string]string{filepath.Join(dir, "nope"): filepath.Join(dir, "nope.1")})
 }
