@@ -516,6 +516,36 @@ func (x *labCLI) testKill9(t *testing.T) {
 		note("run " + ep)
 		killGroup(t, b)
 	}
+	// run killed exactly in the crash window of train's and of eval's
+	// sbatch: the job made, its id never saved (the entry put back as the
+	// tool wrote it then, sealed). resume must adopt it, not submit again.
+	windows := map[string]string{}
+	for _, stage := range []string{"train", "eval"} {
+		ep := newEpisode(t, "kill9-"+stage+"-window")
+		b := x.start(t, state, faultTimeout, "run", "--json", "--config", cfg, "--episode", ep)
+		id := ""
+		eventually(t, 2*time.Minute, 10*time.Millisecond, func() string {
+			if b.exited() {
+				t.Fatalf("run ended before it was killed\n%s", b.res)
+			}
+			raw, err := os.ReadFile(ledgerPath(state, ep))
+			if err != nil {
+				return err.Error()
+			}
+			var e ledgerEntry
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return err.Error()
+			}
+			if id = e.Jobs[stage].JobID; id == "" {
+				return "no " + stage + " job id yet"
+			}
+			return ""
+		})
+		killGroup(t, b)
+		crashWindow(t, state, ep, stage, id)
+		windows[ep] = stage + " " + id
+		note("run " + ep + " in " + stage + "'s sbatch window")
+	}
 	if n := len(x.listEpisodes(t, state)); n < 20 {
 		x.run(t, state, quickTimeout, "submit", "--count", fmt.Sprint(20-n), "--json", "--config", cfg).want(t, ExitOK)
 	}
@@ -537,4 +567,10 @@ func (x *labCLI) testKill9(t *testing.T) {
 		t.Fatalf("%d episodes, want at least 20", len(eps))
 	}
 	x.wantAllScored(t, state, eps)
+	for ep, w := range windows {
+		stage, id, _ := strings.Cut(w, " ")
+		if sub := readLedger(t, state, ep).Jobs[stage]; sub.JobID != id || !sub.Adopted {
+			t.Errorf("%s: ledger %s job %q adopted %v, want %s adopted after the crash in its sbatch window", ep, stage, sub.JobID, sub.Adopted, id)
+		}
+	}
 }
