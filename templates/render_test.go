@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -297,6 +298,9 @@ func writeTree(t *testing.T, tr *Tree) {
 // commands given as shell snippets, and returns the tree.
 func stageRun(t *testing.T, snippets map[string]string) *Tree {
 	t.Helper()
+	// The scripts ask the host's Slurm (scontrol show config, squeue --me):
+	// never while the lab's fault tests have it down.
+	labtest.UseLab(t)
 	dir := t.TempDir()
 	cfg := loadExample(t, "lab.yaml")
 	cfg.Cluster.Workdir = dir
