@@ -925,7 +925,9 @@ func (x *labCLI) testTrainFails(t *testing.T) {
 	}
 }
 
-// testEvalNoRecord: an eval job that prints no record gives no reward.
+// testEvalNoRecord: an eval job that prints no record gives no reward. The
+// evaluator dying is the cluster's: eval is run again (episodes.retries:
+// 2) on the same train's weights, then the episode is masked.
 func (x *labCLI) testEvalNoRecord(t *testing.T) {
 	t.Parallel()
 	state, cfg, ep := t.TempDir(), x.config(t, "eval", "--no-record"), newEpisode(t, "eval-no-record")
@@ -933,7 +935,17 @@ func (x *labCLI) testEvalNoRecord(t *testing.T) {
 	o := outcomeOf(t, r)
 	wantFailure(t, o, "infra_failure", "missing_record", "eval")
 	wantJobs(t, o, allStates("COMPLETED", labStages...))
-	waitSacct(t, ep, sacctWant{states: allStates("COMPLETED", labStages...), ids: idsOf(o)})
+	a := attemptsOf(t, r.stdout)
+	if a.Attempts["eval"] != 3 || a.Attempts["train"] != 1 || len(a.Retried["eval"]) != 2 || len(a.Retried["train"]) != 0 ||
+		!strings.Contains(o.Detail, "eval ran 3 times, the last allowed (episodes.retries: 2)") {
+		t.Errorf("attempts %v, retried %+v, detail %q: want eval run three times on one train", a.Attempts, a.Retried, o.Detail)
+	}
+	want := map[string][]string{"author": {o.Jobs["author"].ID + " COMPLETED"}, "train": {o.Jobs["train"].ID + " COMPLETED"}}
+	for _, r := range a.Retried["eval"] {
+		want["eval"] = append(want["eval"], r.JobID+" COMPLETED")
+	}
+	want["eval"] = append(want["eval"], o.Jobs["eval"].ID+" COMPLETED "+jobTag(ep, "eval")+":3")
+	waitRuns(t, ep, want)
 }
 
 // testIntegrity: forged, duplicated or inconsistent records are rejected

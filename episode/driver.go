@@ -312,7 +312,13 @@ func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error
 	name, tag := templates.JobName(e.Episode, stage), templates.AttemptComment(e.Episode, stage, e.attemptNumber(stage))
 	// The stage's earlier attempts have its job name too: they are known.
 	retired := e.retiredJobs(stage)
-	found, err := d.Slurm.Find(ctx, func(j slurm.JobInfo) bool {
+	// Only jobs that existed since the intent (less the clocks' slack) can
+	// be the submission: sacct reads that window, not a week of history.
+	within := d.now().Sub(e.Jobs[stage].Intent) + AdoptSubmitSlack + time.Minute
+	if e.Jobs[stage].Intent.IsZero() {
+		within = 0
+	}
+	found, err := d.Slurm.FindWithin(ctx, within, func(j slurm.JobInfo) bool {
 		return (j.Name == name || j.Comment == tag) && !slices.Contains(retired, j.ID)
 	})
 	if err != nil {

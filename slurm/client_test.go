@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nemorl/nemorl-slurm/remote"
 )
@@ -379,6 +380,13 @@ func TestFindByComment(t *testing.T) {
 	sa := f.last("sacct").Argv
 	if v, _ := flagValue(sa, "--starttime"); v != "now-10080minutes" {
 		t.Errorf("starttime %q", v)
+	}
+	// A look-up since a moment reads that window only, rounded up.
+	if _, err := c.FindWithin(context.Background(), 90*time.Minute+time.Second, func(JobInfo) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := flagValue(f.last("sacct").Argv, "--starttime"); v != "now-91minutes" {
+		t.Errorf("FindWithin 90m1s: starttime %q", v)
 	}
 	for _, a := range sa {
 		if a == "--allusers" || strings.HasPrefix(a, "--jobs") {
