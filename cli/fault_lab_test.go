@@ -156,7 +156,6 @@ func stageRuns(ep, stage string, runs []sacctRun) []string {
 func waitRuns(t *testing.T, ep string, want map[string][]string) []sacctRun {
 	t.Helper()
 	var runs []sacctRun
-	var why string
 	eventually(t, sacctPatience, time.Second, func() string {
 		var err error
 		if runs, err = sacctRuns(ep); err != nil {
@@ -165,13 +164,11 @@ func waitRuns(t *testing.T, ep string, want map[string][]string) []sacctRun {
 		for _, s := range labStages {
 			got := stageRuns(ep, s, runs)
 			if len(got) != len(want[s]) {
-				why = fmt.Sprintf("%s: runs %q, want %q", s, got, want[s])
-				return why
+				return fmt.Sprintf("%s: runs %q, want %q", s, got, want[s])
 			}
 			for i, w := range want[s] {
 				if !strings.HasPrefix(got[i], w) {
-					why = fmt.Sprintf("%s run %d: %q, want %q", s, i+1, got[i], w)
-					return why
+					return fmt.Sprintf("%s run %d: %q, want %q", s, i+1, got[i], w)
 				}
 			}
 		}
@@ -523,24 +520,7 @@ func (x *labCLI) testKill9(t *testing.T) {
 	for _, stage := range []string{"train", "eval"} {
 		ep := newEpisode(t, "kill9-"+stage+"-window")
 		b := x.start(t, state, faultTimeout, "run", "--json", "--config", cfg, "--episode", ep)
-		id := ""
-		eventually(t, 2*time.Minute, 10*time.Millisecond, func() string {
-			if b.exited() {
-				t.Fatalf("run ended before it was killed\n%s", b.res)
-			}
-			raw, err := os.ReadFile(ledgerPath(state, ep))
-			if err != nil {
-				return err.Error()
-			}
-			var e ledgerEntry
-			if err := json.Unmarshal(raw, &e); err != nil {
-				return err.Error()
-			}
-			if id = e.Jobs[stage].JobID; id == "" {
-				return "no " + stage + " job id yet"
-			}
-			return ""
-		})
+		id := waitLedgerJob(t, state, ep, stage, b)
 		killGroup(t, b)
 		crashWindow(t, state, ep, stage, id)
 		windows[ep] = stage + " " + id

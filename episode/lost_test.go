@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,10 +32,7 @@ func TestLostNeedsContinuousEvidence(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &watchState{since: map[string]time.Time{}}
-	w := waits{
-		waited: func(k string) time.Duration { return st.waited(e.Episode+"/"+k, now) },
-		forget: func(k string) { delete(st.since, e.Episode+"/"+k) },
-	}
+	w := st.waitsFor(e.Episode, d.now, new(sync.Mutex))
 	unknown := func(src slurm.Source) map[string]slurm.JobInfo {
 		return map[string]slurm.JobInfo{"41": {ID: "41", State: slurm.State{Class: slurm.Unknown, ByUID: -1}, Source: src}}
 	}
@@ -62,6 +60,17 @@ func TestLostNeedsContinuousEvidence(t *testing.T) {
 
 type recordRunner struct{ cmds [][]string }
 
+// args are the arguments of the last command of program prog, or nil.
+func (r *recordRunner) args(prog string) []string {
+	var out []string
+	for _, c := range r.cmds {
+		if c[0] == prog {
+			out = c[1:]
+		}
+	}
+	return out
+}
+
 func (r *recordRunner) Run(_ context.Context, c remote.Command) (*remote.Result, error) {
 	r.cmds = append(r.cmds, c.Argv)
 	return &remote.Result{}, nil
@@ -86,12 +95,7 @@ func TestFinishCancelsLiveJobs(t *testing.T) {
 	if err := d.finish(context.Background(), e, o); err != nil {
 		t.Fatal(err)
 	}
-	var scancel []string
-	for _, c := range rec.cmds {
-		if c[0] == "scancel" {
-			scancel = c[1:]
-		}
-	}
+	scancel := rec.args("scancel")
 	if strings.Join(scancel, " ") != "2 3" {
 		t.Errorf("scancel %v, want the running train and the pending eval (commands %v)", scancel, rec.cmds)
 	}
@@ -156,10 +160,7 @@ func TestNodeFailSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &watchState{since: map[string]time.Time{}}
-	w := waits{
-		waited: func(k string) time.Duration { return st.waited(e.Episode+"/"+k, now) },
-		forget: func(k string) { delete(st.since, e.Episode+"/"+k) },
-	}
+	w := st.waitsFor(e.Episode, d.now, new(sync.Mutex))
 	infos := func(train string) map[string]slurm.JobInfo {
 		return map[string]slurm.JobInfo{
 			"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Source: slurm.SourceSacct},

@@ -116,17 +116,12 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[stri
 	}
 	var ids []string
 	moves := map[string]string{}
+	// advance resolves an interrupted submission (adopts its job or
+	// submits it) before any outcome is decided: every sub has its id.
 	for _, s := range redo {
 		sub := e.Jobs[s]
 		if sub == nil {
 			continue
-		}
-		if sub.JobID == "" {
-			// An interrupted submission: find its job first, so that it is
-			// retired (and cancelled) with the rest.
-			if _, err := d.adopt(ctx, e, s); err != nil {
-				return false, err
-			}
 		}
 		a := Attempt{Attempt: e.attemptNumber(s), JobID: sub.JobID, Job: o.Jobs[s], Reason: ReasonTrainRetried}
 		if s == stage {

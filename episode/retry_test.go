@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,10 +88,7 @@ func TestRetryTrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &watchState{since: map[string]time.Time{}}
-	w := waits{
-		waited: func(k string) time.Duration { return st.waited(e.Episode+"/"+k, now) },
-		forget: func(k string) { delete(st.since, e.Episode+"/"+k) },
-	}
+	w := st.waitsFor(e.Episode, d.now, new(sync.Mutex))
 	infos := map[string]slurm.JobInfo{
 		"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Source: slurm.SourceSacct},
 		"2": {ID: "2", State: slurm.ParseState("NODE_FAIL", ""), Runs: 1, Source: slurm.SourceSacct},
@@ -119,12 +117,7 @@ func TestRetryTrain(t *testing.T) {
 	if tr[0].Output != dir+"/train/out.attempt-1.log" || ev[0].Output != dir+"/eval/out.attempt-1.log" {
 		t.Errorf("outputs kept as %q and %q", tr[0].Output, ev[0].Output)
 	}
-	var scancel, moved []string
-	for _, c := range sl.cmds {
-		if c[0] == "scancel" {
-			scancel = c[1:]
-		}
-	}
+	scancel, moved := sl.args("scancel"), []string(nil)
 	for _, c := range host.cmds {
 		if len(c) > 4 && c[0] == "sh" && c[2] == moveAsideScript {
 			moved = c[4:]

@@ -100,6 +100,23 @@ type waits struct {
 	forget func(key string)
 }
 
+// waitsFor are episode ep's timers in st, at the clock now; mu guards
+// st.since (advanceAll advances episodes concurrently).
+func (st *watchState) waitsFor(ep string, now func() time.Time, mu *sync.Mutex) waits {
+	return waits{
+		waited: func(key string) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return st.waited(ep+"/"+key, now())
+		},
+		forget: func(key string) {
+			mu.Lock()
+			defer mu.Unlock()
+			delete(st.since, ep+"/"+key)
+		},
+	}
+}
+
 // Watch polls the episodes (one sacct for all their jobs per poll) until
 // every one is final, ctx ends, or the cluster stays unreachable. It
 // returns the entries as last seen. With opt.Act it advances the episodes
@@ -282,19 +299,7 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			w := waits{
-				waited: func(key string) time.Duration {
-					mu.Lock()
-					defer mu.Unlock()
-					return st.waited(e.Episode+"/"+key, d.now())
-				},
-				forget: func(key string) {
-					mu.Lock()
-					defer mu.Unlock()
-					delete(st.since, e.Episode+"/"+key)
-				},
-			}
-			if err := d.advance(ctx, e, infos, w); err != nil && ctx.Err() == nil {
+			if err := d.advance(ctx, e, infos, st.waitsFor(e.Episode, d.now, &mu)); err != nil && ctx.Err() == nil {
 				d.logf("%s: %v (will retry)", e.Episode, err)
 			}
 		}()

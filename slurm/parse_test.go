@@ -239,6 +239,10 @@ func TestParseSynthetic(t *testing.T) {
 	if j := rq["601"]; j.Runs != 2 || len(j.EarlierRuns) != 1 || j.EarlierRuns[0] != "NODE_FAIL" {
 		t.Errorf("requeue: runs %d, earlier %q; want 2 runs, the first NODE_FAIL", j.Runs, j.EarlierRuns)
 	}
+	// A job id Slurm handed out again (its counter reset): another job, not a run.
+	if j := parseFile(t, ParseSacct, "testdata/synthetic/sacct_id_reused.txt")["602"]; j.Name != "nemorl-train-ep" || j.Runs != 1 || j.EarlierRuns != nil {
+		t.Errorf("reused id: %+v, want the latest job with one run", j)
+	}
 	if j := oom["502"]; j.Runs != 1 || j.EarlierRuns != nil {
 		t.Errorf("a job that ran once: runs %d, earlier %q", j.Runs, j.EarlierRuns)
 	}

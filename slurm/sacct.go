@@ -133,8 +133,10 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 		foldSteps(&j)
 		// Each job line is one run: a job Slurm requeued (a node failure,
 		// a preemption, scontrol requeue) has one per run, oldest first.
+		// (A job id Slurm handed out again after a reset of its counter
+		// is another job: another name.)
 		for _, r := range recs[id] {
-			if r.haveJob && r != best {
+			if r.haveJob && r != best && r.job.Name == j.Name {
 				j.EarlierRuns = append(j.EarlierRuns, r.job.State.Raw)
 			}
 		}
