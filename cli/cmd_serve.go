@@ -127,6 +127,22 @@ func (e *env) serve(c *ucli.Context) error {
 	opt := serve.Options{Driver: d, Engine: engine, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
 		Token: token, Logf: func(format string, args ...any) { e.logf(format, args...) }}
 	opt.RemoteOps = counted.Counts
+	opt.ResendWindow = cfg.Serve.ResendWindow.Duration
+	var listening atomic.Value // serve's address, once it listens
+	listening.Store(listen)
+	if cfg.Serve.GymHead == "" {
+		// Not under NeMo RL's head server: serve stands as Gym's own.
+		head := &serve.HeadConfig{AgentName: cfg.Serve.AgentName, Addr: func() string { return listening.Load().(string) }}
+		if p := cfg.Serve.GymConfig; p != "" {
+			if head.Gym, err = serve.LoadGymConfig(p); err != nil {
+				return withCode(ExitUsage, err, "serve.gym_config names a Gym config file (YAML) on this machine")
+			}
+			if _, ok := head.Gym[cfg.Serve.AgentName]; ok {
+				e.logf("serve: serve.gym_config's %s entry is replaced by serve's own address", cfg.Serve.AgentName)
+			}
+		}
+		opt.Head = head
+	}
 	if cfg.Cluster.Login != nil {
 		opt.Reconnects = reconnects.Load
 	}
@@ -150,9 +166,13 @@ func (e *env) serve(c *ucli.Context) error {
 	if err != nil {
 		return withCode(ExitUsage, fmt.Errorf("serve: listen %s: %w", listen, err), "")
 	}
+	listening.Store(ln.Addr().String())
 	// No read or write timeout: a /run stays open for the whole episode.
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	e.logf("serve: listening on http://%s (config %s, serve.concurrency %d, failures %s, ledger %s)", ln.Addr(), abs, cfg.Serve.Concurrency, cfg.Serve.Failures, ledger.Dir)
+	if opt.Head != nil {
+		e.logf("serve: also Gym's head server for agent %s: point Gym at it with +head_server.host=… +head_server.port=%s", cfg.Serve.AgentName, portOf(ln.Addr().String()))
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -169,4 +189,12 @@ func (e *env) serve(c *ucli.Context) error {
 	cancelEngine()
 	<-engineDone
 	return nil
+}
+
+func portOf(addr string) string {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return p
 }

@@ -119,6 +119,12 @@ func LoadWith(file string, data []byte, lookup func(string) (string, bool), opt 
 			}
 		}
 	}
+	if g := &cfg.Serve.GymConfig; *g != "" {
+		var err error
+		if *g, err = expandHome(*g); err != nil {
+			l.add("serve.gym_config", l.line("serve.gym_config"), "%v", err)
+		}
+	}
 	l.problems = append(l.problems, validate(cfg, l.line, l.opt)...)
 	if len(l.problems) > 0 {
 		return nil, l.err()

@@ -4,8 +4,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
+	"time"
 )
+
+// gymName is a server name in Gym's global config.
+var gymName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$`)
 
 // Serve configures `nemorl-slurm serve`, the NeMo Gym agent endpoint.
 type Serve struct {
@@ -27,6 +32,17 @@ type Serve struct {
 	// (policy_base_url, policy_api_key, policy_model_name) where
 	// policy_model leaves them out.
 	GymHead string `yaml:"gym_head"`
+	// ResendWindow is how long an outcome that never reached its caller
+	// is kept for a re-send of its row (counted from the episode's end, or
+	// from serve's start when later); past it the row gets a new episode.
+	ResendWindow Duration `yaml:"resend_window"`
+	// AgentName is the agent's name in the global config serve answers as
+	// Gym's head server (GET /global_config_dict_yaml): rows name it in
+	// agent_ref.name.
+	AgentName string `yaml:"agent_name"`
+	// GymConfig is a Gym config file (YAML, on this machine) whose keys the
+	// head-server answer carries besides serve's own agent entry.
+	GymConfig string `yaml:"gym_config"`
 }
 
 // Serve defaults and the failures modes.
@@ -35,6 +51,8 @@ const (
 	DefaultServeConcurrency = 4
 	ServeFailuresMask       = "mask"
 	ServeFailuresError      = "error"
+	DefaultServeAgentName   = "nemorl_env"
+	DefaultResendWindow     = time.Hour
 )
 
 func applyServeDefaults(c *Config, present func(string) bool) {
@@ -47,6 +65,12 @@ func applyServeDefaults(c *Config, present func(string) bool) {
 	}
 	if s.Failures == "" && !present("serve.failures") {
 		s.Failures = ServeFailuresMask
+	}
+	if s.ResendWindow.Duration == 0 && !present("serve.resend_window") {
+		s.ResendWindow.Duration = DefaultResendWindow
+	}
+	if s.AgentName == "" && !present("serve.agent_name") {
+		s.AgentName = DefaultServeAgentName
 	}
 }
 
@@ -65,6 +89,15 @@ func (c *checker) serve(s Serve) {
 		} else if u.User != nil {
 			c.add("serve.gym_head", "must not carry credentials")
 		}
+	}
+	if s.ResendWindow.Duration < 0 || s.ResendWindow.Duration > 7*24*time.Hour {
+		c.add("serve.resend_window", "want 0s..168h, got %s", s.ResendWindow.Duration)
+	}
+	if !gymName.MatchString(s.AgentName) {
+		c.add("serve.agent_name", "want a name of letters, digits, _ and -, got %q", s.AgentName)
+	}
+	if s.GymConfig != "" {
+		c.localPath("serve.gym_config", s.GymConfig)
 	}
 	for _, r := range s.Token {
 		if r <= ' ' || r == 0x7f {

@@ -14,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,4 +217,79 @@ func trim(b []byte, n int) string {
 		s = s[:n] + "…"
 	}
 	return s
+}
+
+// Serve standing as Gym's head server. `gym eval run --no-serve` (Gym's
+// collector alone) needs a head server to resolve the agent's address:
+// ServerClient.load_from_global_config reads GET /global_config_dict_yaml
+// from head_server.{host,port} and then looks the agent up as
+// global_config[name][server_type][impl].{host,port}. serve answers that
+// endpoint itself with its own agent entry, so the collector and serve are
+// all a collection needs.
+
+// HeadConfig is what serve answers as Gym's head server.
+type HeadConfig struct {
+	// AgentName is the agent's key (serve.agent_name): rows name it in
+	// agent_ref.name.
+	AgentName string
+	// Gym is the rest of the Gym config (serve.gym_config), or nil.
+	Gym map[string]any
+	// Addr returns serve's listen address (host:port) once it listens.
+	Addr func() string
+}
+
+// LoadGymConfig reads serve.gym_config: one YAML mapping.
+func LoadGymConfig(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("serve.gym_config: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("serve.gym_config: %s: %w", path, err)
+	}
+	if doc == nil {
+		return nil, fmt.Errorf("serve.gym_config: %s: want a YAML mapping of Gym's config keys, got nothing", path)
+	}
+	return doc, nil
+}
+
+// Document is the global config as the head server gives it: the Gym
+// config with head_server and the agent entry set to serve's address.
+func (h *HeadConfig) Document() (map[string]any, error) {
+	host, portStr, err := net.SplitHostPort(h.Addr())
+	if err != nil {
+		return nil, fmt.Errorf("serve's address %q: %w", h.Addr(), err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("serve's port %q: %w", portStr, err)
+	}
+	doc := make(map[string]any, len(h.Gym)+2)
+	for k, v := range h.Gym {
+		doc[k] = v
+	}
+	doc["head_server"] = map[string]any{"host": host, "port": port}
+	doc[h.AgentName] = map[string]any{"responses_api_agents": map[string]any{
+		"nemorl_env": map[string]any{"host": host, "port": port}}}
+	return doc, nil
+}
+
+// handleHead answers GET /global_config_dict_yaml as Gym's head server
+// does: the YAML text of the global config, as a JSON string.
+func (s *Server) handleHead(w http.ResponseWriter, r *http.Request) {
+	doc, err := s.opt.Head.Document()
+	if err != nil {
+		_ = s.writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	y, err := yaml.Marshal(doc)
+	if err != nil {
+		_ = s.writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "encoding the global config: " + err.Error()})
+		return
+	}
+	_ = s.writeJSON(w, http.StatusOK, string(y))
 }

@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -86,36 +87,110 @@ func aggregate(rows []verifyResponse) Aggregate {
 }
 
 func (s *Server) handleAggregate(w http.ResponseWriter, r *http.Request) {
-	body, rerr := readBody(w, r, MaxAggregateBytes)
+	rows, rerr := decodeVerifyResponses(r.Body)
 	if rerr != nil {
 		s.badRequest(w, rerr)
 		return
 	}
-	top, rerr := decodeObject(body, "body")
-	if rerr != nil {
-		s.badRequest(w, rerr)
-		return
+	agg := aggregate(rows)
+	served, err := s.log.sinceLastAggregate(s.opt.Now())
+	if err != nil {
+		s.logf("/aggregate_metrics: %v", err)
+	} else {
+		addServed(&agg, served)
 	}
-	raw, ok := top["verify_responses"]
-	if !ok {
-		s.badRequest(w, bad("verify_responses", "required"))
-		return
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		s.badRequest(w, bad("verify_responses", "want a list"))
-		return
-	}
-	rows := make([]verifyResponse, 0, len(items))
-	for i, it := range items {
-		var v verifyResponse
-		if err := json.Unmarshal(it, &v); err != nil {
-			s.badRequest(w, bad(fmt.Sprintf("verify_responses[%d]", i), "want an object with a numeric reward: %v", err))
-			return
+	_ = s.writeJSON(w, http.StatusOK, agg)
+}
+
+// addServed adds what serve answered since the previous aggregation, from
+// its own records: Gym sends only the rows of its main file, never the
+// masked ones it filed as failures.
+func addServed(agg *Aggregate, served []answerLine) {
+	masked, dataErrors := 0, 0
+	outcomes, classes := map[string]int{}, map[string]int{}
+	for _, a := range served {
+		outcomes[a.Outcome]++
+		if a.Class != "" {
+			masked++
+			classes[a.Class]++
 		}
-		rows = append(rows, v)
+		if a.Outcome == OutcomeDataError {
+			dataErrors++
+		}
 	}
-	s.writeJSON(w, http.StatusOK, aggregate(rows))
+	am := agg.AgentMetrics
+	am["served/num_answers"] = len(served)
+	am["served/num_masked"] = masked
+	am["served/num_data_errors"] = dataErrors
+	for k, n := range outcomes {
+		am["served/outcome/"+k] = n
+	}
+	for k, n := range classes {
+		am["served/failure_class/"+k] = n
+	}
+	agg.KeyMetrics["num_masked"] = max(masked, agg.KeyMetrics["num_masked"].(int))
+	agg.KeyMetrics["num_served"] = len(served)
+}
+
+// decodeVerifyResponses reads {"verify_responses": [...]} as a stream,
+// keeping of each rollout only the fields aggregate uses: a body of any
+// size passes (Gym sends each row's patch, up to 32 MiB each); memory is
+// bounded by the largest single rollout.
+func decodeVerifyResponses(body io.Reader) ([]verifyResponse, *requestError) {
+	dec := json.NewDecoder(body)
+	delim := func(want json.Delim, field string) *requestError {
+		t, err := dec.Token()
+		if err != nil {
+			return bad(field, "not JSON: %v", err)
+		}
+		if d, ok := t.(json.Delim); !ok || d != want {
+			return bad(field, "want %q, got %v", string(want), t)
+		}
+		return nil
+	}
+	if e := delim('{', "body"); e != nil {
+		return nil, e
+	}
+	var rows []verifyResponse
+	found := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, bad("body", "not JSON: %v", err)
+		}
+		k, _ := t.(string)
+		if k != "verify_responses" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, bad(k, "not JSON: %v", err)
+			}
+			continue
+		}
+		found = true
+		if e := delim('[', "verify_responses"); e != nil {
+			return nil, bad("verify_responses", "want a list")
+		}
+		for i := 0; dec.More(); i++ {
+			var v verifyResponse
+			if err := dec.Decode(&v); err != nil {
+				return nil, bad(fmt.Sprintf("verify_responses[%d]", i), "want an object with a numeric reward: %v", err)
+			}
+			rows = append(rows, v)
+		}
+		if e := delim(']', "verify_responses"); e != nil {
+			return nil, e
+		}
+	}
+	if e := delim('}', "body"); e != nil {
+		return nil, e
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, bad("body", "trailing data after the JSON object")
+	}
+	if !found {
+		return nil, bad("verify_responses", "required")
+	}
+	return rows, nil
 }
 
 // handleMetrics writes the Prometheus text exposition format.

@@ -14,18 +14,16 @@ import (
 	"unicode/utf8"
 )
 
-// MaxBodyBytes bounds a /run (and /aggregate_metrics) request body.
+// MaxBodyBytes bounds a /run request body (/aggregate_metrics is read as
+// a stream, of any size).
 const MaxBodyBytes = 4 << 20
-
-// MaxAggregateBytes bounds a /aggregate_metrics body (one small entry per
-// rollout, heavyweight fields stripped by Gym).
-const MaxAggregateBytes = 64 << 20
 
 // Gym's row keys (nemo_gym/global_config.py).
 const (
 	keyParams       = "responses_create_params"
 	keyTaskIndex    = "_ng_task_index"
 	keyRolloutIndex = "_ng_rollout_index"
+	keyAttemptIndex = "_ng_attempt_index"
 )
 
 // row is a validated /run body.
@@ -37,6 +35,10 @@ type row struct {
 	task string
 	// taskIndex and rolloutIndex are Gym's, when the row has them.
 	taskIndex, rolloutIndex *int64
+	// ng holds every top-level _ng_* key of the row as sent (Gym's and NeMo
+	// RL's rollout stamps: indices, _ng_attempt_index, _ng_run_id,
+	// _ng_rollout_id, …): all of them are part of the rollout's identity.
+	ng map[string]json.RawMessage
 }
 
 // requestError is a 400 (or 413) naming the field at fault.
@@ -104,7 +106,17 @@ func parseRow(b []byte) (*row, *requestError) {
 	if err := json.Unmarshal(rawParams, &params); err != nil || params == nil {
 		return nil, bad(keyParams, "want a JSON object")
 	}
-	rw := &row{params: rawParams}
+	rw := &row{params: rawParams, ng: map[string]json.RawMessage{}}
+	for k, v := range top {
+		if strings.HasPrefix(k, "_ng_") {
+			rw.ng[k] = v
+		}
+	}
+	if raw, ok := top[keyAttemptIndex]; ok && string(raw) != "null" {
+		if _, err := strconv.ParseInt(string(raw), 10, 64); err != nil {
+			return nil, bad(keyAttemptIndex, "want an integer, got %s", abbreviate(string(raw)))
+		}
+	}
 	for _, k := range []string{keyTaskIndex, keyRolloutIndex} {
 		raw, ok := top[k]
 		if !ok || string(raw) == "null" {
@@ -207,9 +219,12 @@ func lastUserMessage(raw json.RawMessage) (string, *requestError) {
 // MaxIdempotencyKey bounds an Idempotency-Key header.
 const MaxIdempotencyKey = 256
 
-// idempotencyKey is the key that makes a re-sent row the same rollout: the
-// Idempotency-Key header, else Gym's (task, rollout) indices with the
-// canonical responses_create_params; "" when the row has neither.
+// idempotencyKey is the row's rollout identity within serve's scope (the
+// config and the policy): the Idempotency-Key header, else, for a row
+// that Gym or NeMo RL numbered (_ng_task_index and _ng_rollout_index), a
+// hash of every _ng_* key it carries with the canonical
+// responses_create_params; "" when the row has neither, and so no
+// identity: every such request is a new rollout.
 func idempotencyKey(header string, rw *row) (string, *requestError) {
 	if header != "" {
 		if len(header) > MaxIdempotencyKey {
@@ -225,11 +240,20 @@ func idempotencyKey(header string, rw *row) (string, *requestError) {
 	if rw.taskIndex == nil || rw.rolloutIndex == nil {
 		return "", nil
 	}
-	var v any
-	if err := json.Unmarshal(rw.params, &v); err != nil {
+	ident := map[string]any{}
+	for k, raw := range rw.ng {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return "", bad(k, "not JSON")
+		}
+		ident[k] = v
+	}
+	var params any
+	if err := json.Unmarshal(rw.params, &params); err != nil {
 		return "", bad(keyParams, "want a JSON object")
 	}
-	canon, err := json.Marshal(v) // map keys sorted: the same object, the same bytes
+	ident[keyParams] = params
+	canon, err := json.Marshal(ident) // map keys sorted: the same object, the same bytes
 	if err != nil {
 		return "", bad(keyParams, "%v", err)
 	}

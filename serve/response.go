@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -26,15 +27,15 @@ type RunResponse struct {
 	// Reward is the episode's reward; 0.0 on a masked row (the field is a
 	// float in Gym's model; _ng_failure_class and mask_sample keep it out
 	// of every score and loss).
-	Reward        float64 `json:"reward"`
-	AIME25Exact   float64 `json:"aime25_exact"`
-	AIME25AvgAt8  float64 `json:"aime25_avg_at_8"`
-	TrainReward   float64 `json:"train_reward"`
-	Completed     int     `json:"completed"`
-	InnerSteps    int     `json:"inner_steps"`
-	WandbURL      string  `json:"wandb_url"`
-	Patch         string  `json:"patch"`
-	FailureReason string  `json:"failure_reason"`
+	Reward        Float  `json:"reward"`
+	AIME25Exact   Float  `json:"aime25_exact"`
+	AIME25AvgAt8  Float  `json:"aime25_avg_at_8"`
+	TrainReward   Float  `json:"train_reward"`
+	Completed     int    `json:"completed"`
+	InnerSteps    int    `json:"inner_steps"`
+	WandbURL      string `json:"wandb_url"`
+	Patch         string `json:"patch"`
+	FailureReason string `json:"failure_reason"`
 
 	Episode      string                        `json:"episode"`
 	Outcome      string                        `json:"outcome"`
@@ -51,8 +52,28 @@ type RunResponse struct {
 	FailureClass    string          `json:"_ng_failure_class,omitempty"`
 	FailureTerminal bool            `json:"_ng_failure_terminal,omitempty"`
 	InstanceConfig  *InstanceConfig `json:"instance_config,omitempty"`
-	// Error is set on HTTP 500 (serve.failures: error) and 503.
+	// Error is set on HTTP 500 (serve.failures: error) and 503, and on a
+	// malformed row (data_error), with Field naming what is wrong.
 	Error string `json:"error,omitempty"`
+	Field string `json:"field,omitempty"`
+}
+
+// Float is a float64 that JSON always writes as a number with a fraction
+// or an exponent (0.0, not 0): Gym's and NeMo RL's readers see a float
+// whatever its value.
+type Float float64
+
+// MarshalJSON writes f as encoding/json would, with ".0" added to an
+// integral value.
+func (f Float) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(float64(f))
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.ContainsAny(b, ".eE") {
+		b = append(b, '.', '0')
+	}
+	return b, nil
 }
 
 // InstanceConfig tells NeMo RL to drop the sample from the loss.
@@ -62,22 +83,20 @@ type InstanceConfig struct {
 
 // answer writes the row's answer: the episode's outcome (final), or a
 // failure before any episode existed (err).
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, final *episode.Entry, err error, stored bool) {
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key string, final *episode.Entry, err error, stored bool) {
 	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[string]episode.JobSummary{}, Stored: stored}
 	switch {
 	case errors.Is(err, errClosed):
 		s.count(http.StatusServiceUnavailable)
 		resp.Error = "the server is shutting down; a running episode goes on and a re-sent row attaches to it on the next start"
-		s.writeJSON(w, http.StatusServiceUnavailable, resp)
+		resp.Response = s.placeholderResponse("")
+		_ = s.writeJSON(w, http.StatusServiceUnavailable, resp)
 		return
 	case err != nil:
 		resp.Outcome = string(episode.InfraFailure)
 		resp.FailureReason, resp.FailureStage = "submit_failed", "submit"
 		resp.MaskSample, resp.Detail = true, err.Error()
-		resp.Isolation = s.d.Config.Runtime.Kind
-		if resp.Isolation != configs.RuntimeNone {
-			resp.Isolation = "apptainer"
-		}
+		resp.Isolation = s.isolation()
 	default:
 		o := final.Outcome
 		resp.Episode, resp.Outcome = final.Episode, string(o.Outcome)
@@ -86,7 +105,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, final *
 		resp.Completed, resp.WandbURL = o.Completed, o.WandbURL
 		resp.Jobs = o.Jobs
 		if o.Reward != nil {
-			resp.Reward = *o.Reward
+			resp.Reward = Float(*o.Reward)
 		}
 		resp.AIME25Exact = deref(o.AIME25Exact)
 		resp.AIME25AvgAt8 = deref(o.AIME25AvgAt8)
@@ -109,6 +128,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, final *
 	if resp.Response == nil {
 		resp.Response = s.placeholderResponse(resp.Episode)
 	}
+	status := http.StatusOK
 	masked := resp.Outcome == string(episode.InfraFailure) || resp.Outcome == string(episode.IntegrityViolation)
 	if masked {
 		resp.Reward = 0
@@ -118,20 +138,82 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, final *
 		resp.InstanceConfig = &InstanceConfig{MaskSample: true}
 		if s.opt.Failures == configs.ServeFailuresError {
 			resp.Error = resp.FailureClass + ": no reward (" + resp.Detail + ")"
-			s.count(http.StatusInternalServerError)
-			s.writeJSON(w, http.StatusInternalServerError, resp)
-			return
+			status = http.StatusInternalServerError
 		}
 	}
-	s.count(http.StatusOK)
-	s.writeJSON(w, http.StatusOK, resp)
+	s.deliver(w, key, status, &resp)
 }
 
-func deref(p *float64) float64 {
+// deliver writes an answer that carries an outcome. For a row with a
+// rollout identity, the delivery is on record (durably) before the first
+// byte is written and taken back if the answer did not reach the
+// connection in full: an outcome is never handed out twice for two
+// requests, at the price that an answer cut by a crash between the two
+// steps costs the row a new episode rather than a stale reward.
+func (s *Server) deliver(w http.ResponseWriter, key string, status int, resp *RunResponse) {
+	now := s.opt.Now()
+	onRecord := false
+	if key != "" && resp.Episode != "" {
+		if err := s.keys.deliver(key, resp.Episode, now); err != nil {
+			s.logf("%s: recording the delivery: %v", resp.Episode, err)
+		} else {
+			onRecord = true
+		}
+	}
+	s.count(status)
+	err := s.writeJSON(w, status, resp)
+	if err != nil {
+		s.logf("/run: %s: the answer did not reach the caller (%v); a re-send of the row gets it", orPending(resp.Episode), err)
+		if onRecord {
+			if err := s.keys.deliver(key, resp.Episode, time.Time{}); err != nil {
+				s.logf("%s: taking back the delivery: %v", resp.Episode, err)
+			}
+		}
+		return
+	}
+	if err := s.log.add(answerLine{At: now, Kind: "answer", Episode: resp.Episode, Outcome: resp.Outcome,
+		Reason: resp.FailureReason, Class: resp.FailureClass, Status: status}); err != nil {
+		s.logf("%v", err)
+	}
+}
+
+// dataError answers a row that cannot be run (serve.failures: mask): 200,
+// masked, with the terminal failure class data_error/<field> so that Gym
+// files it with its failures and never retries it, and NeMo RL drops it.
+func (s *Server) dataError(w http.ResponseWriter, body []byte, rw *row, rerr *requestError) {
+	resp := RunResponse{Jobs: map[string]episode.JobSummary{}, Outcome: OutcomeDataError,
+		FailureReason: OutcomeDataError, FailureStage: "request", MaskSample: true,
+		Detail: rerr.Error(), Error: rerr.Error(), Field: rerr.field, Isolation: s.isolation(),
+		FailureClass: OutcomeDataError + "/" + rerr.field, FailureTerminal: true, InstanceConfig: &InstanceConfig{MaskSample: true}}
+	resp.ResponsesCreateParams = json.RawMessage("{}")
+	if rw != nil {
+		resp.ResponsesCreateParams = rw.params
+	} else if top, e := decodeObject(body, "body"); e == nil {
+		var m map[string]json.RawMessage
+		if p, ok := top[keyParams]; ok && json.Unmarshal(p, &m) == nil && m != nil {
+			resp.ResponsesCreateParams = p
+		}
+	}
+	resp.Response = s.placeholderResponse("")
+	s.deliver(w, "", http.StatusOK, &resp)
+}
+
+// OutcomeDataError is the outcome of a /run row that never became an
+// episode because it is malformed (serve.failures: mask).
+const OutcomeDataError = "data_error"
+
+func (s *Server) isolation() string {
+	if s.d.Config.Runtime.Kind == configs.RuntimeNone {
+		return configs.RuntimeNone
+	}
+	return "apptainer"
+}
+
+func deref(p *float64) Float {
 	if p == nil {
 		return 0
 	}
-	return *p
+	return Float(*p)
 }
 
 // placeholderResponse is the Responses object of a row whose author left

@@ -109,13 +109,17 @@ func TestParseRow(t *testing.T) {
 }
 
 func TestRunRejectsBadBodies(t *testing.T) {
-	s, d := newTestServer(t, Options{})
-	h := s.Handler()
-	for body, field := range map[string]string{
+	cases := map[string]string{
 		`{"responses_create_params": {"input": 1}}`: "responses_create_params.input",
 		`not json`: "body",
 		`{}`:       "responses_create_params",
-	} {
+		`{"responses_create_params": {"input": "x"}, "_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_attempt_index": "one"}`: "_ng_attempt_index",
+	}
+	big := `{"responses_create_params": {"input": "` + strings.Repeat("x", MaxBodyBytes) + `"}}`
+	// serve.failures: error: 400 (413) naming the field.
+	s, d := newTestServer(t, Options{Failures: configs.ServeFailuresError})
+	h := s.Handler()
+	for body, field := range cases {
 		w := post(t, h, "/run", body)
 		var got map[string]string
 		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
@@ -125,7 +129,6 @@ func TestRunRejectsBadBodies(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 naming %s", body, w.Code, w.Body, field)
 		}
 	}
-	big := `{"responses_create_params": {"input": "` + strings.Repeat("x", MaxBodyBytes) + `"}}`
 	w := post(t, h, "/run", big)
 	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), `"field":"body"`) {
 		t.Errorf("big body: %d %s, want 413 naming body", w.Code, w.Body)
@@ -133,7 +136,37 @@ func TestRunRejectsBadBodies(t *testing.T) {
 	if all, _ := d.Ledger.List(); len(all) != 0 {
 		t.Errorf("the ledger has %d episodes after bad requests, want none", len(all))
 	}
+
+	// serve.failures: mask (the default): 200, masked, a terminal
+	// data_error/<field> failure class that Gym files and never retries.
+	s, d = newTestServer(t, Options{})
+	h = s.Handler()
+	cases[big] = "body"
+	for body, field := range cases {
+		w := post(t, h, "/run", body)
+		var got map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		ic, _ := got["instance_config"].(map[string]any)
+		if w.Code != 200 || got["_ng_failure_class"] != "data_error/"+field || got["_ng_failure_terminal"] != true ||
+			got["mask_sample"] != true || ic["mask_sample"] != true || got["outcome"] != "data_error" || got["field"] != field ||
+			!strings.Contains(str(got["detail"]), field) {
+			t.Errorf("%.80s: %d %.300s, want 200 with data_error/%s", body, w.Code, w.Body, field)
+		}
+		if !strings.Contains(w.Body.String(), `"reward":0.0,`) {
+			t.Errorf("%.80s: reward not written as 0.0: %.300s", body, w.Body)
+		}
+		if _, ok := got["responses_create_params"].(map[string]any); !ok {
+			t.Errorf("%.80s: responses_create_params %v, want an object (Gym's response model requires one)", body, got["responses_create_params"])
+		}
+	}
+	if all, _ := d.Ledger.List(); len(all) != 0 {
+		t.Errorf("the ledger has %d episodes after bad requests, want none", len(all))
+	}
 }
+
+func str(v any) string { s, _ := v.(string); return s }
 
 func TestToken(t *testing.T) {
 	s, _ := newTestServer(t, Options{Token: "tok-123"})
@@ -156,8 +189,8 @@ func TestToken(t *testing.T) {
 		t.Errorf("/metrics with the token: %d, want 200", w.Code)
 	}
 	// With the token, the body is checked.
-	if w := post(t, h, "/run", `{}`, "Authorization", "Bearer tok-123"); w.Code != http.StatusBadRequest {
-		t.Errorf("/run with the token and a bad body: %d, want 400", w.Code)
+	if w := post(t, h, "/run", `{}`, "Authorization", "Bearer tok-123"); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"_ng_failure_class":"data_error/responses_create_params"`) {
+		t.Errorf("/run with the token and a bad body: %d %s, want 200 with data_error", w.Code, w.Body)
 	}
 	// Liveness needs no token.
 	w = httptest.NewRecorder()
@@ -267,7 +300,7 @@ func TestAnswers(t *testing.T) {
 				t.Fatal(rerr)
 			}
 			w := httptest.NewRecorder()
-			s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, e, nil, false)
+			s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
 			body := w.Body.String()
 			if strings.Contains(body, testKey) || strings.Contains(logs.String(), testKey) {
 				t.Fatalf("the API key leaked: %s\nlogs: %s", body, logs.String())
@@ -320,7 +353,7 @@ func TestAnswerChecksAuthorFiles(t *testing.T) {
 	}
 	rw, _ := parseRow([]byte(`{"responses_create_params": {"input": "x"}}`))
 	w := httptest.NewRecorder()
-	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, e, nil, false)
+	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
 	if strings.Contains(w.Body.String(), "forged") || !strings.Contains(w.Body.String(), `"status":"incomplete"`) {
 		t.Errorf("answer %s: want the placeholder response, not the changed file", w.Body)
 	}
@@ -392,7 +425,7 @@ func TestClaim(t *testing.T) {
 		t.Fatal("a waiting run did not end on shutdown")
 	}
 	w := httptest.NewRecorder()
-	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, a.entry, a.err, false)
+	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", a.entry, a.err, false)
 	if w.Code != http.StatusServiceUnavailable {
 		t.Errorf("a row that never started, on shutdown: %d, want 503", w.Code)
 	}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -44,15 +45,28 @@ type Options struct {
 	// RemoteOps counts the operations made on the cluster (remote.Counted:
 	// "run sacct", "stat", …), for metrics; nil: not exported.
 	RemoteOps func() map[string]int64
+	// ResendWindow is serve.resend_window: how long an outcome that never
+	// reached its caller waits for a re-send of its row (0: the default).
+	ResendWindow time.Duration
+	// Head, when set, is what GET /global_config_dict_yaml answers: serve
+	// standing as Gym's head server (see gymhead.go).
+	Head *HeadConfig
+	// Now is the clock (tests); nil: time.Now.
+	Now func() time.Time
 }
 
 // Server is the HTTP handler of serve.
 type Server struct {
-	opt    Options
-	d      *episode.Driver
-	keys   *keyStore
-	slots  *slots
-	secret []string // redacted from every response and log line
+	opt   Options
+	d     *episode.Driver
+	keys  *keyStore
+	log   *answerLog
+	slots *slots
+	// started is when this server started: an undelivered outcome's
+	// re-send window counts from its episode's end or from here, whichever
+	// is later (a caller cannot re-send while the server is down).
+	started time.Time
+	secret  []string // redacted from every response and log line
 
 	// ctx outlives requests: episodes go on when a client leaves.
 	ctx  context.Context
@@ -87,11 +101,22 @@ func New(opt Options) (*Server, error) {
 	if opt.Failures == "" {
 		opt.Failures = configs.ServeFailuresMask
 	}
-	keys, err := openKeyStore(opt.Driver.Ledger.Dir, opt.Driver.ConfigPath)
+	if opt.ResendWindow == 0 {
+		opt.ResendWindow = configs.DefaultResendWindow
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	scope := Scope(opt.Driver.ConfigPath, opt.Driver.Config)
+	keys, err := openKeyStore(opt.Driver.Ledger.Dir, scope)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opt: opt, d: opt.Driver, keys: keys, slots: newSlots(opt.Concurrency),
+	log, err := openAnswerLog(opt.Driver.Ledger.Dir, scope)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opt: opt, d: opt.Driver, keys: keys, log: log, started: opt.Now(), slots: newSlots(opt.Concurrency),
 		runs: map[string]*run{}, live: map[*run]bool{}, outcomes: map[[2]string]int64{}, answers: map[int]int64{}}
 	if k := opt.Driver.Config.PolicyModel.APIKey.Reveal(); k != "" {
 		s.secret = append(s.secret, k)
@@ -101,6 +126,16 @@ func New(opt Options) (*Server, error) {
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// Scope is the part of every rollout identity that a row does not carry:
+// the config's absolute path and the policy's identity (its model and
+// endpoints). Rows served under another config or for another policy are
+// other rollouts, whatever they carry.
+func Scope(configPath string, cfg *configs.Config) string {
+	urls := append([]string(nil), cfg.PolicyModel.BaseURL...)
+	sort.Strings(urls)
+	return configPath + "\x00" + cfg.PolicyModel.Model + "\x00" + strings.Join(urls, "\x00")
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -163,12 +198,15 @@ func (s *Server) Shutdown() {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		_ = s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("POST /run", s.auth(s.handleRun))
 	mux.HandleFunc("POST /aggregate_metrics", s.auth(s.handleAggregate))
 	mux.HandleFunc("GET /episodes", s.auth(s.handleEpisodes))
 	mux.HandleFunc("GET /metrics", s.auth(s.handleMetrics))
+	if s.opt.Head != nil {
+		mux.HandleFunc("GET /global_config_dict_yaml", s.auth(s.handleHead))
+	}
 	return mux
 }
 
@@ -178,7 +216,7 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opt.Token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="nemorl-slurm"`)
-				s.writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token (Authorization: Bearer <serve.token>)"})
+				_ = s.writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token (Authorization: Bearer <serve.token>)"})
 				return
 			}
 		}
@@ -186,8 +224,10 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// writeJSON answers v with status; the secrets never leave.
-func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON answers v with status; the secrets never leave. The error
+// says the answer did not reach the connection in full (written and
+// flushed).
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
@@ -196,18 +236,23 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	out := s.redact(string(b))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(out))
-	_, _ = w.Write([]byte("\n"))
+	if _, err := io.WriteString(w, out+"\n"); err != nil {
+		return err
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
 }
 
 func (s *Server) badRequest(w http.ResponseWriter, e *requestError) {
-	s.writeJSON(w, e.status, map[string]string{"error": e.Error(), "field": e.field})
+	_ = s.writeJSON(w, e.status, map[string]string{"error": e.Error(), "field": e.field})
 }
 
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	body, rerr := readBody(w, r, MaxBodyBytes)
+	var rw *row
 	if rerr == nil {
-		var rw *row
 		if rw, rerr = parseRow(body); rerr == nil {
 			var key string
 			if key, rerr = idempotencyKey(r.Header.Get("Idempotency-Key"), rw); rerr == nil {
@@ -216,9 +261,15 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.count(rerr.status)
 	s.logf("/run: %d: %v", rerr.status, rerr)
-	s.badRequest(w, rerr)
+	if s.opt.Failures == configs.ServeFailuresError {
+		s.count(rerr.status)
+		s.badRequest(w, rerr)
+		return
+	}
+	// A malformed row is the data's failure, not the collection's: Gym
+	// aborts a whole collection on any non-2xx answer.
+	s.dataError(w, body, rw, rerr)
 }
 
 func (s *Server) count(status int) {
@@ -232,27 +283,31 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request, rw *row, key s
 	ru, stored, err := s.claim(rw, key)
 	if err != nil {
 		s.count(http.StatusInternalServerError)
-		s.writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		_ = s.writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
 	if stored != nil {
-		s.answer(w, r, rw, stored, nil, true)
+		s.answer(w, r, rw, key, stored, nil, true)
 		return
 	}
 	select {
 	case <-ru.done:
-		s.answer(w, r, rw, ru.entry, ru.err, false)
+		s.answer(w, r, rw, key, ru.entry, ru.err, false)
 	case <-r.Context().Done():
 		// The client left; the episode goes on (a re-sent row attaches).
 	case <-s.ctx.Done():
-		s.answer(w, r, rw, nil, errClosed, false)
+		s.answer(w, r, rw, key, nil, errClosed, false)
 	}
 }
 
-// claim returns the run a row waits on: the key's episode in progress, or
-// a new one. A key whose episode is final with a scored, policy or
-// integrity outcome returns that entry (stored) instead; after an
-// infrastructure failure a new attempt starts.
+// claim returns the run a row waits on, or the stored outcome it gets
+// (the rule of the README's "Rollout identity" table):
+//   - a key whose episode runs: that run (a re-send, or the same row twice
+//     at once);
+//   - a key whose episode is final, never delivered, within the re-send
+//     window, and not an infrastructure failure: that entry (stored);
+//   - anything else (no key, no episode, delivered, past the window, an
+//     infrastructure failure): a new episode.
 func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -262,20 +317,18 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err
 			s.logf("/run: %s: attached to %s", key, orPending(ru.episode))
 			return ru, nil, nil
 		}
-		ep, err := s.keys.get(key)
+		rec, err := s.keys.get(key)
 		if err != nil {
 			return nil, nil, err
 		}
-		if ep != "" {
+		if rec != nil {
+			ep := rec.Episode
 			e, err := s.d.Ledger.Load(ep)
 			switch {
 			case errors.Is(err, episode.ErrNotInLedger):
 				// Mapped, never submitted (a crash before the ledger entry).
 			case err != nil:
 				return nil, nil, err
-			case e.Final() && e.Outcome.Outcome != episode.InfraFailure:
-				s.logf("/run: %s: the stored outcome of %s", key, ep)
-				return nil, e, nil
 			case !e.Final():
 				// Unfinished but not followed (its start failed to load it):
 				// follow it now.
@@ -285,6 +338,13 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err
 				s.slots.force()
 				go s.follow(ru, e, nil)
 				return ru, nil, nil
+			default:
+				if why := s.reuse(rec, e); why != "" {
+					s.logf("/run: %s: a new episode (%s was %s)", key, ep, why)
+				} else {
+					s.logf("/run: %s: the undelivered outcome of %s", key, ep)
+					return nil, e, nil
+				}
 			}
 		}
 	}
@@ -295,6 +355,25 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err
 	s.live[ru] = true
 	go s.execute(ru)
 	return ru, nil, nil
+}
+
+// reuse says why a final episode's outcome may not answer a new request
+// for its key, or "" when it may (it never reached a caller).
+func (s *Server) reuse(rec *keyRecord, e *episode.Entry) string {
+	switch {
+	case !rec.Delivered.IsZero():
+		return "delivered at " + rec.Delivered.UTC().Format(time.RFC3339)
+	case e.Outcome.Outcome == episode.InfraFailure:
+		return "an infrastructure failure: a new attempt"
+	}
+	from := e.Outcome.Decided
+	if s.started.After(from) {
+		from = s.started
+	}
+	if s.opt.Now().Sub(from) > s.opt.ResendWindow {
+		return fmt.Sprintf("never delivered, but its re-send window (serve.resend_window %s) is over", s.opt.ResendWindow)
+	}
+	return ""
 }
 
 func orPending(ep string) string {
@@ -390,7 +469,7 @@ func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Episode < out[j].Episode })
 	inFlight, queued := s.slots.counts()
-	s.writeJSON(w, http.StatusOK, map[string]any{"episodes": out, "in_flight": inFlight, "queued": queued})
+	_ = s.writeJSON(w, http.StatusOK, map[string]any{"episodes": out, "in_flight": inFlight, "queued": queued})
 }
 
 // rowJSON is an episode as status --json shows it.
