@@ -224,8 +224,8 @@ func TestServeLab(t *testing.T) {
 		t.Errorf("/aggregate_metrics: %d %v", code, doc)
 	}
 	code, doc = srv.post(t, "/run", `{"responses_create_params": 7}`)
-	if code != 400 || doc["field"] != "responses_create_params" {
-		t.Errorf("bad row: %d %v", code, doc)
+	if code != 200 || doc["field"] != "responses_create_params" || doc["_ng_failure_class"] != "data_error/responses_create_params" || doc["mask_sample"] != true {
+		t.Errorf("bad row: %d %v, want 200 with data_error/responses_create_params", code, doc)
 	}
 
 	// kill -9 mid-episode, restart, re-send: the same episode, one chain.
@@ -240,11 +240,40 @@ func TestServeLab(t *testing.T) {
 		t.Errorf("row re-sent after kill -9: %d episode %v outcome %v, want %s scored", code, doc["episode"], doc["outcome"], epE)
 	}
 	waitSacct(t, epE, sacctWant{states: allStates("COMPLETED", labStages...), tags: true})
-	// A finished row re-sent gets its stored outcome.
+	// A finished row whose answer was delivered, sent again: a new episode.
 	code, doc = srv.post(t, "/run", rows[3])
-	if code != 200 || doc["episode"] != epNoPatch || doc["stored"] != true || doc["failure_reason"] != "no_patch" {
-		t.Errorf("no_patch row re-sent: %d %v", code, doc)
+	if code != 200 || doc["episode"] == epNoPatch || doc["stored"] == true || doc["failure_reason"] != "no_patch" {
+		t.Errorf("no_patch row sent again after its answer was delivered: %d %v, want a new episode", code, doc)
 	}
+	t.Cleanup(func() { cleanupEpisode(t, str(doc["episode"])) })
+	// A row whose caller left before the end: its re-send gets the stored
+	// outcome, once.
+	rowF := rowFor(13, 0, "LABMODE:author-no-patch (F)")
+	lctx, leave := context.WithCancel(context.Background())
+	go func() {
+		req, _ := http.NewRequestWithContext(lctx, http.MethodPost, srv.url+"/run", strings.NewReader(rowF))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	epF := x.waitNewEpisode(t, state, append(answers, doc, map[string]any{"episode": epE}))
+	leave()
+	t.Cleanup(func() { cleanupEpisode(t, epF) })
+	eventually(t, episodeTimeout, 500*time.Millisecond, func() string {
+		if e := readLedgerRaw(t, state, epF); !strings.Contains(e, `"decided"`) {
+			return epF + " not final yet"
+		}
+		return ""
+	})
+	code, doc = srv.post(t, "/run", rowF)
+	if code != 200 || doc["episode"] != epF || doc["stored"] != true || doc["failure_reason"] != "no_patch" {
+		t.Errorf("re-send of a row whose caller left: %d %v, want %s stored", code, doc, epF)
+	}
+	code, doc = srv.post(t, "/run", rowF)
+	if code != 200 || doc["episode"] == epF || doc["stored"] == true {
+		t.Errorf("the same row after its stored outcome was delivered: %d %v, want a new episode", code, doc)
+	}
+	t.Cleanup(func() { cleanupEpisode(t, str(doc["episode"])) })
 	// SIGTERM: a clean stop.
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -406,6 +435,13 @@ func (x *labCLI) startServe(t *testing.T, state, cfg string) *serveProc {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	return x.startServeAt(t, state, cfg, addr)
+}
+
+// startServeAt starts serve listening on addr (a restart at the address
+// its clients retry).
+func (x *labCLI) startServeAt(t *testing.T, state, cfg, addr string) *serveProc {
+	t.Helper()
 	b := x.start(t, state, 10*time.Minute, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
 	s := &serveProc{bgRun: b, url: "http://" + addr}
 	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
