@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -62,6 +63,8 @@ type Server struct {
 	keys  *keyStore
 	log   *answerLog
 	slots *slots
+	// submitq feeds the submitter (one goroutine, started by New).
+	submitq *submitQueue
 	// started is when this server started: an undelivered outcome's
 	// re-send window counts from its episode's end or from here, whichever
 	// is later (a caller cannot re-send while the server is down).
@@ -125,6 +128,8 @@ func New(opt Options) (*Server, error) {
 		s.secret = append(s.secret, opt.Token)
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
+	s.submitq = newSubmitQueue()
+	go s.submitter()
 	return s, nil
 }
 
@@ -383,46 +388,124 @@ func orPending(ep string) string {
 	return ep
 }
 
-// execute waits for a slot, submits the row's episode and follows it.
+// execute waits for a slot and hands the row to the submitter.
 func (s *Server) execute(ru *run) {
 	if err := s.slots.acquire(s.ctx); err != nil {
 		s.end(ru, nil, errClosed)
 		return
 	}
-	id := episode.NewID(time.Now())
+	id := episode.NewID(s.opt.Now())
 	s.mu.Lock()
 	ru.started, ru.episode = true, id
 	s.mu.Unlock()
 	if ru.key != "" {
+		// The mapping is on disk before anything is submitted.
 		if err := s.keys.put(ru.key, id); err != nil {
 			s.slots.release()
 			s.end(ru, nil, err)
 			return
 		}
 	}
-	prompt := []byte(ru.task)
-	if s.opt.Prompt != nil {
-		prompt = s.opt.Prompt(ru.task)
+	s.submitq.add(ru)
+}
+
+// submitQueue gathers the rows whose slots were granted, so that a burst
+// (NeMo RL sends a whole step at once) is staged and submitted in batches
+// (episode.Driver.SubmitBatch: one command per MaxBatch episodes, two at
+// once) rather than one command per row.
+type submitQueue struct {
+	mu      sync.Mutex
+	waiting []*run
+	wake    chan struct{}
+}
+
+func newSubmitQueue() *submitQueue { return &submitQueue{wake: make(chan struct{}, 1)} }
+
+func (q *submitQueue) add(ru *run) {
+	q.mu.Lock()
+	q.waiting = append(q.waiting, ru)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
 	}
-	e, lock, err := s.d.Submit(s.ctx, id, prompt)
-	if err != nil {
-		if e == nil {
-			// Nothing was staged or submitted.
-			if ru.key != "" {
-				s.keys.drop(ru.key, id)
+}
+
+func (q *submitQueue) take(n int) []*run {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n = min(n, len(q.waiting))
+	out := q.waiting[:n:n]
+	q.waiting = q.waiting[n:]
+	return out
+}
+
+// submitGather is how long the submitter waits after the first row of a
+// batch for others to join it; submitBatchMax bounds one SubmitBatch call.
+const (
+	submitGather   = 20 * time.Millisecond
+	submitBatchMax = 4 * episode.MaxBatch
+)
+
+// submitter submits the queued rows until the server stops.
+func (s *Server) submitter() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			for _, ru := range s.submitq.take(math.MaxInt) {
+				s.slots.release()
+				s.end(ru, nil, errClosed)
 			}
-			s.slots.release()
-			s.logf("%s: submit failed: %v", id, err)
-			s.end(ru, nil, fmt.Errorf("submit: %w", err))
 			return
+		case <-s.submitq.wake:
 		}
-		// In the ledger: the engine carries it on, as resume would.
-		s.logf("%s: submit interrupted (%v); the watcher carries it on", id, err)
-		lock = nil
-	} else {
-		s.logf("%s: submitted; author job %s", id, e.JobID(episode.Author))
+		select {
+		case <-time.After(submitGather):
+		case <-s.ctx.Done():
+		}
+		for {
+			batch := s.submitq.take(submitBatchMax)
+			if len(batch) == 0 {
+				break
+			}
+			s.submit(batch)
+		}
 	}
-	s.follow(ru, e, lock)
+}
+
+// submit stages and submits a batch of rows' episodes and follows each.
+func (s *Server) submit(batch []*run) {
+	specs := make([]episode.Spec, len(batch))
+	for i, ru := range batch {
+		prompt := []byte(ru.task)
+		if s.opt.Prompt != nil {
+			prompt = s.opt.Prompt(ru.task)
+		}
+		specs[i] = episode.Spec{ID: ru.episode, Prompt: prompt}
+	}
+	for i, r := range s.d.SubmitBatch(s.ctx, specs) {
+		ru := batch[i]
+		id := ru.episode
+		e, lock, err := r.Entry, r.Lock, r.Err
+		if err != nil {
+			if e == nil {
+				// Nothing was staged or submitted.
+				if ru.key != "" {
+					s.keys.drop(ru.key, id)
+				}
+				s.slots.release()
+				s.logf("%s: submit failed: %v", id, err)
+				s.end(ru, nil, fmt.Errorf("submit: %w", err))
+				continue
+			}
+			// In the ledger: the engine carries it on, as resume would.
+			s.logf("%s: submit interrupted (%v); the watcher carries it on", id, err)
+			lock = nil
+		} else {
+			s.logf("%s: submitted; author job %s", id, e.JobID(episode.Author))
+		}
+		go s.follow(ru, e, lock)
+	}
 }
 
 // follow hands the episode to the engine and waits for its end.

@@ -16,15 +16,34 @@ import (
 
 // Write replaces path with data, giving it mode.
 func Write(path string, data []byte, mode fs.FileMode) error {
-	return WriteFunc(path, mode, func(w io.Writer) error {
-		_, err := w.Write(data)
+	return write(path, mode, func(f *os.File) error {
+		_, err := f.Write(data)
 		return err
 	})
 }
 
+// bufSize is WriteFunc's buffer: small files (ledger entries, keys) are
+// written by the thousand, so not a buffer per write of a megabyte.
+const bufSize = 64 << 10
+
 // WriteFunc replaces path with what fill writes (buffered), giving it
 // mode. An error of fill is returned as is; the target is then untouched.
-func WriteFunc(path string, mode fs.FileMode, fill func(io.Writer) error) (err error) {
+func WriteFunc(path string, mode fs.FileMode, fill func(io.Writer) error) error {
+	return write(path, mode, func(f *os.File) error {
+		bw := bufio.NewWriterSize(f, bufSize)
+		if err := fill(bw); err != nil {
+			return &fillError{err}
+		}
+		return bw.Flush()
+	})
+}
+
+// fillError is an error of WriteFunc's fill, returned as is.
+type fillError struct{ err error }
+
+func (e *fillError) Error() string { return e.err.Error() }
+
+func write(path string, mode fs.FileMode, fill func(*os.File) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -43,12 +62,12 @@ func WriteFunc(path string, mode fs.FileMode, fill func(io.Writer) error) (err e
 	if err = f.Chmod(mode.Perm()); err != nil {
 		return err
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err = fill(bw); err != nil {
-		fillErr = true
-		return err
-	}
-	if err = bw.Flush(); err != nil {
+	if err = fill(f); err != nil {
+		var fe *fillError
+		if errors.As(err, &fe) {
+			fillErr = true
+			err = fe.err
+		}
 		return err
 	}
 	if err = f.Sync(); err != nil {

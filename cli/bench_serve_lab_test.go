@@ -1,0 +1,192 @@
+package cli
+
+// BenchmarkServeBurst (issue #19): NeMo RL sends every row of a step at
+// once. 1,000 rows POSTed to serve at once (serve.concurrency 1,000; the
+// author jobs held back with --begin so the lab's CPUs stay free): the
+// time until every episode's author job is submitted, serve's peak RSS,
+// and, in the same run, the floor of any tool: one ssh session running
+// sbatch on an already staged script. Figures go to docs/BENCHMARKS.md.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func BenchmarkServeBurst(b *testing.B) {
+	lab, eps := benchEndpoints(b)
+	bin := buildBinary(b)
+	defer scancelAll(b, lab)
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("NEMORL_BENCH_BURST")); err == nil && v > 0 {
+		n = v
+	}
+	// The floor: sbatch alone, the same number of times, one connection.
+	staged := benchRun(b, bin, b.TempDir(), "--json", "--config", benchConfig(b, lab.SSHPort), "submit")
+	benchDirs = nil
+	defer os.RemoveAll(staged["dir"].(string))
+	script := staged["dir"].(string) + "/author/author.sbatch"
+	for _, ep := range eps {
+		b.Run(ep.name+"/sbatch-only-floor", func(b *testing.B) {
+			for b.Loop() {
+				cmd := openSSH(lab, ep.port, fmt.Sprintf("i=0; while [ $i -lt %d ]; do sbatch --parsable --begin=now+1hour --job-name=bench --comment=bench %s >/dev/null || exit 1; i=$((i+1)); done", n, script))
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("ssh: %v: %s", err, out)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "episodes/s")
+		})
+		scancelAll(b, lab)
+		b.Run(fmt.Sprintf("%s/serve-%d-rows", ep.name, n), func(b *testing.B) {
+			for b.Loop() {
+				secs, rss := serveBurst(b, bin, ep.port, n)
+				b.ReportMetric(secs, "s/burst")
+				b.ReportMetric(float64(n)/secs, "episodes/s")
+				b.ReportMetric(float64(rss)/(1<<20), "MiB-peak-RSS")
+			}
+		})
+		scancelAll(b, lab)
+	}
+}
+
+// serveBurst runs one burst and returns the seconds until every author job
+// was submitted and serve's peak RSS (VmHWM) in bytes.
+func serveBurst(b *testing.B, bin string, port, n int) (float64, int64) {
+	cfgPath := benchConfig(b, port)
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := strings.Replace(string(data), "  gres: gpu:h100:1\n", "  gres: gpu:h100:1\n  extra_sbatch: [--begin=now+1hour]\n", 1)
+	cfg += fmt.Sprintf("serve:\n  concurrency: %d\n", n)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	state := b.TempDir()
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--allow-no-isolation", "--listen", addr)
+	cmd.Env = cliEnv(state)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logf, _ := os.Create(filepath.Join(b.TempDir(), "serve.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		logf.Close()
+		removeLedgerDirs(state)
+	}()
+	base := "http://" + addr
+	for i := 0; ; i++ {
+		if resp, err := http.Get(base + "/"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if i > 300 {
+			b.Fatal("serve did not come up")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: n}}
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"responses_create_params": {"input": "burst"}, "metadata": {}, "_ng_task_index": %d, "_ng_rollout_index": 0, "_ng_run_id": %q}`, i, tag)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/run", strings.NewReader(body))
+			if resp, err := client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	// Submitted: every followed episode has its author job id.
+	var secs float64
+	for {
+		time.Sleep(250 * time.Millisecond)
+		resp, err := http.Get(base + "/episodes")
+		if err != nil {
+			b.Fatalf("/episodes: %v", err)
+		}
+		var doc struct {
+			Episodes []struct {
+				JobID string `json:"job_id"`
+			} `json:"episodes"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		withJob := 0
+		for _, e := range doc.Episodes {
+			if e.JobID != "" {
+				withJob++
+			}
+		}
+		if withJob >= n {
+			secs = time.Since(start).Seconds()
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			b.Fatalf("after 5 minutes %d of %d episodes submitted", withJob, n)
+		}
+	}
+	rss := vmHWM(b, cmd.Process.Pid)
+	cancel()
+	wg.Wait()
+	return secs, rss
+}
+
+// vmHWM is a process's peak resident set size in bytes.
+func vmHWM(b *testing.B, pid int) int64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM")
+	return 0
+}
+
+// removeLedgerDirs removes the episode directories a ledger names.
+func removeLedgerDirs(state string) {
+	files, _ := filepath.Glob(filepath.Join(state, "nemorl-slurm", "episodes", "ep-*.json"))
+	for _, f := range files {
+		var e struct {
+			Dir string `json:"dir"`
+		}
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &e) == nil && e.Dir != "" {
+			_ = os.RemoveAll(e.Dir)
+		}
+	}
+}
