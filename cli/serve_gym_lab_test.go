@@ -130,6 +130,24 @@ func TestServeGymLab(t *testing.T) {
 		return m
 	}
 
+	// /aggregate_metrics of rows with 23 MiB patches (Gym sends each
+	// row's patch): read as a stream, whatever the size.
+	patch := strings.Repeat("+x\\n", 23<<20/4)
+	var big strings.Builder
+	big.WriteString(`{"verify_responses": [`)
+	for i := range 3 {
+		if i > 0 {
+			big.WriteString(",")
+		}
+		big.WriteString(`{"reward": 0.25, "outcome": "scored", "aime25_avg_at_8": 0.25, "patch": "` + patch + `"}`)
+	}
+	big.WriteString(`]}`)
+	if code, doc := srv.post(t, "/aggregate_metrics", big.String()); code != 200 {
+		t.Errorf("/aggregate_metrics with three 23 MiB patches (%d MiB): HTTP %d %v", big.Len()>>20, code, doc)
+	} else if am, _ := doc["agent_metrics"].(map[string]any); am["num_rollouts"] != 3.0 || am["mean/reward"] != 0.25 {
+		t.Errorf("/aggregate_metrics with three 23 MiB patches: %v", am)
+	}
+
 	first := collect("collection 1")
 	second := collect("collection 2 (the same rows, a new gym eval run)")
 	e1, e2 := epsOf(first), epsOf(second)
