@@ -84,9 +84,10 @@ func (s Spec) WithArgv(argv ...string) Spec {
 // batch shell when the line runs.
 //
 // In a container the line always has --containall --cleanenv --no-home
-// --writable-tmpfs and --no-mount bind-paths (the `bind path` entries of the
-// site's apptainer.conf are not mounted: only Binds are), plus --net
-// --network none with NoNetwork and --nv with GPU.
+// --writable-tmpfs and --no-mount hostfs,bind-paths (neither the `bind
+// path` entries of the site's apptainer.conf nor, with `mount hostfs`, the
+// host's file systems are mounted: only Binds are), --home for a scratch
+// HOME, plus --net --network none with NoNetwork and --nv with GPU.
 func (s Spec) Line() (string, error) {
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return "", fmt.Errorf("stage command is empty")
@@ -173,7 +174,16 @@ func (s Spec) Line() (string, error) {
 		}
 		return strings.Join(w, " "), nil
 	}
-	w = append(w, shell.Quote(s.Binary), "exec", "--containall", "--cleanenv", "--no-home", "--writable-tmpfs", "--no-mount", "bind-paths")
+	// --no-mount hostfs,bind-paths: neither the site's `bind path` entries
+	// nor, with `mount hostfs = yes` in apptainer.conf, the host's file
+	// systems are mounted: only Binds are.
+	w = append(w, shell.Quote(s.Binary), "exec", "--containall", "--cleanenv", "--no-home", "--writable-tmpfs", "--no-mount", "hostfs,bind-paths")
+	if rel, ok := s.ScratchEnv["HOME"]; ok {
+		// HOME inside the container: --env HOME= is refused by Apptainer
+		// ("Overriding HOME environment variable with APPTAINERENV_HOME is
+		// not permitted"); --home with --no-home sets it and mounts nothing.
+		w = append(w, "--home", shell.Quote(path.Join("/tmp", rel)))
+	}
 	if s.WorkdirVar != "" {
 		w = append(w, "--workdir", `"$`+s.WorkdirVar+`"`)
 	}
@@ -201,6 +211,9 @@ func (s Spec) Line() (string, error) {
 		w = append(w, "--env", shell.Quote(k+"="+s.Env[k]))
 	}
 	for _, k := range scratchKeys {
+		if k == "HOME" {
+			continue // --home above
+		}
 		w = append(w, "--env", shell.Quote(k+"="+path.Join("/tmp", s.ScratchEnv[k])))
 	}
 	for _, k := range varKeys {

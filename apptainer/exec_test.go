@@ -19,7 +19,7 @@ func TestLineApptainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `singularity exec --containall --cleanenv --no-home --writable-tmpfs --no-mount bind-paths --nv --bind /w/ep/eval/work:/nemorl/out --bind /w/ep/eval/bundle:/nemorl/bundle:ro --env 'A_B=x y' --env NEMORL_STAGE=eval --env "SLURM_JOB_ID=${SLURM_JOB_ID:-}" /img/eval.sif /bin/bash /nemorl/bundle/eval.sh '$(id)'`
+	want := `singularity exec --containall --cleanenv --no-home --writable-tmpfs --no-mount hostfs,bind-paths --nv --bind /w/ep/eval/work:/nemorl/out --bind /w/ep/eval/bundle:/nemorl/bundle:ro --env 'A_B=x y' --env NEMORL_STAGE=eval --env "SLURM_JOB_ID=${SLURM_JOB_ID:-}" /img/eval.sif /bin/bash /nemorl/bundle/eval.sh '$(id)'`
 	if got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -33,7 +33,7 @@ func TestLineApptainer(t *testing.T) {
 	}
 	s.NoNetwork = true
 	got, _ = s.Line()
-	if !strings.Contains(got, " --no-mount bind-paths --net --network none --bind ") {
+	if !strings.Contains(got, " --no-mount hostfs,bind-paths --net --network none --bind ") {
 		t.Errorf("NoNetwork: %s", got)
 	}
 	// ImageVar: the image is the batch shell's variable, expanded when the
@@ -56,7 +56,7 @@ func TestLineVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(got, `--bind "$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`) || !strings.Contains(got, `--env "B=$NEMORL_EVAL_BUNDLE"`) ||
-		!strings.Contains(got, `--writable-tmpfs --no-mount bind-paths --workdir "$nemorl_scratch" `) {
+		!strings.Contains(got, `--writable-tmpfs --no-mount hostfs,bind-paths --workdir "$nemorl_scratch" `) {
 		t.Errorf("apptainer: %s", got)
 	}
 	s.Kind = "none"
@@ -137,10 +137,14 @@ func TestScratchEnvAndPwd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{" --pwd /tmp ", " --env HOME=/tmp/home ", " --env UV_CACHE_DIR=/tmp/cache/uv "} {
+	for _, want := range []string{" --pwd /tmp ", " --no-home --writable-tmpfs --no-mount hostfs,bind-paths --home /tmp/home ", " --env UV_CACHE_DIR=/tmp/cache/uv "} {
 		if !strings.Contains(line, want) {
 			t.Errorf("container line lacks %q:\n%s", want, line)
 		}
+	}
+	// Apptainer refuses --env HOME= (APPTAINERENV_HOME): never on the line.
+	if strings.Contains(line, "HOME=") {
+		t.Errorf("container line sets HOME through the environment:\n%s", line)
 	}
 	none := base
 	none.Kind = configs.RuntimeNone

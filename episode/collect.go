@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
@@ -155,7 +156,7 @@ const EvalRejectedExit = 4
 // verdictFailed is the outcome of a stage job whose batch script refused
 // to run its payload (before any code of the policy's ran in the job), or
 // found that the cluster failed it.
-func (o *Outcome) verdictFailed(stage string, j slurm.JobInfo) *Outcome {
+func (o *Outcome) verdictFailed(stage string, j slurm.JobInfo, findings []string) *Outcome {
 	switch j.ExitCode.Code {
 	case templates.ExitNoGPU:
 		return o.fail(InfraFailure, stage, ReasonNoGPU,
@@ -164,8 +165,13 @@ func (o *Outcome) verdictFailed(stage string, j slurm.JobInfo) *Outcome {
 		return o.fail(InfraFailure, stage, ReasonPolicyEndpointFailed,
 			fmt.Sprintf("%s job %s: the policy's endpoint failed (exit %d): no model call succeeded, or the last one failed; see nemorl-slurm logs --stage author", stage, j.ID, templates.ExitPolicyEndpoint))
 	case templates.ExitIsolation:
-		return o.fail(InfraFailure, stage, ReasonIsolationBreach,
-			fmt.Sprintf("%s job %s refused to start its payload (exit %d): Slurm was reachable from inside its container; see nemorl-slurm logs --stage %s", stage, j.ID, templates.ExitIsolation, stage))
+		detail := fmt.Sprintf("%s job %s refused to start its payload (exit %d): its isolation guard found a way out of the container", stage, j.ID, templates.ExitIsolation)
+		if len(findings) > 0 {
+			detail += ": " + strings.Join(findings, "; ")
+		} else {
+			detail += "; see nemorl-slurm logs --stage " + stage + " for each finding and its cause"
+		}
+		return o.fail(InfraFailure, stage, ReasonIsolationBreach, detail)
 	}
 	return o.fail(InfraFailure, stage, ReasonScriptRefused,
 		fmt.Sprintf("%s job %s: its batch script refused to start the payload (exit %s); see nemorl-slurm logs --stage %s", stage, j.ID, j.ExitCode.Raw, stage))
@@ -216,7 +222,7 @@ func (d *Driver) authorFailed(ctx context.Context, e *Entry, o *Outcome, j slurm
 		return d.cancelled(ctx, e, o, Author, j)
 	case slurm.FailureExitCode:
 		if templates.ReservedExit(j.ExitCode.Code) && j.ExitCode.Signal == 0 {
-			return o.verdictFailed(Author, j), nil
+			return o.verdictFailed(Author, j, d.guardFindings(ctx, e, Author, j)), nil
 		}
 		return o.fail(PolicyFailure, Author, ReasonAuthorFailed,
 			fmt.Sprintf("author job %s failed with exit code %s: the author container (Claude Code and what it ran) is the policy's", j.ID, j.ExitCode.Raw)), nil
@@ -329,7 +335,7 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 			return o.fail(PolicyFailure, Train, ReasonTrainOutOfMemory, fmt.Sprintf("train job %s ran out of memory", ti.ID)), nil
 		case slurm.FailureExitCode:
 			if templates.ReservedExit(ti.ExitCode.Code) && ti.ExitCode.Signal == 0 {
-				return o.verdictFailed(Train, ti), nil
+				return o.verdictFailed(Train, ti, d.guardFindings(ctx, e, Train, ti)), nil
 			}
 			// The payload's own failure: its record says why.
 		default:
@@ -396,7 +402,7 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
 				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", ei.ID, templates.ExitWeightsRejected, e.Episode)), nil
 		case templates.ExitIsolation, templates.ExitNoGPU:
-			return o.verdictFailed(Eval, ei), nil
+			return o.verdictFailed(Eval, ei, d.guardFindings(ctx, e, Eval, ei)), nil
 		case EvalRejectedExit:
 			return o.fail(InfraFailure, Eval, ReasonRolloutsRejected,
 				fmt.Sprintf("eval job %s: the evaluator rejected the rollouts (exit %d): see nemorl-slurm logs %s --stage eval", ei.ID, EvalRejectedExit, e.Episode)), nil

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // fileInfo is what lstat(2) says of a file on the cluster, as far as the
@@ -99,7 +102,7 @@ func (e *plantedError) Error() string {
 }
 
 // collectScript inspects and filters a stage's output where it lies, in
-// one command: sh -c collectScript sh FILE WINDOW. It prints
+// one command: sh -c collectScript sh FILE WINDOW [findings]. It prints
 //
 //	nemorl-collect absent                  no such file
 //	nemorl-collect lstat F|s|Z|i|h         the file, without following a symlink
@@ -107,7 +110,8 @@ func (e *plantedError) Error() string {
 //	nemorl-collect replaced                (after lstat) the path changed while inspected
 //	nemorl-collect tail START              then grep -n -b's lines of the last
 //	                                       WINDOW bytes (from byte START) that start
-//	                                       with NEMORL_ENV_
+//	                                       with NEMORL_ENV_ (and, with findings, the
+//	                                       isolation guard's "nemorl: isolation: " lines)
 //
 // The file is opened read-write (<>: a FIFO opens without blocking, and
 // nothing is written) before the path is lstat'ed and the open file is
@@ -117,7 +121,7 @@ func (e *plantedError) Error() string {
 const collectScript = `set -u
 LC_ALL=C
 export LC_ALL
-f=$1 n=$2
+f=$1 n=$2 mode=${3:-}
 fmt='%F|%s|%Z|%i|%h'
 if ! [ -e "$f" ] && ! [ -L "$f" ]; then
 	echo 'nemorl-collect absent'
@@ -147,7 +151,11 @@ size=${rest%%|*}
 start=0
 [ "$size" -gt "$n" ] && start=$((size - n))
 printf 'nemorl-collect tail %s\n' "$start"
-tail -c "$n" <&3 | grep -a -n -b '^NEMORL_ENV_'
+if [ "$mode" = findings ]; then
+	tail -c "$n" <&3 | grep -a -n -b -e '^NEMORL_ENV_' -e '^nemorl: isolation: '
+else
+	tail -c "$n" <&3 | grep -a -n -b '^NEMORL_ENV_'
+fi
 exit 0
 `
 
@@ -162,13 +170,19 @@ type outputTail struct {
 	// unopenable: a regular file that could not be opened; replaced: the
 	// path changed between the open and the lstat.
 	unopenable, replaced bool
+	// findings are the guard's lines (readOutput with findings).
+	findings []string
 }
 
 // readOutput inspects p and filters the last window bytes of it on the
 // cluster: one command (two round trips over SSH), a few hundred bytes
 // back for a normal log.
-func (d *Driver) readOutput(ctx context.Context, p string, window int64) (*outputTail, error) {
-	cmd := remote.Command{Argv: []string{"sh", "-c", collectScript, "sh", p, strconv.FormatInt(window, 10)}, Idempotent: true, Label: "collect"}
+func (d *Driver) readOutput(ctx context.Context, p string, window int64, findings ...bool) (*outputTail, error) {
+	argv := []string{"sh", "-c", collectScript, "sh", p, strconv.FormatInt(window, 10)}
+	if len(findings) > 0 && findings[0] {
+		argv = append(argv, "findings")
+	}
+	cmd := remote.Command{Argv: argv, Idempotent: true, Label: "collect"}
 	res, err := d.Host.Run(ctx, cmd)
 	if err != nil {
 		if res != nil {
@@ -245,6 +259,12 @@ func parseOutputTail(b []byte) (*outputTail, error) {
 					}
 					n--
 				}
+				if f, ok := strings.CutPrefix(body, guardPrefix); ok {
+					if len(out.findings) < maxFindings {
+						out.findings = append(out.findings, abbreviate(f, 400))
+					}
+					continue
+				}
 				out.lines = append(out.lines, record.Line{No: n, Offset: start + o, Body: []byte(body)})
 			}
 			return out, nil
@@ -252,4 +272,40 @@ func parseOutputTail(b []byte) (*outputTail, error) {
 			return nil, fmt.Errorf("unexpected output %.80q", line)
 		}
 	}
+}
+
+// guardPrefix starts each finding of the isolation guard (guard.sh).
+const guardPrefix = "nemorl: isolation: "
+
+// maxFindings bounds the findings an outcome's detail carries.
+const maxFindings = 10
+
+func abbreviate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// guardFindings returns the isolation guard's findings from stage's output
+// when its job ended with the guard's refusal (templates.ExitIsolation),
+// for the outcome's detail: each names a path and the setting that can
+// produce it. Best effort: none when they cannot be read.
+func (d *Driver) guardFindings(ctx context.Context, e *Entry, stage string, j slurm.JobInfo) []string {
+	if j.ExitCode.Code != templates.ExitIsolation {
+		return nil
+	}
+	out, err := d.readOutput(ctx, path.Join(e.Dir, templates.Output(stage)), TailBytes, true)
+	if err != nil {
+		d.logf("%s: %s: reading the isolation guard's findings: %v", e.Episode, stage, err)
+		return nil
+	}
+	var keep []string
+	for _, f := range out.findings {
+		// The script's own summary line says nothing the outcome does not.
+		if !strings.HasPrefix(f, "the guard refused") && !strings.HasPrefix(f, "unverified:") {
+			keep = append(keep, f)
+		}
+	}
+	return keep
 }

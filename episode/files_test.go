@@ -14,6 +14,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
 )
 
 const trainLineText = `NEMORL_ENV_TRAIN_RESULT={"status":"ok","train_reward":0.31,"inner_steps":42,"weights_sha256":"` +
@@ -189,5 +190,44 @@ func TestScanReplacedIsPlanted(t *testing.T) {
 	}
 	if o := (&Outcome{}).planted(e, &plantedError{Stage: Eval, Path: "x", Type: pe.Type}); o.Outcome != IntegrityViolation {
 		t.Errorf("eval output replaced with isolation: %s, want integrity_violation", o.Outcome)
+	}
+}
+
+// An isolation_breach outcome names the guard's findings (each a path and
+// the setting that can produce it), read from the stage's own output with
+// the records' care; the records themselves are read as before.
+func TestGuardFindingsInDetail(t *testing.T) {
+	d := &Driver{Host: remote.NewLocal()}
+	ctx := context.Background()
+	e := &Entry{Episode: "ep-1", Dir: t.TempDir()}
+	p := filepath.Join(e.Dir, "train", "out.log")
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	log := "nemorl: stage train starting\n" +
+		`nemorl: isolation: mount point /run/munge is not allowed in the train container: not a path Apptainer, --nv or the train stage's binds mount; cause: a site bind` + "\n" +
+		"nemorl: isolation: unix socket /tmp/x.sock (a way to a daemon: munge's reaches Slurm)\n" +
+		"nemorl: isolation: the guard refused the train container (findings above); the payload was not started\n" +
+		trainLineText + "\n"
+	if err := os.WriteFile(p, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := slurm.JobInfo{ID: "7", ExitCode: slurm.ExitCode{Code: 69, Raw: "69:0"}}
+	f := d.guardFindings(ctx, e, Train, j)
+	if len(f) != 2 || !strings.HasPrefix(f[0], "mount point /run/munge ") || !strings.Contains(f[0], "cause: a site bind") || !strings.HasPrefix(f[1], "unix socket /tmp/x.sock") {
+		t.Fatalf("findings %q", f)
+	}
+	o := (&Outcome{}).verdictFailed(Train, j, f)
+	if o.FailureReason != ReasonIsolationBreach || o.Outcome != InfraFailure || !strings.Contains(o.Detail, "/run/munge") || !strings.Contains(o.Detail, "cause: a site bind") {
+		t.Errorf("outcome %+v", o)
+	}
+	if f := d.guardFindings(ctx, e, Train, slurm.JobInfo{ID: "7", ExitCode: slurm.ExitCode{Code: 1}}); f != nil {
+		t.Errorf("findings for another exit: %q", f)
+	}
+	// The records of the same file are what they were: findings never
+	// reach the record parser.
+	out, err := d.readOutput(ctx, p, TailBytes, true)
+	if err != nil || len(out.lines) != 1 || !strings.HasPrefix(string(out.lines[0].Body), "NEMORL_ENV_TRAIN_RESULT=") {
+		t.Errorf("records with findings: %v %+v", err, out)
 	}
 }

@@ -43,10 +43,16 @@ func newGuardTree(t *testing.T, stage string) *guardTree {
 	t.Helper()
 	dir := t.TempDir()
 	g := &guardTree{root: filepath.Join(dir, "root"), proc: filepath.Join(dir, "proc"), netdev: []string{"lo"}}
-	g.mounts = []string{"/", "/proc", "/sys", "/dev", "/dev/pts", "/dev/shm", "/tmp", "/var/tmp", "/etc/hosts", "/etc/passwd",
-		"/etc/group", "/etc/resolv.conf", "/etc/localtime", "/etc/hostname", "/.singularity.d/libs"}
-	for _, d := range []string{"usr/bin", "bin", "etc", "dev", "tmp", "var/tmp", "run", "proc", "sys", ".singularity.d/libs"} {
+	g.mounts = []string{"/", "/proc", "/sys", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/dev/null", "/dev/zero", "/dev/random",
+		"/dev/urandom", "/dev/tty", "/tmp", "/var/tmp", "/etc/hosts", "/etc/passwd", "/etc/group", "/etc/resolv.conf", "/etc/localtime", "/etc/hostname"}
+	for _, d := range []string{"usr/bin", "bin", "etc", "dev/pts", "dev/shm", "dev/mqueue", "tmp", "var/tmp", "run", "proc", "sys"} {
 		mkdirAll(t, filepath.Join(g.root, d))
+	}
+	for _, f := range []string{"hosts", "passwd", "group", "resolv.conf", "localtime", "hostname"} {
+		writeFile(t, filepath.Join(g.root, "etc", f), "")
+	}
+	for _, d := range []string{"null", "zero", "random", "urandom", "tty"} {
+		mknodChar(t, filepath.Join(g.root, "dev", d))
 	}
 	for _, target := range bindTargets(t, stage) {
 		g.mounts = append(g.mounts, target)
@@ -58,16 +64,57 @@ func newGuardTree(t *testing.T, stage string) *guardTree {
 		}
 	}
 	if stage != Author {
-		// What Apptainer's --nv binds outside /.singularity.d.
-		g.mounts = append(g.mounts, "/usr/bin/nvidia-smi", "/usr/lib64/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
-		writeFile(t, filepath.Join(g.root, "usr/bin/nvidia-smi"), "")
-		writeFile(t, filepath.Join(g.root, "usr/lib64/libcuda.so.1"), "")
-		writeFile(t, filepath.Join(g.root, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"), "")
+		g.nv(t)
 	}
 	// A socket under /proc or /sys is not reachable as a file: pruned.
 	mknodSocket(t, filepath.Join(g.root, "proc", "pruned.sock"))
 	return g
 }
+
+// nvBinaries and nvFiles are what Apptainer 1.5.3's etc/nvliblist.conf
+// names: the binaries (bound at /usr/bin/<name>) and the absolute paths
+// (bound at their own path).
+var (
+	nvBinaries = []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
+	nvFiles    = []string{"/usr/share/glvnd/egl_vendor.d/10_nvidia.json", "/usr/share/vulkan/icd.d/nvidia_icd.json",
+		"/usr/share/vulkan/icd.d/nvidia_layers.json", "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+		"/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json", "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+		"/usr/share/nvidia/nvoptix.bin"}
+)
+
+// nv adds what Apptainer's --nv binds on a GPU node (the real H200 host's
+// list, issue #20): the devices, the binaries, the nvliblist.conf files at
+// their paths, the libraries in /.singularity.d/libs, and the
+// nvidia-container-cli forms (a library in the system directory, firmware).
+func (g *guardTree) nv(t *testing.T) {
+	for _, d := range []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia-caps/nvidia-cap1"} {
+		g.mounts = append(g.mounts, d)
+		mknodChar(t, filepath.Join(g.root, d))
+	}
+	g.mounts = append(g.mounts, "/dev/nvidia-caps", "/.singularity.d/libs")
+	mkdirAll(t, filepath.Join(g.root, ".singularity.d/libs"))
+	for _, b := range nvBinaries {
+		g.mounts = append(g.mounts, "/usr/bin/"+b)
+		writeFile(t, filepath.Join(g.root, "usr/bin", b), "")
+	}
+	for _, f := range append(append([]string{}, nvFiles...), "/.singularity.d/libs/libcuda.so.1", "/.singularity.d/libs/libnvidia-ml.so.1",
+		"/.singularity.d/libs/libEGL_nvidia.so.0", "/usr/lib64/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04",
+		"/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin") {
+		g.mounts = append(g.mounts, f)
+		writeFile(t, filepath.Join(g.root, f), "")
+	}
+}
+
+func mknodChar(t *testing.T, p string) {
+	t.Helper()
+	mkdirAll(t, filepath.Dir(p))
+	if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(unix1_3)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unix1_3 is the device number of /dev/null (1, 3).
+const unix1_3 = 1<<8 | 3
 
 func mkdirAll(t *testing.T, p string) {
 	t.Helper()
@@ -133,6 +180,18 @@ func TestGuardClean(t *testing.T) {
 			t.Errorf("%s: clean container refused (exit %d):\n%s", stage, code, out)
 		}
 	}
+	// A GPU node running nvidia-persistenced: --nv binds its socket too, at
+	// its path (seen through /var/run or /run).
+	for _, stage := range []string{Train, Eval} {
+		for _, p := range []string{"/var/run/nvidia-persistenced/socket", "/run/nvidia-persistenced/socket"} {
+			g := newGuardTree(t, stage)
+			g.mounts = append(g.mounts, p)
+			mknodSocket(t, filepath.Join(g.root, p))
+			if out, code := g.run(t, stage); code != 0 {
+				t.Errorf("%s with %s: exit %d\n%s", stage, p, code, out)
+			}
+		}
+	}
 }
 
 // TestGuardRefuses: each forbidden thing alone is refused with exit 69 and
@@ -169,8 +228,63 @@ func TestGuardRefuses(t *testing.T) {
 				g.mounts = append(g.mounts, "/proc/driver/x")
 				mknodSocket(t, filepath.Join(g.root, "proc/driver/x/munge.socket.2"))
 			}},
-		{name: "socket in /dev", stage: Author, want: "unix socket /dev/log",
+		{name: "socket in /dev", stage: Author, want: "unix socket /dev/log (a way to a daemon",
 			plant: func(t *testing.T, g *guardTree) { mknodSocket(t, filepath.Join(g.root, "dev/log")) }},
+		{name: "munge bound onto a placeholder file in /.singularity.d", stage: Author, want: "mount point /.singularity.d/munge.socket.2 is not allowed in the author container: a unix socket mounted onto a file",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/.singularity.d/munge.socket.2")
+				mknodSocket(t, filepath.Join(g.root, ".singularity.d/munge.socket.2"))
+			}},
+		{name: "a socket bound at a GPU library's name", stage: Train, want: "mount point /.singularity.d/libs/libcuda.so.2 is not allowed in the train container: a unix socket",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/.singularity.d/libs/libcuda.so.2")
+				mknodSocket(t, filepath.Join(g.root, ".singularity.d/libs/libcuda.so.2"))
+			}},
+		{name: "a socket bound at an allowed file", stage: Eval, want: "mount point /etc/hosts is not allowed in the eval container: a unix socket",
+			plant: func(t *testing.T, g *guardTree) {
+				_ = os.Remove(filepath.Join(g.root, "etc/hosts"))
+				mknodSocket(t, filepath.Join(g.root, "etc/hosts"))
+			}},
+		{name: "persistenced socket on the author", stage: Author, want: "mount point /var/run/nvidia-persistenced/socket is not allowed in the author container: a unix socket",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/var/run/nvidia-persistenced/socket")
+				mknodSocket(t, filepath.Join(g.root, "var/run/nvidia-persistenced/socket"))
+			}},
+		{name: "a socket beside persistenced's", stage: Train, want: "mount point /var/run/nvidia-persistenced/other is not allowed",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/var/run/nvidia-persistenced/other")
+				mknodSocket(t, filepath.Join(g.root, "var/run/nvidia-persistenced/other"))
+			}},
+		{name: "nvliblist file on the author (always use nv)", stage: Author, want: "mount point /usr/share/vulkan/icd.d/nvidia_icd.json is not allowed in the author container: a GPU path in the author container, which gets no GPU; cause: --nv",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/usr/share/vulkan/icd.d/nvidia_icd.json")
+				writeFile(t, filepath.Join(g.root, "usr/share/vulkan/icd.d/nvidia_icd.json"), "{}")
+			}},
+		{name: "a host file system (mount hostfs)", stage: Train, want: `mount point /scratch is not allowed in the train container: not a path Apptainer, --nv or the train stage's binds mount; cause: a site bind (apptainer.conf "bind path", APPTAINER_BIND, a wrapper's --bind) or apptainer.conf "mount hostfs = yes"`,
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/scratch")
+				mkdirAll(t, filepath.Join(g.root, "scratch"))
+			}},
+		{name: "another device", stage: Eval, want: "mount point /dev/sda is not allowed",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/dev/sda")
+				mknodChar(t, filepath.Join(g.root, "dev/sda"))
+			}},
+		{name: "a GPU device that is a directory", stage: Train, want: "mount point /dev/nvidia9 is not allowed",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/dev/nvidia9")
+				mkdirAll(t, filepath.Join(g.root, "dev/nvidia9"))
+			}},
+		{name: "a directory under the libraries", stage: Eval, want: "mount point /.singularity.d/libs/sub/libx.so is not allowed",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/.singularity.d/libs/sub/libx.so")
+				writeFile(t, filepath.Join(g.root, ".singularity.d/libs/sub/libx.so"), "")
+			}},
+		{name: "another binary at /usr/bin", stage: Train, want: "mount point /usr/bin/nvidia-shell is not allowed",
+			plant: func(t *testing.T, g *guardTree) {
+				g.mounts = append(g.mounts, "/usr/bin/nvidia-shell")
+				writeFile(t, filepath.Join(g.root, "usr/bin/nvidia-shell"), "")
+			}},
 		{name: "eth0", stage: Train, want: "network interface eth0",
 			plant: func(t *testing.T, g *guardTree) { g.netdev = append(g.netdev, "eth0") }},
 		{name: "SLURM_JWT", stage: Author, env: []string{"SLURM_JWT=eyJ"}, want: "environment variable SLURM_JWT is set"},

@@ -33,8 +33,8 @@ func TestRenderIsolation(t *testing.T) {
 		f, _ := tr.Lookup(Script(stage))
 		script := string(f.Data)
 		payload, guard := execLines(t, f.Data)
-		if !strings.Contains(payload, " --no-mount bind-paths ") || !strings.Contains(guard, " --no-mount bind-paths ") {
-			t.Errorf("%s: no --no-mount bind-paths:\n%s\n%s", stage, payload, guard)
+		if !strings.Contains(payload, " --no-mount hostfs,bind-paths ") || !strings.Contains(guard, " --no-mount hostfs,bind-paths ") {
+			t.Errorf("%s: no --no-mount hostfs,bind-paths:\n%s\n%s", stage, payload, guard)
 		}
 		noNet := strings.Contains(payload, " --net --network none ")
 		if noNet != (stage != Author) || strings.Contains(guard, " --net --network none ") != noNet {
@@ -262,7 +262,7 @@ binds=()
 while [ $# -gt 0 ]; do
   case $1 in
     --bind) binds+=("$2"); shift 2 ;;
-    --workdir | --env | --network | --no-mount | --pwd) shift 2 ;;
+    --workdir | --env | --network | --no-mount | --pwd | --home) shift 2 ;;
     -*) shift ;;
     *) break ;;
   esac
@@ -385,11 +385,15 @@ func TestRenderScratchEnvNetworkPwd(t *testing.T) {
 		f, _ := tr.Lookup(Script(stage))
 		payload, guard := execLines(t, f.Data)
 		for k, rel := range ScratchEnv(stage) {
-			if want := " --env " + k + "=/tmp/" + rel + " "; !strings.Contains(payload, want) || !strings.Contains(guard, want) {
+			want := " --env " + k + "=/tmp/" + rel + " "
+			if k == "HOME" {
+				want = " --no-home --writable-tmpfs --no-mount hostfs,bind-paths --home /tmp/" + rel + " "
+			}
+			if !strings.Contains(payload, want) || !strings.Contains(guard, want) {
 				t.Errorf("%s: exec lines lack %q:\n%s", stage, want, payload)
 			}
 		}
-		for _, want := range []string{" --env HOME=/tmp/home ", " --env XDG_CACHE_HOME=/tmp/cache ", " --env XDG_CONFIG_HOME=/tmp/config ",
+		for _, want := range []string{" --home /tmp/home ", " --env XDG_CACHE_HOME=/tmp/cache ", " --env XDG_CONFIG_HOME=/tmp/config ",
 			" --env TRITON_CACHE_DIR=/tmp/cache/triton ", " --env VLLM_CACHE_ROOT=/tmp/cache/vllm ", " --env UV_CACHE_DIR=/tmp/cache/uv ",
 			" --env TORCHINDUCTOR_CACHE_DIR=/tmp/cache/torchinductor ", " --env CUDA_CACHE_PATH=/tmp/cache/nv ", " --env PIP_CACHE_DIR=/tmp/cache/pip ", " --pwd /tmp "} {
 			if !strings.Contains(payload, want) {

@@ -17,21 +17,16 @@
 # them, so nothing in a stage's environment can redirect the scan.
 #
 # Refused on every stage:
-# - a mount point in /proc/self/mountinfo outside the allowlist: /; /tmp,
-#   /var/tmp; /etc/{passwd,group,hosts,localtime,resolv.conf,hostname};
-#   anything under /dev, /proc, /sys, /.singularity.d (where Apptainer puts
-#   the --nv libraries); the stage's binds (author: /nemorl/author; train and
-#   eval: /nemorl/bundle, /nemorl/out and one regular file directly in
-#   /nemorl/in); on train and eval (--nv) also regular files /usr/bin/nvidia-*
-#   and NVIDIA/CUDA libraries (libcuda*, libnvidia-*, libnvcuvid*, libnvoptix*,
-#   lib{GLX,EGL,GLESv1_CM,GLESv2,vdpau}_nvidia*, all .so*) directly in
-#   /usr/lib, /usr/lib32, /usr/lib64 or /usr/lib/<arch>-linux-gnu. A mount
-#   point with an escaped character (\040 ...) never matches. Firmware and
-#   anything else nvidia-container-cli may add are refused: conservative;
-# - any unix socket file anywhere in the filesystem (walking /, /proc and
-#   /sys pruned but for mounts below them): munge's and slurmrestd's
-#   sockets, and any other (on a GPU node where --nv binds
-#   nvidia-persistenced's socket, that one too);
+# - a mount point in /proc/self/mountinfo that is not in the allowlist
+#   below (allowed_mount), and any mount point that is a unix socket, what
+#   the allowlist says notwithstanding, but nvidia-persistenced's at exactly
+#   its path on train and eval: `find -type s` never sees a socket bound
+#   onto a placeholder file, `[ -S ]` on the mount point does. A mount point
+#   with an escaped character (\040 ...) never matches. Each finding names
+#   the setting that can produce it (a site bind, apptainer.conf's `mount
+#   hostfs`, `always use nv`, --nv);
+# - any other unix socket file anywhere in the filesystem (walking /, /proc
+#   and /sys pruned but for mounts below them): munge's and slurmrestd's;
 # - SLURM_CONF, SLURM_JWT or any SLURMRESTD_* variable set;
 # - a Slurm client (sbatch scontrol scancel srun salloc squeue sacct) in a
 #   PATH directory or in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin
@@ -44,6 +39,43 @@
 # The author keeps the host network (it must reach the policy endpoint), so
 # abstract-namespace sockets and TCP are out of this guard's reach there;
 # Slurm's daemons authenticate with munge, whose socket is checked above.
+#
+# The allowlist, in one place (allowed_mount), each entry with the
+# Apptainer 1.5.3 source it comes from:
+#   every stage (what `exec --containall` itself mounts):
+#     /  /tmp  /var/tmp          the image, and --workdir's /tmp and /var/tmp
+#     /etc/{passwd,group,hosts,localtime,resolv.conf,hostname}   regular
+#                                files (engine/apptainer/container_linux.go:
+#                                addFilesMount, the *Tag mounts)
+#     /proc /proc/* /sys /sys/*  (addKernelMount)
+#     /dev: the session /dev of --contain (container_linux.go addDevMount):
+#       the directory, /dev/{pts,shm,mqueue} directories and the character
+#       devices /dev/{tty,console,null,zero,full,random,urandom}
+#   train and eval only (--nv: util/gpu/nvidia_legacy.go, and the
+#   runtime's setNVLegacyConfig and addGPUBinds):
+#     /dev/nvidia*: character devices (NvidiaDevices' glob), /dev/nvidia-caps
+#       a directory with character devices in it
+#     /usr/bin/<binary>: regular files, the binaries nvliblist.conf names
+#       (nvidia-smi nvidia-debugdump nvidia-persistenced
+#       nvidia-cuda-mps-control nvidia-cuda-mps-server)
+#     the absolute paths nvliblist.conf names, regular files at their own
+#       path (/usr/share/glvnd/egl_vendor.d/10_nvidia.json,
+#       /usr/share/vulkan/icd.d/nvidia_{icd,layers}.json,
+#       /usr/share/vulkan/implicit_layer.d/nvidia_layers.json,
+#       /usr/share/egl/egl_external_platform.d/{15_nvidia_gbm,10_nvidia_wayland}.json,
+#       /usr/share/nvidia/nvoptix.bin)
+#     /.singularity.d/libs, a directory, and regular files lib*.so* in it
+#       (addLibsMount: every library of nvliblist.conf found on the host)
+#     /var/run/nvidia-persistenced/socket (NvidiaIpcsPath), a socket, also
+#       seen as /run/nvidia-persistenced/socket: its RPC reaches the driver's
+#       daemon, not Slurm
+#     with --nvccli (nvidia-container-cli): NVIDIA/CUDA libraries (libcuda*,
+#       libnvidia-*, libnvcuvid*, libnvoptix*, lib{GLX,EGL,GLESv1_CM,GLESv2,
+#       vdpau}_nvidia*) as regular files directly in /usr/lib, /usr/lib32,
+#       /usr/lib64 or /usr/lib/<arch>-linux-gnu, and firmware, regular files
+#       in /lib/firmware/nvidia/<version>/ (or /usr/lib/firmware/…)
+#   the stage's own binds: author /nemorl/author; train and eval
+#     /nemorl/bundle, /nemorl/out and one regular file directly in /nemorl/in
 set -uo pipefail
 
 usage() {
@@ -81,13 +113,38 @@ refuse() {
 # regular FILE under r: a regular file, not a symlink.
 regular() { [ -f "$r$1" ] && [ ! -L "$r$1" ]; }
 
+# nvliblist.conf's binaries (bound at /usr/bin/<name>) and absolute paths.
+nv_bins=" nvidia-smi nvidia-debugdump nvidia-persistenced nvidia-cuda-mps-control nvidia-cuda-mps-server "
+nv_files=" /usr/share/glvnd/egl_vendor.d/10_nvidia.json /usr/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_layers.json /usr/share/vulkan/implicit_layer.d/nvidia_layers.json /usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json /usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json /usr/share/nvidia/nvoptix.bin "
+
+dir_at() { [ -d "$r$1" ] && [ ! -L "$r$1" ]; }
+char_at() { [ -c "$r$1" ] && [ ! -L "$r$1" ]; }
+persistenced() {
+  [ "$gpu" = 1 ] || return 1
+  case $1 in /var/run/nvidia-persistenced/socket | /run/nvidia-persistenced/socket) return 0 ;; esac
+  return 1
+}
+
+# allowed_mount MP: 0 when MP is in the allowlist (the header); otherwise
+# 1, with why set to what is wrong and which setting can cause it.
+site="a site bind (apptainer.conf \"bind path\", APPTAINER_BIND, a wrapper's --bind) or apptainer.conf \"mount hostfs = yes\""
 allowed_mount() {
   local mp=$1 dir base
+  why="not a path Apptainer, --nv or the $stage stage's binds mount; cause: $site"
   case $mp in
-    *\\*) return 1 ;;
-    / | /tmp | /var/tmp) return 0 ;;
-    /etc/passwd | /etc/group | /etc/hosts | /etc/localtime | /etc/resolv.conf | /etc/hostname) return 0 ;;
-    /dev | /dev/* | /proc | /proc/* | /sys | /sys/* | /.singularity.d | /.singularity.d/*) return 0 ;;
+    *\\*) why="an escaped mount point name; cause: $site"; return 1 ;;
+  esac
+  if [ -S "$r$mp" ] && [ ! -L "$r$mp" ]; then
+    persistenced "$mp" && return 0
+    why="a unix socket mounted onto a file (munge's or slurmd's reaches Slurm); cause: $site"
+    return 1
+  fi
+  case $mp in
+    / | /tmp | /var/tmp) dir_at "$mp"; return ;;
+    /etc/passwd | /etc/group | /etc/hosts | /etc/localtime | /etc/resolv.conf | /etc/hostname) regular "$mp"; return ;;
+    /proc | /proc/* | /sys | /sys/*) return 0 ;;
+    /dev | /dev/pts | /dev/shm | /dev/mqueue) dir_at "$mp"; return ;;
+    /dev/tty | /dev/console | /dev/null | /dev/zero | /dev/full | /dev/random | /dev/urandom) char_at "$mp"; return ;;
   esac
   case $stage:$mp in
     author:/nemorl/author) return 0 ;;
@@ -98,11 +155,31 @@ allowed_mount() {
       return
       ;;
   esac
-  [ "$gpu" = 1 ] || return 1
+  if [ "$gpu" != 1 ]; then
+    case $mp in
+      /dev/nvidia* | /.singularity.d/libs | /.singularity.d/libs/* | /usr/bin/nvidia-* | *nvidia*)
+        why="a GPU path in the $stage container, which gets no GPU; cause: --nv, or apptainer.conf \"always use nv = yes\""
+        ;;
+    esac
+    return 1
+  fi
   dir=${mp%/*} base=${mp##*/}
+  case $mp in
+    /dev/nvidia-caps) dir_at "$mp"; return ;;
+    /dev/nvidia-caps/* | /dev/nvidia*) char_at "$mp"; return ;;
+    /.singularity.d/libs) dir_at "$mp"; return ;;
+    /.singularity.d/libs/*/* ) return 1 ;;
+    /.singularity.d/libs/lib*.so*) regular "$mp"; return ;;
+    /lib/firmware/nvidia/*/* | /usr/lib/firmware/nvidia/*/*)
+      case ${mp#*/firmware/nvidia/} in */*/*) return 1 ;; esac
+      regular "$mp"
+      return
+      ;;
+  esac
+  case $nv_files in *" $mp "*) regular "$mp"; return ;; esac
   case $dir in
     /usr/bin)
-      case $base in nvidia-*) regular "$mp"; return ;; esac
+      case $nv_bins in *" $base "*) regular "$mp"; return ;; esac
       ;;
     /usr/lib | /usr/lib32 | /usr/lib64 | /usr/lib/x86_64-linux-gnu | /usr/lib/aarch64-linux-gnu | /usr/lib/powerpc64le-linux-gnu)
       case $base in
@@ -120,9 +197,11 @@ allowed_mount() {
 # 1. Mounts. Those under /proc and /sys are allowed, but the socket walk
 # below prunes /proc and /sys: it walks each of them separately.
 inner=()
+declare -A mounted=() # checked as mount points already: not reported twice
 if [ -r "$proc/self/mountinfo" ]; then
   while read -r _ _ _ _ mp _; do
-    allowed_mount "$mp" || refuse "mount point $mp is not allowed in the $stage container"
+    mounted[$mp]=1
+    allowed_mount "$mp" || refuse "mount point $mp is not allowed in the $stage container: $why"
     case $mp in /proc/* | /sys/*) inner+=("$r$mp") ;; esac
   done < "$proc/self/mountinfo"
 else
@@ -134,8 +213,10 @@ fi
 if command -v find > /dev/null; then
   n=0
   while IFS= read -r s; do
+    [ -z "${mounted[${s#"$r"}]:-}" ] || continue
+    persistenced "${s#"$r"}" && continue
     n=$((n + 1))
-    [ "$n" -le 10 ] && refuse "unix socket ${s#"$r"}"
+    [ "$n" -le 10 ] && refuse "unix socket ${s#"$r"} (a way to a daemon: munge's reaches Slurm)"
   done < <(
     find "${r:-/}" \( -path "$r/proc" -o -path "$r/sys" \) -prune -o -type s -print 2> /dev/null
     [ "${#inner[@]}" = 0 ] || find "${inner[@]}" -xdev -type s -print 2> /dev/null
