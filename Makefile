@@ -26,9 +26,12 @@ unit: ## tests that need no lab (lab tests skip)
 vet: ## go vet
 	$(GO) vet ./...
 
-demo: build lab-up ## bring the lab up and run one full episode over SSH (stand-in stages)
-	@ep=ep-$$(date -u +%Y%m%dT%H%M%SZ)-demo$$$$; \
-	  $(BIN) run --config configs/lab.yaml --episode $$ep || exit $$?; \
+demo: build lab-up ## bring the lab up and run one full episode over SSH in real containers (stand-in stages)
+	@set -e; cfg=$${NEMORL_LAB_DIR:-/var/lib/nemorl-lab}/lab-apptainer.yaml; \
+	  lab/gpu-node on; cp configs/lab-apptainer.yaml $$cfg; \
+	  $(BIN) images lock --config $$cfg >&2; \
+	  ep=ep-$$(date -u +%Y%m%dT%H%M%SZ)-demo$$$$; \
+	  $(BIN) run --config $$cfg --episode $$ep || exit $$?; \
 	  echo "Slurm's accounting (sacct) of $$ep:"; \
 	  for i in $$(seq 30); do \
 	    rows=$$(sacct -a -X -n -P --starttime=now-1hour --format=JobIDRaw,JobName,State,ExitCode | grep -F -- "-$$ep|"); \

@@ -453,8 +453,12 @@ func (e *env) printOutcome(o *episode.Outcome) {
 	if o.Detail != "" {
 		fmt.Fprintf(e.stdout, "  %s\n", o.Detail)
 	}
-	if o.Isolation == "none" {
+	switch o.Isolation {
+	case "none":
 		fmt.Fprintln(e.stdout, "  isolation: none (lab only: the stages ran without containers)")
+	case "":
+	default:
+		fmt.Fprintf(e.stdout, "  isolation: %s (each stage in its own container, its guard passed)\n", o.Isolation)
 	}
 }
 

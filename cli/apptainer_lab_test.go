@@ -1,0 +1,122 @@
+package cli
+
+// Episodes in real containers (issue #20): the lab's Apptainer (built from
+// source by lab/up), its SIF images of the stand-ins, the node made to look
+// like a GPU node to --nv by lab/gpu-node, through the built binary over
+// SSH with configs/lab-apptainer.yaml. Then the refusals a site can cause:
+// a wrapper that binds munge's directory, munge's socket bound onto a
+// placeholder file in /.singularity.d (invisible to find -type s), and the
+// node without a GPU.
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+)
+
+const labApptainer = "/opt/nemorl-lab/apptainer/bin/apptainer"
+
+// gpuNode runs lab/gpu-node on|off.
+func gpuNode(t *testing.T, arg string) {
+	t.Helper()
+	if out, err := exec.Command("../lab/gpu-node", arg).CombinedOutput(); err != nil {
+		t.Fatalf("lab/gpu-node %s: %v\n%s", arg, err, out)
+	}
+}
+
+func TestApptainerLab(t *testing.T) {
+	labtest.LockLab(t) // lab/gpu-node changes the node for every job
+	x := newLabCLI(t)
+	requireStandIns(t)
+	if _, err := os.Stat(labApptainer); err != nil {
+		if os.Getenv("NEMORL_REQUIRE_LAB") != "" {
+			t.Fatalf("the lab has no Apptainer (%v): lab/up installs it", err)
+		}
+		t.Skip("no Apptainer in the lab")
+	}
+	base, err := os.ReadFile("../configs/lab-apptainer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgText := x.lab.WithWorkdir(t, string(base), x.sharedWorkdir, x.lab.Workdir)
+	write := func(name, text string) string {
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	state := t.TempDir()
+	cfg := write("lab-apptainer.yaml", cfgText)
+	// The eval image is pinned the way a site pins it.
+	x.run(t, state, quickTimeout, "images", "lock", "--config", cfg).want(t, ExitOK)
+	locked, err := os.ReadFile(cfg)
+	if err != nil || strings.Contains(string(locked), "sha256:0000") {
+		t.Fatalf("images lock did not pin the eval image: %v\n%s", err, locked)
+	}
+	gpuNode(t, "on")
+	t.Cleanup(func() { gpuNode(t, "on") }) // the lab's usual state
+
+	type outcome struct {
+		Outcome       string `json:"outcome"`
+		FailureReason string `json:"failure_reason"`
+		FailureStage  string `json:"failure_stage"`
+		Detail        string `json:"detail"`
+		Isolation     string `json:"isolation"`
+		Reward        *float64
+		Jobs          map[string]struct {
+			State string `json:"state"`
+		} `json:"jobs"`
+	}
+	runEp := func(name, config string, want int) outcome {
+		t.Helper()
+		ep := newEpisode(t, name)
+		r := x.run(t, state, episodeTimeout, "run", "--config", config, "--json", "--episode", ep).want(t, want)
+		var o outcome
+		if err := json.Unmarshal([]byte(r.stdout), &o); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, r)
+		}
+		return o
+	}
+
+	// A GPU node running nvidia-persistenced: scored in real containers.
+	o := runEp("gpu", cfg, ExitOK)
+	if o.Outcome != "scored" || o.Isolation != "apptainer" || o.Jobs["author"].State != "COMPLETED" || o.Jobs["train"].State != "COMPLETED" || o.Jobs["eval"].State != "COMPLETED" {
+		t.Fatalf("on the GPU node: %+v", o)
+	}
+
+	// A site wrapper that adds --bind /run/munge: refused, the path and
+	// its cause named in the outcome.
+	wrapper := filepath.Join(x.lab.Workdir, "apptainer-site-wrapper")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\ncmd=$1; shift\nexec "+labApptainer+" \"$cmd\" --bind /run/munge \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o = runEp("munge-wrapper", write("wrapper.yaml", strings.Replace(string(locked), "binary: "+labApptainer, "binary: "+wrapper, 1)), ExitInfra)
+	if o.Outcome != "infra_failure" || o.FailureReason != "isolation_breach" || o.FailureStage != "author" ||
+		!strings.Contains(o.Detail, "mount point /run/munge is not allowed") || !strings.Contains(o.Detail, "a site bind") {
+		t.Errorf("a wrapper binding /run/munge: %+v", o)
+	}
+	// munge's socket bound onto a placeholder file where the allowlist
+	// would take a file: [ -S ] on the mount point sees it.
+	sneaky := filepath.Join(x.lab.Workdir, "apptainer-socket-wrapper")
+	if err := os.WriteFile(sneaky, []byte("#!/bin/sh\ncmd=$1; shift\nexec "+labApptainer+" \"$cmd\" --bind /run/munge/munge.socket.2:/.singularity.d/munge.socket.2 \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o = runEp("munge-socket", write("socket.yaml", strings.Replace(string(locked), "binary: "+labApptainer, "binary: "+sneaky, 1)), ExitInfra)
+	if o.Outcome != "infra_failure" || o.FailureReason != "isolation_breach" ||
+		!strings.Contains(o.Detail, "mount point /.singularity.d/munge.socket.2 is not allowed in the author container: a unix socket") {
+		t.Errorf("munge's socket on a placeholder file: %+v", o)
+	}
+
+	// The node without a GPU: train finds none (retried, then masked).
+	gpuNode(t, "off")
+	o = runEp("no-gpu", cfg, ExitInfra)
+	if o.Outcome != "infra_failure" || o.FailureReason != "no_gpu" || o.FailureStage != "train" || o.Isolation != "apptainer" {
+		t.Errorf("without a GPU: %+v", o)
+	}
+}
