@@ -458,7 +458,7 @@ func (e *env) printOutcome(o *episode.Outcome) {
 		fmt.Fprintln(e.stdout, "  isolation: none (lab only: the stages ran without containers)")
 	case "":
 	default:
-		fmt.Fprintf(e.stdout, "  isolation: %s (each stage in its own container, its guard passed)\n", o.Isolation)
+		fmt.Fprintf(e.stdout, "  isolation: %s (each stage in its own container)\n", o.Isolation)
 	}
 }
 
