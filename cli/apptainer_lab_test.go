@@ -60,7 +60,7 @@ func TestApptainerLab(t *testing.T) {
 		t.Fatalf("images lock did not pin the eval image: %v\n%s", err, locked)
 	}
 	gpuNode(t, "on")
-	t.Cleanup(func() { gpuNode(t, "on") }) // the lab's usual state
+	t.Cleanup(func() { gpuNode(t, "off") }) // the stand-in libraries stay out of the ld cache
 
 	type outcome struct {
 		Outcome       string `json:"outcome"`
@@ -111,6 +111,37 @@ func TestApptainerLab(t *testing.T) {
 	if o.Outcome != "infra_failure" || o.FailureReason != "isolation_breach" ||
 		!strings.Contains(o.Detail, "mount point /.singularity.d/munge.socket.2 is not allowed in the author container: a unix socket") {
 		t.Errorf("munge's socket on a placeholder file: %+v", o)
+	}
+
+	// doctor runs the guard where the jobs run: passing on the lab, and
+	// failing with a named fix for the wrapper's bind of /run/munge.
+	doctor := func(config string, want int) map[string][]map[string]string {
+		t.Helper()
+		r := x.run(t, state, episodeTimeout, "--json", "--config", config, "doctor", "--skip-endpoint").want(t, want)
+		var doc struct {
+			Checks []map[string]string `json:"checks"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+			t.Fatalf("doctor --json: %v\n%s", err, r)
+		}
+		out := map[string][]map[string]string{}
+		for _, c := range doc.Checks {
+			out[c["name"]] = append(out[c["name"]], c)
+		}
+		return out
+	}
+	checks := doctor(cfg, ExitOK)
+	for _, st := range []string{"author", "train"} {
+		if c := checks["isolation "+st]; len(c) != 1 || c[0]["status"] != "ok" {
+			t.Errorf("doctor on the lab: isolation %s: %v", st, c)
+		}
+	}
+	checks = doctor(write("doctor-wrapper.yaml", strings.Replace(string(locked), "binary: "+labApptainer, "binary: "+wrapper, 1)), ExitUsage)
+	for _, st := range []string{"author", "train"} {
+		c := checks["isolation "+st]
+		if len(c) != 1 || c[0]["status"] != "fail" || !strings.Contains(c[0]["detail"], "mount point /run/munge") || !strings.Contains(c[0]["fix"], "remove the site bind") {
+			t.Errorf("doctor with a wrapper binding /run/munge: isolation %s: %v", st, c)
+		}
 	}
 
 	// The node without a GPU: train finds none (retried, then masked).

@@ -32,6 +32,7 @@ Examples:
 		ArgsUsage: " ",
 		Flags: withGlobals(
 			&ucli.BoolFlag{Name: "skip-endpoint", Usage: "do not run the short CPU job that checks the policy endpoint from a compute node"},
+			&ucli.BoolFlag{Name: "skip-guard", Usage: "do not run the short GPU job that runs the isolation guard with the author and train exec lines on a node of the partition"},
 			&ucli.BoolFlag{Name: "skip-digests", Usage: "do not hash the images (several GB each) to check their digests"},
 		),
 		Action: e.doctor,
@@ -210,6 +211,16 @@ func (e *env) doctor(c *ucli.Context) error {
 				add("image "+im.stage, "ok", im.path+" matches its pinned digest", "")
 			}
 		}
+	}
+
+	// The isolation guard, where the jobs run.
+	switch {
+	case rt.Kind == configs.RuntimeNone:
+		add("isolation", "skip", "runtime.kind none: no containers, no guard (lab only)", "")
+	case c.Bool("skip-guard"):
+		add("isolation", "skip", "--skip-guard", "")
+	default:
+		e.doctorGuard(ctx, run, cfg, add)
 	}
 
 	// The policy endpoint, from a compute node.

@@ -193,3 +193,33 @@ policy_model:
 		t.Fatalf("bad kind: exit %d:\n%s", code, errs)
 	}
 }
+
+// doctor's guard check reads each stage's guard line from the rendered
+// script, and gives each kind of finding its own fix.
+func TestDoctorGuardLineAndFixes(t *testing.T) {
+	script := "x\n" + `apptainer exec --containall IMG /bin/bash /nemorl/bundle/guard.sh train >&2 || nemorl_guard_status=$?` + "\ny\n"
+	if got := guardLine(script, "train"); got != "apptainer exec --containall IMG /bin/bash /nemorl/bundle/guard.sh train" {
+		t.Errorf("guardLine: %q", got)
+	}
+	if got := guardLine(script, "author"); got != "" {
+		t.Errorf("guardLine of another stage: %q", got)
+	}
+	fixes := map[string]string{
+		`mount point /run/munge is not allowed in the author container: not a path Apptainer, --nv or the author stage's binds mount; cause: a site bind (apptainer.conf "bind path", APPTAINER_BIND, a wrapper's --bind) or apptainer.conf "mount hostfs = yes"`: "remove the site bind",
+		"mount point /usr/share/vulkan/icd.d/nvidia_icd.json is not allowed in the author container: a GPU path in the author container, which gets no GPU; cause: --nv":                                                                                          "always use nv = no",
+		"mount point /.singularity.d/munge.socket.2 is not allowed in the author container: a unix socket mounted onto a file":                                                                                                                                    "no socket may be bound",
+		"Slurm client /usr/bin/sbatch":          "without Slurm's clients",
+		"network interface eth0 (want only lo)": "--net --network none",
+	}
+	seen := map[string]bool{}
+	for finding, want := range fixes {
+		fix := guardFix(finding)
+		if !strings.Contains(fix, want) {
+			t.Errorf("%s: fix %q, want one with %q", finding, fix, want)
+		}
+		seen[fix] = true
+	}
+	if len(seen) != len(fixes) {
+		t.Errorf("%d kinds of finding share %d fixes", len(fixes), len(seen))
+	}
+}
