@@ -151,3 +151,58 @@ func TestApptainerLab(t *testing.T) {
 		t.Errorf("without a GPU: %+v", o)
 	}
 }
+
+// TestAttackApptainerLab: the train stand-in's attacks on Slurm (an
+// impostor eval job, cancelling the eval, a helper job rewriting eval's
+// output), which the runtime-none attack tests show being caught, find no
+// way to Slurm in the real train container: the attack is not mounted,
+// and the episode is the policy's 0, never a masked sample.
+func TestAttackApptainerLab(t *testing.T) {
+	labtest.LockLab(t)
+	x := newLabCLI(t)
+	requireStandIns(t)
+	if _, err := os.Stat(labApptainer); err != nil {
+		t.Fatalf("the lab has no Apptainer (%v): lab/up installs it", err)
+	}
+	base, err := os.ReadFile("../configs/lab-apptainer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cfgText := x.lab.WithWorkdir(t, string(base), x.sharedWorkdir, x.lab.Workdir)
+	cfg := filepath.Join(t.TempDir(), "lab-apptainer.yaml")
+	if err := os.WriteFile(cfg, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x.run(t, state, quickTimeout, "images", "lock", "--config", cfg).want(t, ExitOK)
+	locked, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuNode(t, "on")
+	t.Cleanup(func() { gpuNode(t, "off") })
+	for _, mode := range []string{"impostor-eval", "cancel-eval", "helper-rewrites-eval"} {
+		t.Run(mode, func(t *testing.T) {
+			old := "command: [" + labStandIns + "/train]"
+			p := filepath.Join(t.TempDir(), "attack.yaml")
+			if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, "command: ["+labStandIns+"/train, --"+mode+"]", 1)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ep := newEpisode(t, "ctr-"+mode)
+			o := outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK))
+			if o.Outcome != "policy_failure" || o.MaskSample || o.Isolation != "apptainer" || o.FailureStage != "train" {
+				t.Errorf("outcome %s (%s: %s) mask %v isolation %s, want the policy's 0 from train in a container", o.Outcome, o.FailureStage, o.FailureReason, o.MaskSample, o.Isolation)
+			}
+			logs := x.run(t, state, quickTimeout, "logs", ep, "--stage", "train").want(t, ExitOK)
+			if !strings.Contains(string(logs.stdout)+logs.stderr, "ATTACK NOT MOUNTED (--"+mode+")") {
+				t.Errorf("train's log does not say the attack failed:\n%s", logs.stdout)
+			}
+			// Slurm saw the episode's own jobs only; eval never ran (its
+			// dependency on train failed).
+			jobs := waitSacct(t, ep, sacctWant{states: map[string]string{"author": "COMPLETED", "train": "FAILED", "eval": "CANCELLED"}, tags: true})
+			if len(jobs) > 3 {
+				t.Errorf("sacct shows %d jobs for %s, want its own three at most: %+v", len(jobs), ep, jobs)
+			}
+		})
+	}
+}
