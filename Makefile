@@ -27,8 +27,8 @@ vet: ## go vet
 	$(GO) vet ./...
 
 demo: build lab-up ## bring the lab up and run one full episode over SSH in real containers (stand-in stages)
-	@set -e; cfg=$${NEMORL_LAB_DIR:-/var/lib/nemorl-lab}/lab-apptainer.yaml; \
-	  lab/gpu-node on; cp configs/lab-apptainer.yaml $$cfg; \
+	@set -e; cfg=$${NEMORL_LAB_DIR:-/var/lib/nemorl-lab}/lab.yaml; \
+	  lab/gpu-node on; cp configs/lab.yaml $$cfg; \
 	  $(BIN) images lock --config $$cfg >&2; \
 	  ep=ep-$$(date -u +%Y%m%dT%H%M%SZ)-demo$$$$; \
 	  $(BIN) run --config $$cfg --episode $$ep || exit $$?; \
@@ -44,7 +44,7 @@ lab-up: ## install (apt-get) and start the local Slurm lab; idempotent, needs ro
 lab-down: ## stop the lab
 	lab/down
 
-lab-status: ## show the lab's daemons and the values configs/lab.yaml uses
+lab-status: ## show the lab's daemons and the values configs/lab-none.yaml uses
 	lab/status
 
 fuzz: ## run every fuzz target for FUZZTIME each

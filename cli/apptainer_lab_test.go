@@ -3,7 +3,7 @@ package cli
 // Episodes in real containers (issue #20): the lab's Apptainer (built from
 // source by lab/up), its SIF images of the stand-ins, the node made to look
 // like a GPU node to --nv by lab/gpu-node, through the built binary over
-// SSH with configs/lab-apptainer.yaml. Then the refusals a site can cause:
+// SSH with configs/lab.yaml. Then the refusals a site can cause:
 // a wrapper that binds munge's directory, munge's socket bound onto a
 // placeholder file in /.singularity.d (invisible to find -type s), and the
 // node without a GPU.
@@ -39,7 +39,7 @@ func TestApptainerLab(t *testing.T) {
 		}
 		t.Skip("no Apptainer in the lab")
 	}
-	base, err := os.ReadFile("../configs/lab-apptainer.yaml")
+	base, err := os.ReadFile("../configs/lab.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestApptainerLab(t *testing.T) {
 		return p
 	}
 	state := t.TempDir()
-	cfg := write("lab-apptainer.yaml", cfgText)
+	cfg := write("lab.yaml", cfgText)
 	// The eval image is pinned the way a site pins it.
 	x.run(t, state, quickTimeout, "images", "lock", "--config", cfg).want(t, ExitOK)
 	locked, err := os.ReadFile(cfg)
@@ -164,13 +164,13 @@ func TestAttackApptainerLab(t *testing.T) {
 	if _, err := os.Stat(labApptainer); err != nil {
 		t.Fatalf("the lab has no Apptainer (%v): lab/up installs it", err)
 	}
-	base, err := os.ReadFile("../configs/lab-apptainer.yaml")
+	base, err := os.ReadFile("../configs/lab.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	state := t.TempDir()
 	cfgText := x.lab.WithWorkdir(t, string(base), x.sharedWorkdir, x.lab.Workdir)
-	cfg := filepath.Join(t.TempDir(), "lab-apptainer.yaml")
+	cfg := filepath.Join(t.TempDir(), "lab.yaml")
 	if err := os.WriteFile(cfg, []byte(cfgText), 0o600); err != nil {
 		t.Fatal(err)
 	}

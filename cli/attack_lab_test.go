@@ -337,7 +337,7 @@ func (x *labCLI) testSecretsGoneAfterCancel(t *testing.T) {
 	s := strings.Replace(string(b), "api_key: lab-stand-in-key", "api_key: ${NEMORL_TEST_POLICY_KEY}", 1)
 	s = strings.Replace(s, "  partition:", "  extra_sbatch: [--begin=now+1hour]\n  partition:", 1)
 	if s == string(b) || !strings.Contains(s, "--begin") {
-		t.Fatalf("could not derive the config from configs/lab.yaml:\n%s", s)
+		t.Fatalf("could not derive the config from configs/lab-none.yaml:\n%s", s)
 	}
 	if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
 		t.Fatal(err)

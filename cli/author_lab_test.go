@@ -104,13 +104,13 @@ func requireAuthorRoot(t *testing.T) {
 	}
 }
 
-// checkRealAuthorConfig: lab-real-author.yaml is configs/lab.yaml but for
+// checkRealAuthorConfig: lab-real-author.yaml is configs/lab-none.yaml but for
 // the author stage (built-in payload) and the policy model.
 func checkRealAuthorConfig(t *testing.T, real *configs.Config) {
 	t.Helper()
-	lab, err := configs.LoadFile("../configs/lab.yaml")
+	lab, err := configs.LoadFile("../configs/lab-none.yaml")
 	if err != nil {
-		t.Fatalf("configs/lab.yaml: %v", err)
+		t.Fatalf("configs/lab-none.yaml: %v", err)
 	}
 	if len(real.Stages.Author.Command) != 0 {
 		t.Errorf("%s: stages.author.command %q, want empty (the built-in payload)", realAuthorCfg, real.Stages.Author.Command)
@@ -119,7 +119,7 @@ func checkRealAuthorConfig(t *testing.T, real *configs.Config) {
 		t.Errorf("%s: policy_model.model %q, want stand-in:<mode>", realAuthorCfg, real.PolicyModel.Model)
 	}
 	if real.PolicyModel.APIKey.Reveal() != lab.PolicyModel.APIKey.Reveal() {
-		t.Errorf("%s: policy_model.api_key differs from configs/lab.yaml's", realAuthorCfg)
+		t.Errorf("%s: policy_model.api_key differs from configs/lab-none.yaml's", realAuthorCfg)
 	}
 	for name, pair := range map[string][2]any{
 		"cluster": {real.Cluster, lab.Cluster}, "runtime": {real.Runtime, lab.Runtime},
@@ -127,7 +127,7 @@ func checkRealAuthorConfig(t *testing.T, real *configs.Config) {
 		"episodes": {real.Episodes, lab.Episodes},
 	} {
 		if !reflect.DeepEqual(pair[0], pair[1]) {
-			t.Errorf("%s: %s differs from configs/lab.yaml's:\n%+v\n%+v", realAuthorCfg, name, pair[0], pair[1])
+			t.Errorf("%s: %s differs from configs/lab-none.yaml's:\n%+v\n%+v", realAuthorCfg, name, pair[0], pair[1])
 		}
 	}
 }

@@ -33,15 +33,15 @@ func benchEndpoints(b *testing.B) (labtest.Lab, []benchEndpoint) {
 	return lab, []benchEndpoint{{"loopback", lab.SSHPort}, {fmt.Sprintf("far-%dms", far.FarRTT.Milliseconds()), far.FarSSHPort}}
 }
 
-// benchConfig is configs/lab.yaml reaching the lab's sshd on port.
+// benchConfig is configs/lab-none.yaml reaching the lab's sshd on port.
 func benchConfig(b *testing.B, port int) string {
-	data, err := os.ReadFile("../configs/lab.yaml")
+	data, err := os.ReadFile("../configs/lab-none.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
 	s := strings.Replace(string(data), "    port: 2222\n", "    port: "+strconv.Itoa(port)+"\n", 1)
 	if !strings.Contains(s, "port: "+strconv.Itoa(port)) {
-		b.Fatal("configs/lab.yaml: no login port 2222 to replace")
+		b.Fatal("configs/lab-none.yaml: no login port 2222 to replace")
 	}
 	p := filepath.Join(b.TempDir(), "bench.yaml")
 	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {

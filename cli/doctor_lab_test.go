@@ -42,16 +42,16 @@ func TestDoctorLab(t *testing.T) {
 	variant := func(t *testing.T, old, new string) string {
 		t.Helper()
 		if !strings.Contains(x.base, old) {
-			t.Fatalf("configs/lab.yaml has no %q", old)
+			t.Fatalf("configs/lab-none.yaml has no %q", old)
 		}
-		p := filepath.Join(t.TempDir(), "lab.yaml")
+		p := filepath.Join(t.TempDir(), "lab-none.yaml")
 		if err := os.WriteFile(p, []byte(strings.Replace(x.base, old, new, 1)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 
-	got := doctor(t, "../configs/lab.yaml", 0)
+	got := doctor(t, "../configs/lab-none.yaml", 0)
 	for _, name := range []string{"config", "ssh", "slurm commands", "accounting", "partition", "gres", "workdir"} {
 		if got[name].Status != "ok" {
 			t.Errorf("lab: check %q: %+v, want ok", name, got[name])

@@ -6,7 +6,7 @@ package cli
 // exit code, the outcome JSON, and Slurm's own account (sacct, run locally
 // as root) plus, where it matters, the episode's files on the cluster.
 //
-// Each case derives its config from configs/lab.yaml by giving one stage's
+// Each case derives its config from configs/lab-none.yaml by giving one stage's
 // stand-in command a mode flag (lab/stand-ins/*: --no-patch,
 // --trainer-crash, --sleep-forever, …), uses its own XDG_STATE_HOME (so
 // its own ledger) and its own episode id, and scancels whatever its episode
@@ -43,7 +43,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
-// labStandIns is where lab/up installs the stand-ins; configs/lab.yaml
+// labStandIns is where lab/up installs the stand-ins; configs/lab-none.yaml
 // names them there.
 const labStandIns = "/opt/nemorl-lab/stand-ins"
 
@@ -64,16 +64,16 @@ func TestEpisodeLab(t *testing.T) {
 	labtest.UseLab(t) // held until the parallel subtests below are done
 	requireStandIns(t)
 
-	base, err := os.ReadFile("../configs/lab.yaml")
+	base, err := os.ReadFile("../configs/lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	shared := lab.Workdir
 	lab.Workdir = lab.TestWorkdir(t)
 	base = []byte(lab.WithWorkdir(t, string(base), shared, lab.Workdir))
-	cfg, err := configs.LoadFile("../configs/lab.yaml")
+	cfg, err := configs.LoadFile("../configs/lab-none.yaml")
 	if err != nil {
-		t.Fatalf("configs/lab.yaml: %v", err)
+		t.Fatalf("configs/lab-none.yaml: %v", err)
 	}
 	x := &labCLI{
 		bin:    buildBinary(t),
@@ -82,7 +82,7 @@ func TestEpisodeLab(t *testing.T) {
 		apiKey: cfg.PolicyModel.APIKey.Reveal(),
 	}
 	if x.apiKey == "" {
-		t.Fatal("configs/lab.yaml has no policy_model.api_key")
+		t.Fatal("configs/lab-none.yaml has no policy_model.api_key")
 	}
 
 	t.Run("Scored", x.testScored)
@@ -132,26 +132,26 @@ func requireStandIns(t *testing.T) {
 type labCLI struct {
 	bin    string
 	lab    labtest.Lab
-	base   string // configs/lab.yaml
+	base   string // configs/lab-none.yaml
 	apiKey string // the lab's policy API key: must never stay on the cluster
 	// sharedWorkdir is the lab's own workdir (lab.Workdir is the test's).
 	sharedWorkdir string
 }
 
-// newLabCLI is the lab and the built binary for a test, with configs/lab.yaml
+// newLabCLI is the lab and the built binary for a test, with configs/lab-none.yaml
 // as its base config staging into a workdir of the test's own (removed when
 // it ends). It holds the lab lock (shared) for the test (labtest.UseLab).
 func newLabCLI(t *testing.T) *labCLI {
 	t.Helper()
 	lab := labtest.Env(t)
 	labtest.UseLab(t)
-	base, err := os.ReadFile("../configs/lab.yaml")
+	base, err := os.ReadFile("../configs/lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := configs.LoadFile("../configs/lab.yaml")
+	cfg, err := configs.LoadFile("../configs/lab-none.yaml")
 	if err != nil {
-		t.Fatalf("configs/lab.yaml: %v", err)
+		t.Fatalf("configs/lab-none.yaml: %v", err)
 	}
 	shared := lab.Workdir
 	lab.Workdir = lab.TestWorkdir(t)
@@ -159,7 +159,7 @@ func newLabCLI(t *testing.T) *labCLI {
 		apiKey: cfg.PolicyModel.APIKey.Reveal(), sharedWorkdir: shared}
 }
 
-// config writes configs/lab.yaml to a temp dir, with stage's stand-in
+// config writes configs/lab-none.yaml to a temp dir, with stage's stand-in
 // command given args (no stage: unchanged), and returns its path.
 func (x *labCLI) config(t *testing.T, stage string, args ...string) string {
 	t.Helper()
@@ -167,11 +167,11 @@ func (x *labCLI) config(t *testing.T, stage string, args ...string) string {
 	if stage != "" {
 		old := "command: [" + labStandIns + "/" + stage + "]"
 		if n := strings.Count(data, old); n != 1 {
-			t.Fatalf("configs/lab.yaml: %d lines %q, want 1", n, old)
+			t.Fatalf("configs/lab-none.yaml: %d lines %q, want 1", n, old)
 		}
 		data = strings.Replace(data, old, "command: ["+strings.Join(append([]string{labStandIns + "/" + stage}, args...), ", ")+"]", 1)
 	}
-	p := filepath.Join(t.TempDir(), "lab.yaml")
+	p := filepath.Join(t.TempDir(), "lab-none.yaml")
 	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -1182,7 +1182,7 @@ func (x *labCLI) testInterrupt(t *testing.T) {
 func (x *labCLI) testPreflight(t *testing.T) {
 	t.Parallel()
 	state, ep := t.TempDir(), newEpisode(t, "preflight")
-	cfg := filepath.Join(t.TempDir(), "lab.yaml")
+	cfg := filepath.Join(t.TempDir(), "lab-none.yaml")
 	data := strings.Replace(x.base, "command: ["+labStandIns+"/train]", "command: ["+labStandIns+"/no-such-stand-in]", 1)
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		t.Fatal(err)

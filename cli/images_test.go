@@ -88,14 +88,14 @@ func TestImagesLockLab(t *testing.T) {
 		sum := sha256.Sum256(data)
 		want[s] = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	lab0, err := os.ReadFile("../configs/lab.yaml")
+	lab0, err := os.ReadFile("../configs/lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfgText := strings.Replace(string(lab0), "runtime:\n  kind: none                 # no isolation: lab only\n",
 		"runtime:\n  kind: apptainer  # keep this comment\n  images:\n    author: "+imgDir+"/author.sif\n    train: "+imgDir+"/train.sif\n    eval: "+imgDir+"/eval.sif\n  digests:\n    eval: sha256:"+strings.Repeat("0", 64)+"  # placeholder\n", 1)
 	if cfgText == string(lab0) {
-		t.Fatal("configs/lab.yaml changed: the test's runtime replacement no longer applies")
+		t.Fatal("configs/lab-none.yaml changed: the test's runtime replacement no longer applies")
 	}
 	cfgPath := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o640); err != nil {
@@ -126,7 +126,7 @@ func TestImagesLockLab(t *testing.T) {
 		t.Fatalf("config mode %v, want 0640 kept", fi.Mode())
 	}
 	// The lab config has no images: a clear usage error, nothing written.
-	if code, _, errs := runMain(t, "images", "lock", "--config", "../configs/lab.yaml"); code != ExitUsage || !strings.Contains(errs, "runtime.kind is none") {
+	if code, _, errs := runMain(t, "images", "lock", "--config", "../configs/lab-none.yaml"); code != ExitUsage || !strings.Contains(errs, "runtime.kind is none") {
 		t.Fatalf("lab config: exit %d: %s", code, errs)
 	}
 }

@@ -367,7 +367,7 @@ func randHex(t *testing.T) string {
 	return hex.EncodeToString(b[:])
 }
 
-// serveConfig is configs/lab.yaml with the author and eval stand-ins behind
+// serveConfig is configs/lab-none.yaml with the author and eval stand-ins behind
 // wrappers that pick their mode from a marker in the episode's prompt.
 func (x *labCLI) serveConfig(t *testing.T, serveKeys string, gymHead string) string {
 	t.Helper()
@@ -396,7 +396,7 @@ func (x *labCLI) serveConfig(t *testing.T, serveKeys string, gymHead string) str
 		}
 		old := "command: [" + labStandIns + "/" + stage + "]"
 		if strings.Count(data, old) != 1 {
-			t.Fatalf("configs/lab.yaml: no single %q", old)
+			t.Fatalf("configs/lab-none.yaml: no single %q", old)
 		}
 		data = strings.Replace(data, old, "command: ["+p+"]", 1)
 	}

@@ -18,7 +18,7 @@ func TestWatchManyEpisodesFewFiles(t *testing.T) {
 	x := newLabCLI(t)
 	requireStandIns(t)
 	data := strings.Replace(x.base, "command: ["+labStandIns+"/author]", "command: [/bin/sleep, \"900\"]", 1)
-	cfg := filepath.Join(t.TempDir(), "lab.yaml")
+	cfg := filepath.Join(t.TempDir(), "lab-none.yaml")
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func env(m map[string]string) func(string) (string, bool) {
 var testEnv = env(map[string]string{"POLICY_API_KEY": "sk-live-0123456789"})
 
 func TestExamplesLoad(t *testing.T) {
-	for _, name := range []string{"lab.yaml", "lab-real-author.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab-none.yaml", "lab-real-author.yaml", "cluster-example.yaml"} {
 		data, err := Example(name)
 		if err != nil {
 			t.Fatal(err)
@@ -252,7 +252,7 @@ func TestSecretNeverFormats(t *testing.T) {
 }
 
 func FuzzLoad(f *testing.F) {
-	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab-none.yaml", "cluster-example.yaml"} {
 		b, _ := Example(name)
 		f.Add(b)
 	}

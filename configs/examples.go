@@ -12,7 +12,7 @@ import (
 
 // Examples holds the example configs shipped in the binary.
 //
-//go:embed lab.yaml lab-apptainer.yaml lab-real-author.yaml cluster-example.yaml
+//go:embed lab-none.yaml lab.yaml lab-real-author.yaml cluster-example.yaml
 var Examples embed.FS
 
 // Example returns one embedded example's bytes by file name.

@@ -6,11 +6,11 @@ import (
 )
 
 func TestServeDefaultsAndChecks(t *testing.T) {
-	base, err := Example("lab.yaml")
+	base, err := Example("lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load("lab.yaml", base, testEnv)
+	cfg, err := Load("lab-none.yaml", base, testEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func TestServeDefaultsAndChecks(t *testing.T) {
 	}
 	env := env(map[string]string{"POLICY_API_KEY": "k", "NEMORL_SERVE_TOKEN": "tok-9"})
 	ok := string(base) + "serve:\n  listen: 0.0.0.0:9000\n  concurrency: 3\n  failures: error\n  token: ${NEMORL_SERVE_TOKEN}\n"
-	cfg, err = Load("lab.yaml", []byte(ok), env)
+	cfg, err = Load("lab-none.yaml", []byte(ok), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestServeDefaultsAndChecks(t *testing.T) {
 		"serve:\n  token: \"a b\"\n":  "serve.token",
 		"serve:\n  listen_port: 80\n": "listen_port",
 	} {
-		_, err := Load("lab.yaml", []byte(string(base)+body), env)
+		_, err := Load("lab-none.yaml", []byte(string(base)+body), env)
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("%q: %v, want an error naming %s", body, err, key)
 		}

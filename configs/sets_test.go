@@ -6,7 +6,7 @@ import (
 )
 
 func TestApplySets(t *testing.T) {
-	base, err := Example("lab.yaml")
+	base, err := Example("lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -14,7 +14,7 @@ func TestApplySets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load("lab.yaml with --set", data, testEnv)
+	cfg, err := Load("lab-none.yaml with --set", data, testEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestApplySets(t *testing.T) {
 	}
 	// Validated like the file.
 	data, _ = ApplySets(base, []string{"stages.train.train_seconds=30"})
-	if _, err := Load("lab.yaml with --set stages.train.train_seconds=30", data, testEnv); err == nil || !strings.Contains(err.Error(), "stages.train.train_seconds: want 60..3600, got 30") {
+	if _, err := Load("lab-none.yaml with --set stages.train.train_seconds=30", data, testEnv); err == nil || !strings.Contains(err.Error(), "stages.train.train_seconds: want 60..3600, got 30") {
 		t.Errorf("a bad value: %v", err)
 	}
 	for _, c := range []struct{ set, want string }{
@@ -45,7 +45,7 @@ func TestApplySets(t *testing.T) {
 }
 
 func FuzzApplySets(f *testing.F) {
-	base, _ := Example("lab.yaml")
+	base, _ := Example("lab-none.yaml")
 	f.Add("stages.train.train_seconds=120")
 	f.Add("a.b.c=[1, 2]")
 	f.Add("cluster={x: 1}")

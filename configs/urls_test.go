@@ -8,10 +8,10 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// labWith is configs/lab.yaml with its policy_model block replaced.
+// labWith is configs/lab-none.yaml with its policy_model block replaced.
 func labWith(t *testing.T, policy, extra string) []byte {
 	t.Helper()
-	base, err := Example("lab.yaml")
+	base, err := Example("lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func labWith(t *testing.T, policy, extra string) []byte {
 	i := strings.Index(s, "policy_model:\n")
 	j := strings.Index(s[i:], "\nstages:")
 	if i < 0 || j < 0 {
-		t.Fatal("lab.yaml: no policy_model block followed by stages")
+		t.Fatal("lab-none.yaml: no policy_model block followed by stages")
 	}
 	return []byte(s[:i] + policy + s[i+j:] + extra)
 }

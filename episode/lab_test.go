@@ -41,7 +41,7 @@ func (c *sacctCounter) calls() []time.Time {
 	return slices.Clone(c.at)
 }
 
-// labDriver is a Driver for configs/lab.yaml over SSH, its train stage
+// labDriver is a Driver for configs/lab-none.yaml over SSH, its train stage
 // replaced by trainArgv, counting sacct.
 func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
 	t.Helper()
@@ -55,7 +55,7 @@ func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *sacctCoun
 	t.Helper()
 	lab := labtest.Env(t)
 	lab.WaitSSH(t, time.Minute)
-	cfg, err := configs.LoadFile("../configs/lab.yaml")
+	cfg, err := configs.LoadFile("../configs/lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *sacctCoun
 		t.Fatal(err)
 	}
 	counter := &sacctCounter{inner: host}
-	return &Driver{Config: cfg, ConfigPath: "../configs/lab.yaml", Host: host, Slurm: slurm.New(counter),
+	return &Driver{Config: cfg, ConfigPath: "../configs/lab-none.yaml", Host: host, Slurm: slurm.New(counter),
 		Ledger: ledger, Version: "test", Logf: t.Logf}, counter
 }
 

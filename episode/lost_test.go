@@ -202,15 +202,15 @@ func TestNodeFailSettles(t *testing.T) {
 	}
 }
 
-// exampleConfig is configs/lab.yaml as embedded, loaded without the
+// exampleConfig is configs/lab-none.yaml as embedded, loaded without the
 // environment.
 func exampleConfig(t *testing.T) *configs.Config {
 	t.Helper()
-	data, err := configs.Example("lab.yaml")
+	data, err := configs.Example("lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := configs.Load("lab.yaml", data, func(string) (string, bool) { return "", false })
+	cfg, err := configs.Load("lab-none.yaml", data, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}

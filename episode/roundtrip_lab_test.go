@@ -23,7 +23,7 @@ import (
 func TestRoundTripsFar(t *testing.T) {
 	lab := labtest.Env(t).Far(t)
 	labtest.UseLab(t)
-	cfg, err := configs.LoadFile("../configs/lab.yaml")
+	cfg, err := configs.LoadFile("../configs/lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestRoundTripsFar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Driver{Config: cfg, ConfigPath: "../configs/lab.yaml", Host: host, Slurm: slurm.New(ssh), Ledger: ledger, Version: "test", Logf: t.Logf}
+	d := &Driver{Config: cfg, ConfigPath: "../configs/lab-none.yaml", Host: host, Slurm: slurm.New(ssh), Ledger: ledger, Version: "test", Logf: t.Logf}
 
 	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
 	if err != nil {

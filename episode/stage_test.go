@@ -43,7 +43,7 @@ func stageDriver(t *testing.T) (*Driver, string) {
 		t.Fatal(err)
 	}
 	host := remote.NewLocal()
-	return &Driver{Config: cfg, ConfigPath: "/x/lab.yaml", Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: "test"}, root
+	return &Driver{Config: cfg, ConfigPath: "/x/lab-none.yaml", Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: "test"}, root
 }
 
 func TestSubmitStagesInOneCommand(t *testing.T) {

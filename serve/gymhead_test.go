@@ -125,11 +125,11 @@ func TestFetchAndFill(t *testing.T) {
 	}
 
 	// The config's own keys win; the missing ones are filled and checked.
-	data, err := configs.Example("lab.yaml")
+	data, err := configs.Example("lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := configs.Load("lab.yaml", data, func(string) (string, bool) { return "", false })
+	cfg, err := configs.Load("lab-none.yaml", data, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}

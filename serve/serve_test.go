@@ -28,11 +28,11 @@ const testKey = "sk-live-serve-test-0123456789"
 // ledger; nothing it is given can reach Slurm unless a test submits.
 func newTestServer(t *testing.T, opt Options) (*Server, *episode.Driver) {
 	t.Helper()
-	data, err := configs.Example("lab.yaml")
+	data, err := configs.Example("lab-none.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := configs.Load("lab.yaml", data, func(string) (string, bool) { return "", false })
+	cfg, err := configs.Load("lab-none.yaml", data, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -330,9 +330,9 @@ func TestLabNoGPUNode(t *testing.T) {
 	defer cancel()
 	for _, c := range []struct {
 		devices, state string
-	}{{"/dev/nemorl-no-gpu-here[0-9]*", "FAILED 70:0"}, {loadExample(t, "lab.yaml").Cluster.GPUDevices, "COMPLETED 0:0"}} {
+	}{{"/dev/nemorl-no-gpu-here[0-9]*", "FAILED 70:0"}, {loadExample(t, "lab-none.yaml").Cluster.GPUDevices, "COMPLETED 0:0"}} {
 		dir := t.TempDir()
-		cfg := loadExample(t, "lab.yaml")
+		cfg := loadExample(t, "lab-none.yaml")
 		cfg.Cluster.Workdir = dir
 		cfg.Cluster.GPUDevices = c.devices
 		cfg.Stages.Train.Command = []string{"/bin/echo", "payload-ran"}

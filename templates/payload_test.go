@@ -107,7 +107,7 @@ func payloadEpisode(t *testing.T) (tr *Tree, root, log string, at func(string) s
 	dir := t.TempDir()
 	root = imageRoot(t, dir)
 	log = filepath.Join(dir, "commands.log")
-	cfg := loadExample(t, "lab.yaml")
+	cfg := loadExample(t, "lab-none.yaml")
 	cfg.Cluster.Workdir = filepath.Join(dir, "work")
 	cfg.Stages.Author.Command, cfg.Stages.Train.Command, cfg.Stages.Eval.Command = nil, nil, nil
 	tr, err := Render(cfg, Input{Episode: "ep-payloads", Prompt: []byte("Improve GRPO.\n"), Version: "test"})
@@ -124,7 +124,7 @@ func payloadEpisode(t *testing.T) (tr *Tree, root, log string, at func(string) s
 
 func TestPayloads(t *testing.T) {
 	tr, root, log, at := payloadEpisode(t)
-	cfg := loadExample(t, "lab.yaml")
+	cfg := loadExample(t, "lab-none.yaml")
 
 	// author
 	out, errs, code := runPayload(t, tr, Author, root, log, map[string]string{

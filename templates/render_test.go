@@ -55,7 +55,7 @@ func render(t *testing.T, cfg *configs.Config) *Tree {
 }
 
 func TestGolden(t *testing.T) {
-	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
 		for _, stage := range Stages {
 			f, ok := tr.Lookup(Script(stage))
@@ -199,7 +199,7 @@ func TestBinds(t *testing.T) {
 // receive the evaluator, AIME25 data or eval settings, and eval never
 // receives the patch, the recipe or the launcher.
 func TestBundleSplit(t *testing.T) {
-	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
 		for _, f := range tr.Files {
 			if f.IsDir() {
@@ -235,7 +235,7 @@ func payloadText(f File) string {
 }
 
 func TestNoSecretAnywhere(t *testing.T) {
-	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
 		cfg := loadExample(t, name)
 		tr := render(t, cfg)
 		key := cfg.PolicyModel.APIKey.Reveal()
@@ -255,7 +255,7 @@ func TestScriptsParse(t *testing.T) {
 	if err != nil {
 		t.Skip("no bash")
 	}
-	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
 		for _, stage := range Stages {
 			f, _ := tr.Lookup(Script(stage))
@@ -269,7 +269,7 @@ func TestScriptsParse(t *testing.T) {
 }
 
 func TestBadEpisodeID(t *testing.T) {
-	cfg := loadExample(t, "lab.yaml")
+	cfg := loadExample(t, "lab-none.yaml")
 	for _, id := range []string{"", "../x", "a b", "-x", "$(id)"} {
 		if _, err := Render(cfg, Input{Episode: id}); err == nil {
 			t.Errorf("episode %q accepted", id)
@@ -302,7 +302,7 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 	// never while the lab's fault tests have it down.
 	labtest.UseLab(t)
 	dir := t.TempDir()
-	cfg := loadExample(t, "lab.yaml")
+	cfg := loadExample(t, "lab-none.yaml")
 	cfg.Cluster.Workdir = dir
 	cfg.Cluster.GPUDevices = testGPUDevices
 	for stage, body := range snippets {
@@ -645,7 +645,7 @@ echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 // The author gets the episode's one of policy_model.base_url, and only
 // one that the config lists.
 func TestPolicyBaseURLChoice(t *testing.T) {
-	cfg := loadExample(t, "lab.yaml")
+	cfg := loadExample(t, "lab-none.yaml")
 	cfg.PolicyModel.BaseURL = configs.URLs{"http://a:8000/v1", "http://b:8000/v1"}
 	authorJSON := func(tr *Tree) map[string]any {
 		for _, f := range tr.Files {

@@ -56,7 +56,7 @@ func TestRenderIsolation(t *testing.T) {
 		}
 	}
 
-	lab := render(t, loadExample(t, "lab.yaml"))
+	lab := render(t, loadExample(t, "lab-none.yaml"))
 	for _, stage := range Stages {
 		f, _ := lab.Lookup(Script(stage))
 		script := string(f.Data)
@@ -81,7 +81,7 @@ func TestGuardStaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"lab.yaml", "cluster-example.yaml"} {
+	for _, name := range []string{"lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
 		for _, stage := range Stages {
 			f, ok := tr.Lookup(stage + "/bundle/guard.sh")
@@ -434,7 +434,7 @@ func TestRenderScratchEnvNetworkPwd(t *testing.T) {
 		}
 	}
 
-	lab := render(t, loadExample(t, "lab.yaml"))
+	lab := render(t, loadExample(t, "lab-none.yaml"))
 	for _, stage := range Stages {
 		f, _ := lab.Lookup(Script(stage))
 		payload, _ := execLines(t, f.Data)
@@ -470,7 +470,7 @@ func TestRunNoGPU(t *testing.T) {
 		}
 	}
 	// A node whose driver is missing: no device file matches.
-	cfg := loadExample(t, "lab.yaml")
+	cfg := loadExample(t, "lab-none.yaml")
 	cfg.Cluster.Workdir = tr.Dir[:strings.LastIndex(tr.Dir, "/")]
 	cfg.Cluster.GPUDevices = "/dev/nemorl-no-such-gpu[0-9]*"
 	cfg.Stages.Train.Command = []string{"/bin/echo", "payload-ran"}

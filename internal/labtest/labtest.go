@@ -422,7 +422,7 @@ func (l Lab) TestWorkdir(t testing.TB) string {
 	return d
 }
 
-// WithWorkdir returns config text (configs/lab.yaml or a variant) with its
+// WithWorkdir returns config text (configs/lab-none.yaml or a variant) with its
 // cluster.workdir, from, replaced by dir.
 func (l Lab) WithWorkdir(t testing.TB, config, from, dir string) string {
 	t.Helper()

@@ -27,7 +27,7 @@
 // key), else from $NEMORL_POLICY_API_KEY (removed from the environment once
 // read), as author_proxy.py takes it; like it, the process makes itself
 // non-dumpable first. It must be the lab's key
-// (configs/lab.yaml, policy_model.api_key: LabKey); any other key makes every
+// (configs/lab-none.yaml, policy_model.api_key: LabKey); any other key makes every
 // Messages call answer 401, as the policy's server would. With --status-fd,
 // it writes "proxy <pid> started" at once, then one line per Messages call:
 // "ok", or "error <http-status>" (there is no upstream to fail to connect
@@ -78,7 +78,7 @@ import (
 	"time"
 )
 
-// LabKey is configs/lab.yaml's policy_model.api_key (a test checks it).
+// LabKey is configs/lab-none.yaml's policy_model.api_key (a test checks it).
 const LabKey = "lab-stand-in-key"
 
 // KeyEnv is where the key is read from without --key-fd.

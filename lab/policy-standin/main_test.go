@@ -17,7 +17,7 @@ import (
 
 // The stand-in accepts exactly the lab configs' key.
 func TestLabKey(t *testing.T) {
-	for _, name := range []string{"lab.yaml", "lab-real-author.yaml"} {
+	for _, name := range []string{"lab-none.yaml", "lab-real-author.yaml"} {
 		cfg, err := configs.LoadFile(filepath.Join("..", "..", "configs", name))
 		if err != nil {
 			t.Fatal(err)

@@ -29,7 +29,7 @@ func validSettings() Settings {
 // TestLoadRenderedSettings reads the train.json templates renders from the
 // shipped example configs.
 func TestLoadRenderedSettings(t *testing.T) {
-	for _, name := range []string{"cluster-example.yaml", "lab.yaml"} {
+	for _, name := range []string{"cluster-example.yaml", "lab-none.yaml"} {
 		t.Run(name, func(t *testing.T) { checkRenderedSettings(t, name) })
 	}
 }
