@@ -147,10 +147,19 @@ func FuzzParseOutputTail(f *testing.F) {
 	f.Add([]byte("nemorl-collect lstat fifo|0|1700000000|12|1\n"))
 	f.Add([]byte("nemorl-collect lstat regular file|120|1700000000|12|1\nnemorl-collect tail 20\n1:0:NEMORL_ENV_x\n3:40:" + trainLineText + "\n"))
 	f.Add([]byte("nemorl-collect lstat regular file|1|1|1|1\nnemorl-collect replaced\n"))
+	f.Add([]byte("nemorl-collect lstat regular file|120|1700000000|12|1\nnemorl-collect tail 0\n2:30:nemorl: isolation: mount point /run/munge is not allowed\n3:90:" + trainLineText + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		out, err := parseOutputTail(b)
 		if err != nil {
 			return
+		}
+		if len(out.findings) > maxFindings {
+			t.Fatalf("%d findings, more than %d", len(out.findings), maxFindings)
+		}
+		for _, l := range out.lines {
+			if strings.HasPrefix(string(l.Body), guardPrefix) {
+				t.Fatalf("a finding among the record lines: %q", l.Body)
+			}
 		}
 		for _, l := range out.lines {
 			if l.No < 1 || l.Offset < out.start {

@@ -304,3 +304,52 @@ func TestHeadDocument(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// FuzzParseRow: any body is a row with a task and, when it has Gym's
+// indices, a stable identity, or a request error naming a field; never a
+// panic. The identity does not depend on the order of the keys.
+func FuzzParseRow(f *testing.F) {
+	f.Add([]byte(gymRow(1, 0, "")))
+	f.Add([]byte(gymRow(1, 0, `, "_ng_attempt_index": 2, "_ng_run_id": "r"`)))
+	f.Add([]byte(`{"responses_create_params": {"input": [{"role": "user", "content": [{"type": "input_text", "text": "x"}]}]}}`))
+	f.Add([]byte(`{"responses_create_params": 7}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rw, rerr := parseRow(b)
+		if rerr != nil {
+			if rerr.field == "" || rerr.status == 0 {
+				t.Fatalf("an error without a field or status: %+v", rerr)
+			}
+			return
+		}
+		if rw.task == "" {
+			t.Fatal("a row without a task")
+		}
+		k1, e1 := idempotencyKey("", rw)
+		rw2, _ := parseRow(b)
+		k2, e2 := idempotencyKey("", rw2)
+		if (e1 == nil) != (e2 == nil) || k1 != k2 {
+			t.Fatalf("the same body, two identities: %q %q", k1, k2)
+		}
+		if (rw.taskIndex != nil && rw.rolloutIndex != nil && e1 == nil) != (k1 != "") {
+			t.Fatalf("identity %q for indices %v %v", k1, rw.taskIndex, rw.rolloutIndex)
+		}
+	})
+}
+
+// FuzzDecodeVerifyResponses: any /aggregate_metrics body decodes or is a
+// 400 naming a field; never a panic.
+func FuzzDecodeVerifyResponses(f *testing.F) {
+	f.Add([]byte(`{"verify_responses": [{"reward": 0.5, "outcome": "scored", "patch": "x"}], "other": [1]}`))
+	f.Add([]byte(`{"verify_responses": []}`))
+	f.Add([]byte(`{"verify_responses": [1]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rows, rerr := decodeVerifyResponses(strings.NewReader(string(b)))
+		if rerr != nil {
+			if rerr.field == "" {
+				t.Fatalf("an error without a field: %+v", rerr)
+			}
+			return
+		}
+		_ = aggregate(rows)
+	})
+}
