@@ -162,7 +162,7 @@ func decodeVerifyResponses(body io.Reader) ([]verifyResponse, *requestError) {
 		if k != "verify_responses" {
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
-				return nil, bad(k, "not JSON: %v", err)
+				return nil, bad("body", "the value of %q is not JSON: %v", k, err)
 			}
 			continue
 		}
