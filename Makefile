@@ -36,7 +36,8 @@ demo: build lab-up ## bring the lab up and run one full episode over SSH in real
 	  for i in $$(seq 30); do \
 	    rows=$$(sacct -a -X -n -P --starttime=now-1hour --format=JobIDRaw,JobName,State,ExitCode | grep -F -- "-$$ep|"); \
 	    [ "$$(printf '%s\n' "$$rows" | grep -c COMPLETED)" -ge 3 ] && break; sleep 1; \
-	  done; printf '%s\n' "$$rows"
+	  done; printf '%s\n' "$$rows"; \
+	  $(BIN) result --json $$ep | grep -m1 '"isolation"'
 
 lab-up: ## install (apt-get) and start the local Slurm lab; idempotent, needs root
 	lab/up

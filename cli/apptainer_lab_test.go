@@ -144,6 +144,35 @@ func TestApptainerLab(t *testing.T) {
 		}
 	}
 
+	// A site whose apptainer.conf says `mount hostfs = yes`, with a host
+	// file system to mount: the setting is live (a plain exec mounts it),
+	// and --no-mount hostfs,bind-paths neutralises it (scored).
+	conf := "/opt/nemorl-lab/apptainer/etc/apptainer/apptainer.conf"
+	orig, err := os.ReadFile(conf)
+	if err != nil || !strings.Contains(string(orig), "\nmount hostfs = no\n") {
+		t.Fatalf("%s: %v, want a line mount hostfs = no", conf, err)
+	}
+	hostfs := "/srv/nemorl-lab-hostfs"
+	if err := os.MkdirAll(hostfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", hostfs).CombinedOutput(); err != nil {
+		t.Fatalf("mount a host file system: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", hostfs).Run() })
+	if err := os.WriteFile(conf, []byte(strings.Replace(string(orig), "\nmount hostfs = no\n", "\nmount hostfs = yes\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(conf, orig, 0o644) })
+	plain, err := exec.Command("su", "nemorl", "-s", "/bin/sh", "-c", labApptainer+" -s exec --containall /opt/nemorl-lab/images/author.sif cat /proc/self/mountinfo").CombinedOutput()
+	if err != nil || !strings.Contains(string(plain), " "+hostfs+" ") {
+		t.Fatalf("mount hostfs = yes does not mount %s in a plain exec (%v): the case proves nothing\n%s", hostfs, err, plain)
+	}
+	if o := runEp("hostfs", cfg, ExitOK); o.Outcome != "scored" || o.Isolation != "apptainer" {
+		t.Errorf("with mount hostfs = yes: %+v, want scored (neutralised by --no-mount hostfs)", o)
+	}
+	_ = os.WriteFile(conf, orig, 0o644)
+
 	// The node without a GPU: train finds none (retried, then masked).
 	gpuNode(t, "off")
 	o = runEp("no-gpu", cfg, ExitInfra)
@@ -181,7 +210,7 @@ func TestAttackApptainerLab(t *testing.T) {
 	}
 	gpuNode(t, "on")
 	t.Cleanup(func() { gpuNode(t, "off") })
-	for _, mode := range []string{"impostor-eval", "cancel-eval", "helper-rewrites-eval"} {
+	for _, mode := range []string{"impostor-eval", "cancel-eval", "helper-rewrites-eval", "redirect-eval-stdout", "plant-eval-fifo"} {
 		t.Run(mode, func(t *testing.T) {
 			old := "command: [" + labStandIns + "/train]"
 			p := filepath.Join(t.TempDir(), "attack.yaml")
