@@ -39,15 +39,7 @@ func BenchmarkServeBurst(b *testing.B) {
 	defer os.RemoveAll(staged["dir"].(string))
 	script := staged["dir"].(string) + "/author/author.sbatch"
 	for _, ep := range eps {
-		b.Run(ep.name+"/sbatch-only-floor", func(b *testing.B) {
-			for b.Loop() {
-				cmd := openSSH(lab, ep.port, fmt.Sprintf("i=0; while [ $i -lt %d ]; do sbatch --parsable --begin=now+1hour --job-name=bench --comment=bench %s >/dev/null || exit 1; i=$((i+1)); done", n, script))
-				if out, err := cmd.CombinedOutput(); err != nil {
-					b.Fatalf("ssh: %v: %s", err, out)
-				}
-			}
-			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "episodes/s")
-		})
+		b.Run(ep.name+"/sbatch-only-floor", func(b *testing.B) { sbatchFloor(b, lab, ep.port, n, script, "--begin=now+1hour") })
 		scancelAll(b, lab)
 		b.Run(fmt.Sprintf("%s/serve-%d-rows", ep.name, n), func(b *testing.B) {
 			for b.Loop() {

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -221,6 +220,5 @@ func (l *answerLog) sinceLastAggregate(now time.Time) ([]answerLine, error) {
 		}
 	}
 	l.mu.Unlock()
-	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out, l.add(answerLine{At: now, Kind: "aggregate"})
 }

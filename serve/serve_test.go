@@ -366,15 +366,7 @@ func TestClaim(t *testing.T) {
 	s, d := newTestServer(t, Options{Concurrency: 1})
 	s.slots.force() // every new run waits: nothing is submitted
 	row := func(ti, ri int) (*row, string) {
-		rw, rerr := parseRow([]byte(`{"responses_create_params": {"input": "x"}, "_ng_task_index": ` + itoa(ti) + `, "_ng_rollout_index": ` + itoa(ri) + `}`))
-		if rerr != nil {
-			t.Fatal(rerr)
-		}
-		k, rerr := idempotencyKey("", rw)
-		if rerr != nil {
-			t.Fatal(rerr)
-		}
-		return rw, k
+		return keyOf(t, `{"responses_create_params": {"input": "x"}, "_ng_task_index": `+itoa(ti)+`, "_ng_rollout_index": `+itoa(ri)+`}`)
 	}
 	rw, k := row(0, 0)
 	a, st, err := s.claim(rw, k)

@@ -462,6 +462,7 @@ func (s *Server) submitter() {
 		select {
 		case <-time.After(submitGather):
 		case <-s.ctx.Done():
+			continue // drained above: answered 503, nothing submitted
 		}
 		for {
 			batch := s.submitq.take(submitBatchMax)
