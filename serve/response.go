@@ -155,7 +155,10 @@ func (s *Server) deliver(w http.ResponseWriter, key string, status int, resp *Ru
 	onRecord := false
 	if key != "" && resp.Episode != "" {
 		if err := s.keys.deliver(key, resp.Episode, now); err != nil {
-			s.logf("%s: recording the delivery: %v", resp.Episode, err)
+			// Not on record: forget the mapping instead, so that this
+			// outcome can never answer a later request.
+			s.logf("%s: recording the delivery: %v; the row's next request gets a new episode", resp.Episode, err)
+			s.keys.drop(key, resp.Episode)
 		} else {
 			onRecord = true
 		}
