@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nemorl/nemorl-slurm/cli.Version=$(VERSION)
 FUZZTIME ?= 20s
 
-.PHONY: help build test unit vet demo lab-up lab-down lab-status fuzz bench clean
+.PHONY: help build test unit vet shellcheck demo lab-up lab-down lab-status fuzz bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -14,7 +14,7 @@ help: ## list the targets
 build: ## build bin/nemorl-slurm
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nemorl-slurm
 
-test: lab-up ## install and start the lab, then gofmt, vet and every test with -race (lab tests required)
+test: lab-up shellcheck ## install and start the lab, then shellcheck, gofmt, vet and every test with -race (lab tests required)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -25,6 +25,24 @@ unit: ## tests that need no lab (lab tests skip)
 
 vet: ## go vet
 	$(GO) vet ./...
+
+shellcheck: ## shellcheck every shell file: *.sh, sh/bash shebangs, the golden rendered sbatch scripts
+	@command -v shellcheck >/dev/null || { echo "shellcheck is not installed: apt-get install shellcheck (lab/up installs it)"; exit 1; }
+	@# Tracked and untracked files (not those .gitignore ignores): *.sh, files
+	@# without an extension whose first line is a sh or bash shebang (lab/up,
+	@# .ci/run, ...), and templates/testdata/golden/*/*.sbatch (the templates
+	@# themselves are Go templates).
+	@set -o pipefail; git ls-files -z --cached --others --exclude-standard | \
+	  while IFS= read -r -d '' f; do \
+	    [ -f "$$f" ] || continue; \
+	    case $${f##*/} in \
+	      (*.sh) ;; \
+	      (*.sbatch) case $$f in (templates/testdata/golden/*) ;; (*) continue ;; esac ;; \
+	      (*.*) continue ;; \
+	      (*) head -n 1 -- "$$f" | grep -qE '^#! *(/usr)?/bin/(env +)?(ba|da)?sh( |$$)' || continue ;; \
+	    esac; \
+	    printf '%s\0' "$$f"; \
+	  done | xargs -0 -r sh -c 'shellcheck -x -- "$$@" && echo "shellcheck: $$# files, no findings"' sh
 
 demo: build lab-up ## bring the lab up and run one full episode over SSH in real containers (stand-in stages)
 	@set -e; cfg=$${NEMORL_LAB_DIR:-/var/lib/nemorl-lab}/lab.yaml; \

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"net/url"
@@ -239,6 +240,18 @@ func (e *env) doctor(c *ucli.Context) error {
 	return e.doctorReport(c, checks)
 }
 
+// endpointProbe prints the HTTP status a compute node gets from a URL:
+// sh -c endpointProbe sh URL endpointProbePy (curl, or python3 -c
+// endpointProbePy URL where there is no curl).
+//
+//go:embed scripts/endpoint_probe.sh
+var endpointProbe string
+
+// endpointProbePy is endpointProbe's Python, for a node without curl.
+//
+//go:embed scripts/endpoint_probe.py
+var endpointProbePy string
+
 // doctorEndpoint runs a one-minute CPU job in the partition that opens
 // base/models (no key: any HTTP answer, 401 included, proves the route).
 func (e *env) doctorEndpoint(ctx context.Context, run func(...string) (string, string, error), cfg *configs.Config, base string, add func(string, string, string, string)) {
@@ -248,9 +261,6 @@ func (e *env) doctorEndpoint(ctx context.Context, run func(...string) (string, s
 		return
 	}
 	target := strings.TrimSuffix(u.String(), "/") + "/models"
-	probe := `if command -v curl >/dev/null; then curl -s -m 15 -o /dev/null -w '%{http_code}' "$1"; else python3 -c 'import sys,urllib.request,urllib.error
-try: print(urllib.request.urlopen(sys.argv[1], timeout=15).status)
-except urllib.error.HTTPError as e: print(e.code)' "$1"; fi`
 	argv := []string{"srun", "--partition=" + cfg.Cluster.Partition, "--time=2", "--ntasks=1", "--cpus-per-task=1", "--mem=256M", "--quiet", "--job-name=nemorl-doctor"}
 	if cfg.Cluster.Account != "" {
 		argv = append(argv, "--account="+cfg.Cluster.Account)
@@ -258,7 +268,7 @@ except urllib.error.HTTPError as e: print(e.code)' "$1"; fi`
 	if cfg.Cluster.QOS != "" {
 		argv = append(argv, "--qos="+cfg.Cluster.QOS)
 	}
-	argv = append(argv, "sh", "-c", probe, "sh", target)
+	argv = append(argv, "sh", "-c", endpointProbe, "sh", target, endpointProbePy)
 	code, stderr, err := run("timeout", "300", "sh", "-c", shell.Join(argv))
 	switch {
 	case err != nil && code == "":

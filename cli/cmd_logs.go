@@ -3,8 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"os"
 	"os/signal"
@@ -18,7 +20,6 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/remote"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 func logsCommand(e *env) *ucli.Command {
@@ -48,7 +49,7 @@ func (e *env) logs(c *ucli.Context) error {
 		return usageErr("--tail %d: want a positive number of lines", n)
 	}
 	stage := c.String("stage")
-	if stage != "" && !slices.Contains(templates.Stages, stage) {
+	if stage != "" && !slices.Contains(stages.All, stage) {
 		return usageErr("--stage %q: want author, train or eval", stage)
 	}
 	if c.Bool("follow") && globalBool(c, "json") {
@@ -63,7 +64,7 @@ func (e *env) logs(c *ucli.Context) error {
 		return &Error{Code: ExitUsage, Err: fmt.Errorf("episode %s was cleaned on %s: its logs went with its directory", en.Episode, en.Cleaned.Local().Format("2006-01-02 15:04")),
 			Hint: "nemorl-slurm result " + en.Episode + " still shows its outcome"}
 	}
-	if en.Jobs[episode.Author] == nil {
+	if en.Jobs[stages.Author] == nil {
 		return usageErr("episode %s has no job yet", en.Episode)
 	}
 	sessions, _, err := e.sessionsFor(c.Context, c, ledger, entries)
@@ -77,7 +78,7 @@ func (e *env) logs(c *ucli.Context) error {
 			return withCode(ExitInfra, err, "name the stage with --stage")
 		}
 	}
-	p := path.Join(en.Dir, templates.Output(stage))
+	p := path.Join(en.Dir, stages.Output(stage))
 	if c.Bool("follow") {
 		return e.follow(c, s, en, stage, p, n)
 	}
@@ -113,8 +114,8 @@ func currentStage(ctx context.Context, s *session, en *episode.Entry) (string, e
 		if o.FailureStage != "" && en.Jobs[o.FailureStage] != nil {
 			return o.FailureStage, nil
 		}
-		last := episode.Author
-		for _, st := range templates.Stages {
+		last := stages.Author
+		for _, st := range stages.All {
 			if en.Jobs[st] != nil {
 				last = st
 			}
@@ -126,8 +127,8 @@ func currentStage(ctx context.Context, s *session, en *episode.Entry) (string, e
 		Observe: func(r []episode.Row) { row = r[0] }}); err != nil {
 		return "", fmt.Errorf("%s: which stage runs: %w", en.Episode, err)
 	}
-	if !slices.Contains(templates.Stages, row.Stage) {
-		return episode.Author, nil
+	if !slices.Contains(stages.All, row.Stage) {
+		return stages.Author, nil
 	}
 	return row.Stage, nil
 }
@@ -196,19 +197,11 @@ func lastLines(b []byte, n int) [][]byte {
 // it opens the file read-write (a FIFO swapped in opens without blocking)
 // and reads it only when the path, not followed, and the open file are the
 // same regular file: a FIFO, a device or a symlink is never read.
-const followScript = `f=$1 off=$2 n=$3
-[ -e "$f" ] || [ -L "$f" ] || { echo absent; exit 0; }
-[ -f "$f" ] && [ ! -L "$f" ] || { echo "not a regular file" >&2; exit 3; }
-exec 3<>"$f"
-st=$(LC_ALL=C stat -L -c '%F|%i|%s' /dev/fd/3) || exit 3
-ino=$(LC_ALL=C stat -c '%i' -- "$f") || exit 3
-case $st in "regular file|$ino|"* | "regular empty file|$ino|"*) ;; *) echo "not a regular file" >&2; exit 3 ;; esac
-size=${st##*|}
-echo "$size"
-if [ "$off" -lt 0 ]; then tail -c "$n" <&3
-elif [ "$size" -gt "$off" ]; then tail -c +$((off + 1)) <&3 | head -c $((size - off))
-fi
-`
+//
+// It is scripts/follow.sh.
+//
+//go:embed scripts/follow.sh
+var followScript string
 
 // readFrom reads p from off to its current end (off < 0: its last n
 // bytes) in one command, and returns its size.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/signal"
 	"syscall"
@@ -51,7 +52,7 @@ func (e *env) run(c *ucli.Context) error {
 	}
 	defer s.close()
 	ep := en.Episode
-	e.logf("%s: submitted; author job %s (ledger %s)", ep, en.JobID(episode.Author), s.Ledger.Path(ep))
+	e.logf("%s: submitted; author job %s (ledger %s)", ep, en.JobID(stages.Author), s.Ledger.Path(ep))
 
 	wctx := ctx
 	if deadline > 0 {

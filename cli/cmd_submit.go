@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -49,7 +50,7 @@ func (e *env) submit(c *ucli.Context) error {
 	if globalBool(c, "json") {
 		return e.writeJSON(submittedJSON(en))
 	}
-	fmt.Fprintf(e.stdout, "%s author=%s\n", en.Episode, en.JobID(episode.Author))
+	fmt.Fprintf(e.stdout, "%s author=%s\n", en.Episode, en.JobID(stages.Author))
 	e.logf("train and eval are submitted once the author's patch is verified: run nemorl-slurm watch %s", en.Episode)
 	return nil
 }
@@ -59,7 +60,7 @@ const MaxSubmitCount = 10000
 
 func submittedJSON(en *episode.Entry) map[string]any {
 	jobs := map[string]string{}
-	for _, st := range []string{episode.Author, episode.Train, episode.Eval} {
+	for _, st := range []string{stages.Author, stages.Train, stages.Eval} {
 		if id := en.JobID(st); id != "" {
 			jobs[st] = id
 		}
@@ -115,7 +116,7 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 		case r.Err == nil:
 			done = append(done, submittedJSON(r.Entry))
 			if !globalBool(c, "json") {
-				fmt.Fprintf(e.stdout, "%s author=%s\n", r.Entry.Episode, r.Entry.JobID(episode.Author))
+				fmt.Fprintf(e.stdout, "%s author=%s\n", r.Entry.Episode, r.Entry.JobID(stages.Author))
 			}
 		default:
 			f := map[string]any{"index": i, "error": r.Err.Error()}

@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"path"
 	"strings"
 
@@ -23,7 +24,7 @@ import (
 // guardStages are the stages doctor checks: the author (no GPU, the host
 // network) and train (--nv, no network); eval's line is train's but for
 // its binds.
-var guardStages = []string{templates.Author, templates.Train}
+var guardStages = []string{stages.Author, stages.Train}
 
 // doctorGuard renders a throwaway episode, and in one job on the partition
 // lays out what the guard lines bind, runs each stage's guard line, and
@@ -37,7 +38,7 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 		add("isolation", "fail", "rendering the stage scripts: "+err.Error(), "fix the config (nemorl-slurm render)")
 		return
 	}
-	guard, ok := tree.Lookup(templates.Train + "/bundle/" + templates.GuardFile)
+	guard, ok := tree.Lookup(stages.Train + "/bundle/" + templates.GuardFile)
 	if !ok {
 		add("isolation", "fail", "the rendered tree has no isolation guard", "report this: the templates are broken")
 		return
@@ -49,14 +50,14 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 	fmt.Fprintf(&sb, "echo %s | base64 -d > \"$d/author/bundle/%s\"\ncp \"$d/author/bundle/%s\" \"$d/train/bundle/%s\"\n",
 		base64.StdEncoding.EncodeToString(guard.Data), templates.GuardFile, templates.GuardFile, templates.GuardFile)
 	for _, st := range guardStages {
-		f, ok := tree.Lookup(templates.Script(st))
+		f, ok := tree.Lookup(stages.Script(st))
 		if !ok {
-			add("isolation "+st, "fail", "no rendered "+templates.Script(st), "report this: the templates are broken")
+			add("isolation "+st, "fail", "no rendered "+stages.Script(st), "report this: the templates are broken")
 			return
 		}
 		line := guardLine(string(f.Data), st)
 		if line == "" {
-			add("isolation "+st, "fail", "no guard line in "+templates.Script(st), "report this: the templates are broken")
+			add("isolation "+st, "fail", "no guard line in "+stages.Script(st), "report this: the templates are broken")
 			return
 		}
 		fmt.Fprintf(&sb, "%s=$(mktemp -d \"${TMPDIR:-/tmp}/nemorl-doctor.XXXXXX\")\n", templates.ScratchVar)

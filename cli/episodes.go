@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io"
 	"maps"
 	"os"
@@ -432,7 +433,7 @@ func formatReward(o *episode.Outcome) string {
 // jobs and the detail under it.
 func (e *env) printOutcome(o *episode.Outcome) {
 	fmt.Fprintln(e.stdout, summary(o))
-	for _, st := range []string{episode.Author, episode.Train, episode.Eval} {
+	for _, st := range []string{stages.Author, stages.Train, stages.Eval} {
 		j, ok := o.Jobs[st]
 		if !ok {
 			continue

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -21,7 +22,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 const (
@@ -43,7 +43,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	for _, s := range []string{Author, Train, Eval} {
+	for _, s := range []string{stages.Author, stages.Train, stages.Eval} {
 		if err := os.MkdirAll(filepath.Join(dir, s), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func newFixture(t *testing.T) *fixture {
 		t: t,
 		d: &Driver{Host: remote.NewLocal(), Ledger: l},
 		e: &Entry{Episode: "ep-test", Dir: dir, Isolation: "none", Staged: true, Jobs: map[string]*Submission{
-			Author: {JobID: authorID}, Train: {JobID: trainID}, Eval: {JobID: evalID},
+			stages.Author: {JobID: authorID}, stages.Train: {JobID: trainID}, stages.Eval: {JobID: evalID},
 		}},
 		uid: os.Getuid(),
 	}
@@ -65,10 +65,10 @@ func newFixture(t *testing.T) *fixture {
 		authorID: job(authorID, "COMPLETED", "0:0", now.Add(-3*time.Hour), now.Add(-2*time.Hour)),
 		trainID:  job(trainID, "COMPLETED", "0:0", now.Add(-2*time.Hour), now.Add(-time.Hour)),
 		// The honest eval job ends its quiet watch after its record.
-		evalID: job(evalID, "COMPLETED", "0:0", now.Add(-time.Hour), now.Add(time.Duration(templates.EvalOutputWatchSeconds)*time.Second)),
+		evalID: job(evalID, "COMPLETED", "0:0", now.Add(-time.Hour), now.Add(time.Duration(stages.EvalOutputWatchSeconds)*time.Second)),
 	}
-	f.write(Train, goodTrainLine(t))
-	f.write(Eval, goodEvalLine(t, evalID, weightsSHA))
+	f.write(stages.Train, goodTrainLine(t))
+	f.write(stages.Eval, goodEvalLine(t, evalID, weightsSHA))
 	return f
 }
 
@@ -181,92 +181,92 @@ func TestAttributionTrainAndEval(t *testing.T) {
 		// The train job: everything it does is the policy's.
 		{"train record trainer_failed", func(f *fixture) {
 			f.set(trainID, "FAILED", "1:0")
-			f.write(Train, mustFormat(t, &record.Train{Status: record.StatusTrainerFailed, TrainerExitStatus: 1}))
-		}, policy(Train, ReasonTrainFailed, false)},
+			f.write(stages.Train, mustFormat(t, &record.Train{Status: record.StatusTrainerFailed, TrainerExitStatus: 1}))
+		}, policy(stages.Train, ReasonTrainFailed, false)},
 		{"train record patch_failed", func(f *fixture) {
 			f.set(trainID, "FAILED", "1:0")
-			f.write(Train, mustFormat(t, &record.Train{Status: record.StatusPatchFailed, TrainerExitStatus: 0}))
-		}, policy(Train, ReasonPatchRejected, false)},
+			f.write(stages.Train, mustFormat(t, &record.Train{Status: record.StatusPatchFailed, TrainerExitStatus: 0}))
+		}, policy(stages.Train, ReasonPatchRejected, false)},
 		{"train failed without a record", func(f *fixture) {
 			f.set(trainID, "FAILED", "1:0")
-			f.write(Train, "Traceback: the policy's trainer crashed")
-		}, policy(Train, "missing_record", false)},
-		{"train completed without a record", func(f *fixture) { f.write(Train) }, policy(Train, "missing_record", false)},
-		{"train output missing", func(f *fixture) { _ = os.Remove(f.out(Train)) }, policy(Train, "missing_record", false)},
+			f.write(stages.Train, "Traceback: the policy's trainer crashed")
+		}, policy(stages.Train, "missing_record", false)},
+		{"train completed without a record", func(f *fixture) { f.write(stages.Train) }, policy(stages.Train, "missing_record", false)},
+		{"train output missing", func(f *fixture) { _ = os.Remove(f.out(stages.Train)) }, policy(stages.Train, "missing_record", false)},
 		{"train prints an eval record", func(f *fixture) {
-			f.write(Train, goodTrainLine(t), goodEvalLine(t, evalID, weightsSHA))
-		}, policy(Train, "foreign_record", true)},
-		{"train prints two records", func(f *fixture) { f.write(Train, goodTrainLine(t), goodTrainLine(t)) }, policy(Train, "duplicate_record", true)},
+			f.write(stages.Train, goodTrainLine(t), goodEvalLine(t, evalID, weightsSHA))
+		}, policy(stages.Train, "foreign_record", true)},
+		{"train prints two records", func(f *fixture) { f.write(stages.Train, goodTrainLine(t), goodTrainLine(t)) }, policy(stages.Train, "duplicate_record", true)},
 		{"train floods its record out of the tail window", func(f *fixture) {
-			f.write(Train, goodTrainLine(t), strings.Repeat(strings.Repeat("x", 1023)+"\n", 2048))
-		}, policy(Train, "missing_record", false)},
+			f.write(stages.Train, goodTrainLine(t), strings.Repeat(strings.Repeat("x", 1023)+"\n", 2048))
+		}, policy(stages.Train, "missing_record", false)},
 		{"train malformed record", func(f *fixture) {
-			f.write(Train, record.StageTrain.Prefix()+`{"status":"ok"`)
-		}, policy(Train, "malformed_json", true)},
-		{"train out.log is a fifo", func(f *fixture) { f.fifo(Train) }, policy(Train, ReasonPlantedOutput, true)},
-		{"train time limit", func(f *fixture) { f.set(trainID, "TIMEOUT", "0:15") }, policy(Train, ReasonTrainTimeout, false)},
-		{"train out of memory", func(f *fixture) { f.set(trainID, "OUT_OF_MEMORY", "0:125") }, policy(Train, ReasonTrainOutOfMemory, false)},
+			f.write(stages.Train, record.StageTrain.Prefix()+`{"status":"ok"`)
+		}, policy(stages.Train, "malformed_json", true)},
+		{"train out.log is a fifo", func(f *fixture) { f.fifo(stages.Train) }, policy(stages.Train, ReasonPlantedOutput, true)},
+		{"train time limit", func(f *fixture) { f.set(trainID, "TIMEOUT", "0:15") }, policy(stages.Train, ReasonTrainTimeout, false)},
+		{"train out of memory", func(f *fixture) { f.set(trainID, "OUT_OF_MEMORY", "0:125") }, policy(stages.Train, ReasonTrainOutOfMemory, false)},
 		{"train cancelled by the user's uid, not the tool", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
-		}, policy(Train, ReasonForeignCancel, true)},
+		}, policy(stages.Train, ReasonForeignCancel, true)},
 		{"train cancelled by another uid", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", other), "0:15")
-		}, infra(Train, ReasonCancelled)},
+		}, infra(stages.Train, ReasonCancelled)},
 		{"train cancelled by the tool", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
 			f.e.CancelsIssued = []string{trainID}
-		}, infra(Train, ReasonCancelled)},
+		}, infra(stages.Train, ReasonCancelled)},
 		{"a recorded cancel wins over a duplicate record", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
 			f.set(evalID, "CANCELLED", "0:0")
 			f.e.CancelRequested = ReasonDeadline
-			f.write(Train, goodTrainLine(t), goodTrainLine(t))
-		}, infra(Train, ReasonDeadline)},
+			f.write(stages.Train, goodTrainLine(t), goodTrainLine(t))
+		}, infra(stages.Train, ReasonDeadline)},
 		{"train cancelled, canceller unknown, no isolation", func(f *fixture) {
 			f.set(trainID, "CANCELLED", "0:15")
-		}, policy(Train, ReasonForeignCancel, true)},
+		}, policy(stages.Train, ReasonForeignCancel, true)},
 		{"train cancelled, canceller unknown, container", func(f *fixture) {
 			f.e.Isolation = "apptainer"
 			f.set(trainID, "CANCELLED", "0:15")
-		}, infra(Train, ReasonCancelled)},
-		{"train node failure", func(f *fixture) { f.set(trainID, "NODE_FAIL", "0:0") }, infra(Train, "node_failure")},
-		{"train preempted", func(f *fixture) { f.set(trainID, "PREEMPTED", "0:0") }, infra(Train, "preempted")},
-		{"train guard found slurm", func(f *fixture) { f.set(trainID, "FAILED", "69:0") }, infra(Train, ReasonIsolationBreach)},
-		{"train found no GPU", func(f *fixture) { f.set(trainID, "FAILED", "70:0") }, infra(Train, ReasonNoGPU)},
-		{"eval found no GPU", func(f *fixture) { f.set(evalID, "FAILED", "70:0") }, infra(Eval, ReasonNoGPU)},
-		{"train script found no patch", func(f *fixture) { f.set(trainID, "FAILED", "66:0") }, infra(Train, ReasonScriptRefused)},
+		}, infra(stages.Train, ReasonCancelled)},
+		{"train node failure", func(f *fixture) { f.set(trainID, "NODE_FAIL", "0:0") }, infra(stages.Train, "node_failure")},
+		{"train preempted", func(f *fixture) { f.set(trainID, "PREEMPTED", "0:0") }, infra(stages.Train, "preempted")},
+		{"train guard found slurm", func(f *fixture) { f.set(trainID, "FAILED", "69:0") }, infra(stages.Train, ReasonIsolationBreach)},
+		{"train found no GPU", func(f *fixture) { f.set(trainID, "FAILED", "70:0") }, infra(stages.Train, ReasonNoGPU)},
+		{"eval found no GPU", func(f *fixture) { f.set(evalID, "FAILED", "70:0") }, infra(stages.Eval, ReasonNoGPU)},
+		{"train script found no patch", func(f *fixture) { f.set(trainID, "FAILED", "66:0") }, infra(stages.Train, ReasonScriptRefused)},
 
 		// The eval job: the trusted evaluator.
-		{"weights rejected by the trusted check", func(f *fixture) { f.set(evalID, "FAILED", "68:0") }, policy(Eval, ReasonBadWeights, false)},
-		{"weights missing or not a regular file", func(f *fixture) { f.set(evalID, "FAILED", "66:0") }, policy(Eval, ReasonBadWeights, false)},
+		{"weights rejected by the trusted check", func(f *fixture) { f.set(evalID, "FAILED", "68:0") }, policy(stages.Eval, ReasonBadWeights, false)},
+		{"weights missing or not a regular file", func(f *fixture) { f.set(evalID, "FAILED", "66:0") }, policy(stages.Eval, ReasonBadWeights, false)},
 		{"eval weights differ from train's record", func(f *fixture) {
-			f.write(Eval, goodEvalLine(t, evalID, otherSHA))
-		}, policy(Train, "weights_mismatch", true)},
-		{"eval stdout redirected", func(f *fixture) { f.set(evalID, "FAILED", "67:0") }, integrity(Eval, ReasonEvalOutputRedirected)},
-		{"eval inputs tampered", func(f *fixture) { f.set(evalID, "FAILED", "65:0") }, integrity(Eval, ReasonEvalInputsTampered)},
-		{"eval rollouts rejected", func(f *fixture) { f.set(evalID, "FAILED", "4:0") }, infra(Eval, ReasonRolloutsRejected)},
-		{"eval crashed (vLLM never ready)", func(f *fixture) { f.set(evalID, "FAILED", "1:0") }, infra(Eval, "exit_code")},
-		{"eval guard found slurm", func(f *fixture) { f.set(evalID, "FAILED", "69:0") }, infra(Eval, ReasonIsolationBreach)},
-		{"eval node failure", func(f *fixture) { f.set(evalID, "NODE_FAIL", "0:0") }, infra(Eval, "node_failure")},
+			f.write(stages.Eval, goodEvalLine(t, evalID, otherSHA))
+		}, policy(stages.Train, "weights_mismatch", true)},
+		{"eval stdout redirected", func(f *fixture) { f.set(evalID, "FAILED", "67:0") }, integrity(stages.Eval, ReasonEvalOutputRedirected)},
+		{"eval inputs tampered", func(f *fixture) { f.set(evalID, "FAILED", "65:0") }, integrity(stages.Eval, ReasonEvalInputsTampered)},
+		{"eval rollouts rejected", func(f *fixture) { f.set(evalID, "FAILED", "4:0") }, infra(stages.Eval, ReasonRolloutsRejected)},
+		{"eval crashed (vLLM never ready)", func(f *fixture) { f.set(evalID, "FAILED", "1:0") }, infra(stages.Eval, "exit_code")},
+		{"eval guard found slurm", func(f *fixture) { f.set(evalID, "FAILED", "69:0") }, infra(stages.Eval, ReasonIsolationBreach)},
+		{"eval node failure", func(f *fixture) { f.set(evalID, "NODE_FAIL", "0:0") }, infra(stages.Eval, "node_failure")},
 		{"eval cancelled by the user's uid, not the tool", func(f *fixture) {
 			f.set(evalID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
-		}, policy(Eval, ReasonForeignCancel, true)},
+		}, policy(stages.Eval, ReasonForeignCancel, true)},
 		{"eval out.log planted as a fifo (no isolation)", func(f *fixture) {
 			f.set(evalID, "TIMEOUT", "0:0")
-			f.fifo(Eval)
-		}, policy(Eval, ReasonPlantedOutput, true)},
+			f.fifo(stages.Eval)
+		}, policy(stages.Eval, ReasonPlantedOutput, true)},
 		{"eval out.log planted as a fifo (container)", func(f *fixture) {
 			f.e.Isolation = "apptainer"
 			f.set(evalID, "TIMEOUT", "0:0")
-			f.fifo(Eval)
-		}, integrity(Eval, ReasonEvalOutputTampered)},
-		{"eval record without its job", func(f *fixture) { f.write(Eval) }, infra(Eval, "missing_record")},
-		{"eval out.log gone", func(f *fixture) { _ = os.Remove(f.out(Eval)) }, integrity(Eval, ReasonEvalOutputTampered)},
+			f.fifo(stages.Eval)
+		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		{"eval record without its job", func(f *fixture) { f.write(stages.Eval) }, infra(stages.Eval, "missing_record")},
+		{"eval out.log gone", func(f *fixture) { _ = os.Remove(f.out(stages.Eval)) }, integrity(stages.Eval, ReasonEvalOutputTampered)},
 		{"eval out.log written before eval started", func(f *fixture) {
 			j := f.infos[evalID]
 			j.Start, j.End = time.Now().Add(time.Minute), time.Now().Add(2*time.Minute)
 			f.infos[evalID] = j
-		}, integrity(Eval, ReasonEvalOutputTampered)},
+		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
 		{"eval out.log changed after eval ended", func(f *fixture) {
 			j := f.infos[evalID]
 			j.Start, j.End = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
@@ -274,28 +274,28 @@ func TestAttributionTrainAndEval(t *testing.T) {
 			tj := f.infos[trainID]
 			tj.End = j.Start
 			f.infos[trainID] = tj
-		}, integrity(Eval, ReasonEvalOutputTampered)},
+		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
 		{"eval out.log renamed over as the eval job ended (after the script's last look)", func(f *fixture) {
 			// The file changed a moment before the job's end: the honest
 			// script wrote nothing in its last EvalOutputWatchSeconds.
 			j := f.infos[evalID]
 			j.End = time.Now().Add(500 * time.Millisecond)
 			f.infos[evalID] = j
-		}, integrity(Eval, ReasonEvalOutputTampered)},
+		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
 		{"eval out.log renamed over just after the eval job ended", func(f *fixture) {
 			j := f.infos[evalID]
 			j.End = time.Now().Add(-1500 * time.Millisecond)
 			f.infos[evalID] = j
-		}, integrity(Eval, ReasonEvalOutputTampered)},
-		{"eval record names another job", func(f *fixture) { f.write(Eval, goodEvalLine(t, "999", weightsSHA)) }, integrity(Eval, "job_id_mismatch")},
+		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		{"eval record names another job", func(f *fixture) { f.write(stages.Eval, goodEvalLine(t, "999", weightsSHA)) }, integrity(stages.Eval, "job_id_mismatch")},
 		{"eval two records", func(f *fixture) {
-			f.write(Eval, goodEvalLine(t, evalID, weightsSHA), goodEvalLine(t, evalID, weightsSHA))
-		}, integrity(Eval, "duplicate_record")},
+			f.write(stages.Eval, goodEvalLine(t, evalID, weightsSHA), goodEvalLine(t, evalID, weightsSHA))
+		}, integrity(stages.Eval, "duplicate_record")},
 		{"eval started before train ended", func(f *fixture) {
 			j := f.infos[trainID]
 			j.End = f.infos[evalID].Start.Add(time.Minute)
 			f.infos[trainID] = j
-		}, integrity(Eval, ReasonEvalBeforeTrainEnd)},
+		}, integrity(stages.Eval, ReasonEvalBeforeTrainEnd)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -314,7 +314,7 @@ func TestAttributionTrainAndEval(t *testing.T) {
 // authorFixture writes the author's output and patch.
 func (f *fixture) author(patch []byte, rec *record.Author) {
 	f.t.Helper()
-	f.write(Author, mustFormat(f.t, rec))
+	f.write(stages.Author, mustFormat(f.t, rec))
 	if patch != nil {
 		if err := os.WriteFile(filepath.Join(f.e.Dir, "author", "change.diff"), patch, 0o600); err != nil {
 			f.t.Fatal(err)
@@ -340,28 +340,28 @@ func TestAttributionAuthor(t *testing.T) {
 		want  want // kind "" means: train may go ahead
 	}{
 		{"a good patch", func(f *fixture) { f.author(patch, authorRecord(patch)) }, want{}},
-		{"no patch", func(f *fixture) { f.author([]byte{}, authorRecord(nil)) }, want{PolicyFailure, Author, ReasonNoPatch, false}},
-		{"no record", func(f *fixture) { f.write(Author) }, want{PolicyFailure, Author, "missing_record", false}},
+		{"no patch", func(f *fixture) { f.author([]byte{}, authorRecord(nil)) }, want{PolicyFailure, stages.Author, ReasonNoPatch, false}},
+		{"no record", func(f *fixture) { f.write(stages.Author) }, want{PolicyFailure, stages.Author, "missing_record", false}},
 		{"a train record in the author output", func(f *fixture) {
-			f.write(Author, mustFormat(t, authorRecord(patch)), goodTrainLine(t))
-		}, want{PolicyFailure, Author, "foreign_record", true}},
+			f.write(stages.Author, mustFormat(t, authorRecord(patch)), goodTrainLine(t))
+		}, want{PolicyFailure, stages.Author, "foreign_record", true}},
 		{"patch differs from the record", func(f *fixture) {
 			bad := append([]byte{}, patch...)
 			bad[0] = 'D'
 			f.author(bad, authorRecord(patch))
-		}, want{PolicyFailure, Author, "patch_mismatch", true}},
+		}, want{PolicyFailure, stages.Author, "patch_mismatch", true}},
 		{"patch is a fifo", func(f *fixture) {
 			f.author(nil, authorRecord(patch))
 			if err := syscall.Mkfifo(filepath.Join(f.e.Dir, "author", "change.diff"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, want{PolicyFailure, Author, ReasonBadPatch, true}},
+		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
 		{"patch is a symlink to /dev/zero", func(f *fixture) {
 			f.author(nil, authorRecord(patch))
 			if err := os.Symlink("/dev/zero", filepath.Join(f.e.Dir, "author", "change.diff")); err != nil {
 				t.Fatal(err)
 			}
-		}, want{PolicyFailure, Author, ReasonBadPatch, true}},
+		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
 		{"patch is a 64 GiB sparse file", func(f *fixture) {
 			f.author(nil, authorRecord(patch))
 			p := filepath.Join(f.e.Dir, "author", "change.diff")
@@ -371,15 +371,15 @@ func TestAttributionAuthor(t *testing.T) {
 			if err := os.Truncate(p, 64<<30); err != nil {
 				t.Fatal(err)
 			}
-		}, want{PolicyFailure, Author, ReasonBadPatch, true}},
+		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
 		{"patch larger than its record says", func(f *fixture) {
 			f.author(append(append([]byte{}, patch...), patch...), authorRecord(patch))
-		}, want{PolicyFailure, Author, ReasonBadPatch, true}},
+		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
 		{"record claims more than a patch may have", func(f *fixture) {
 			a := authorRecord(patch)
 			a.PatchBytes = MaxPatchBytes + 1
 			f.author(patch, a)
-		}, want{PolicyFailure, Author, ReasonBadPatch, true}},
+		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -420,17 +420,17 @@ func TestAttributionAuthorJob(t *testing.T) {
 		state, exit string
 		want        want
 	}{
-		{"FAILED", "1:0", want{PolicyFailure, Author, ReasonAuthorFailed, false}},
-		{"FAILED", "0:9", want{PolicyFailure, Author, ReasonAuthorFailed, false}},
-		{"TIMEOUT", "0:0", want{PolicyFailure, Author, ReasonAuthorFailed, false}},
-		{"OUT_OF_MEMORY", "0:125", want{PolicyFailure, Author, ReasonAuthorFailed, false}},
-		{"FAILED", "78:0", want{InfraFailure, Author, ReasonScriptRefused, false}},
-		{"FAILED", "69:0", want{InfraFailure, Author, ReasonIsolationBreach, false}},
-		{"FAILED", "75:0", want{InfraFailure, Author, ReasonPolicyEndpointFailed, false}},
-		{"NODE_FAIL", "0:0", want{InfraFailure, Author, "node_failure", false}},
-		{"BOOT_FAIL", "0:0", want{InfraFailure, Author, "boot_failure", false}},
-		{fmt.Sprintf("CANCELLED by %d", uid), "0:15", want{PolicyFailure, Author, ReasonForeignCancel, true}},
-		{fmt.Sprintf("CANCELLED by %d", uid+1), "0:15", want{InfraFailure, Author, ReasonCancelled, false}},
+		{"FAILED", "1:0", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
+		{"FAILED", "0:9", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
+		{"TIMEOUT", "0:0", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
+		{"OUT_OF_MEMORY", "0:125", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
+		{"FAILED", "78:0", want{InfraFailure, stages.Author, ReasonScriptRefused, false}},
+		{"FAILED", "69:0", want{InfraFailure, stages.Author, ReasonIsolationBreach, false}},
+		{"FAILED", "75:0", want{InfraFailure, stages.Author, ReasonPolicyEndpointFailed, false}},
+		{"NODE_FAIL", "0:0", want{InfraFailure, stages.Author, "node_failure", false}},
+		{"BOOT_FAIL", "0:0", want{InfraFailure, stages.Author, "boot_failure", false}},
+		{fmt.Sprintf("CANCELLED by %d", uid), "0:15", want{PolicyFailure, stages.Author, ReasonForeignCancel, true}},
+		{fmt.Sprintf("CANCELLED by %d", uid+1), "0:15", want{InfraFailure, stages.Author, ReasonCancelled, false}},
 	}
 	for _, c := range cases {
 		t.Run(c.state+"/"+c.exit, func(t *testing.T) {

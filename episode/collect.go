@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"path"
 	"slices"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/slurm"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // TailBytes is how much of the end of a stage's output file the collector
@@ -27,7 +27,7 @@ const TailBytes = 1 << 20
 // that are neither that nor a *record.Rejection mean the file could not be
 // read (try again later). fi is what the inspection found.
 func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rec record.Record, fi fileInfo, err error) {
-	p := path.Join(e.Dir, templates.Output(stage))
+	p := path.Join(e.Dir, stages.Output(stage))
 	out, err := d.readOutput(ctx, p, TailBytes)
 	if err != nil {
 		return nil, fi, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
@@ -60,7 +60,7 @@ func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rec record.R
 // base is an outcome with what every outcome carries.
 func (d *Driver) base(e *Entry, infos map[string]slurm.JobInfo) *Outcome {
 	o := &Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]JobSummary{}, Decided: d.now().UTC()}
-	for _, s := range templates.Stages {
+	for _, s := range stages.All {
 		if id := e.JobID(s); id != "" {
 			j, ok := infos[id]
 			if !ok {
@@ -72,7 +72,7 @@ func (d *Driver) base(e *Entry, infos map[string]slurm.JobInfo) *Outcome {
 	if e.Author != nil {
 		o.PatchSHA256 = e.Author.PatchSHA256
 	}
-	if len(e.Retried) > 0 || o.Jobs[Train].Runs > 1 || o.Jobs[Eval].Runs > 1 {
+	if len(e.Retried) > 0 || o.Jobs[stages.Train].Runs > 1 || o.Jobs[stages.Eval].Runs > 1 {
 		o.Attempts, o.Retried = map[string]int{}, e.Retried
 		for s := range o.Jobs {
 			o.Attempts[s] = e.attempts(s, infos)
@@ -117,9 +117,9 @@ func (o *Outcome) policyRecord(stage string, err error) *Outcome {
 func (o *Outcome) evalRecord(err error) *Outcome {
 	reason := record.ReasonOf(err)
 	if reason == record.ReasonMissingRecord {
-		return o.fail(InfraFailure, Eval, string(reason), err.Error())
+		return o.fail(InfraFailure, stages.Eval, string(reason), err.Error())
 	}
-	return o.fail(IntegrityViolation, Eval, string(reason), err.Error()).tampered()
+	return o.fail(IntegrityViolation, stages.Eval, string(reason), err.Error()).tampered()
 }
 
 // planted is the outcome of a stage output that is not a regular file. The
@@ -128,8 +128,8 @@ func (o *Outcome) evalRecord(err error) *Outcome {
 // does not bind eval/), so there it is the policy's too, and with isolation
 // it is a breach.
 func (o *Outcome) planted(e *Entry, pe *plantedError) *Outcome {
-	if pe.Stage == Eval && e.Isolation != configs.RuntimeNone {
-		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered, pe.Error()).tampered()
+	if pe.Stage == stages.Eval && e.Isolation != configs.RuntimeNone {
+		return o.fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered, pe.Error()).tampered()
 	}
 	return o.fail(PolicyFailure, pe.Stage, ReasonPlantedOutput, pe.Error()).tampered()
 }
@@ -158,14 +158,14 @@ const EvalRejectedExit = 4
 // found that the cluster failed it.
 func (o *Outcome) verdictFailed(stage string, j slurm.JobInfo, findings []string) *Outcome {
 	switch j.ExitCode.Code {
-	case templates.ExitNoGPU:
+	case stages.ExitNoGPU:
 		return o.fail(InfraFailure, stage, ReasonNoGPU,
-			fmt.Sprintf("%s job %s found no GPU where Slurm gave it one (exit %d, node %s)", stage, j.ID, templates.ExitNoGPU, j.NodeList))
-	case templates.ExitPolicyEndpoint:
+			fmt.Sprintf("%s job %s found no GPU where Slurm gave it one (exit %d, node %s)", stage, j.ID, stages.ExitNoGPU, j.NodeList))
+	case stages.ExitPolicyEndpoint:
 		return o.fail(InfraFailure, stage, ReasonPolicyEndpointFailed,
-			fmt.Sprintf("%s job %s: the policy's endpoint failed (exit %d): no model call succeeded, or the last one failed; see nemorl-slurm logs --stage author", stage, j.ID, templates.ExitPolicyEndpoint))
-	case templates.ExitIsolation:
-		detail := fmt.Sprintf("%s job %s refused to start its payload (exit %d): its isolation guard found a way out of the container", stage, j.ID, templates.ExitIsolation)
+			fmt.Sprintf("%s job %s: the policy's endpoint failed (exit %d): no model call succeeded, or the last one failed; see nemorl-slurm logs --stage author", stage, j.ID, stages.ExitPolicyEndpoint))
+	case stages.ExitIsolation:
+		detail := fmt.Sprintf("%s job %s refused to start its payload (exit %d): its isolation guard found a way out of the container", stage, j.ID, stages.ExitIsolation)
 		if len(findings) > 0 {
 			detail += ": " + strings.Join(findings, "; ")
 		} else {
@@ -219,18 +219,18 @@ func (d *Driver) cancelled(ctx context.Context, e *Entry, o *Outcome, stage stri
 func (d *Driver) authorFailed(ctx context.Context, e *Entry, o *Outcome, j slurm.JobInfo) (*Outcome, error) {
 	switch j.State.Failure {
 	case slurm.FailureCancelled:
-		return d.cancelled(ctx, e, o, Author, j)
+		return d.cancelled(ctx, e, o, stages.Author, j)
 	case slurm.FailureExitCode:
-		if templates.ReservedExit(j.ExitCode.Code) && j.ExitCode.Signal == 0 {
-			return o.verdictFailed(Author, j, d.guardFindings(ctx, e, Author, j)), nil
+		if stages.ReservedExit(j.ExitCode.Code) && j.ExitCode.Signal == 0 {
+			return o.verdictFailed(stages.Author, j, d.guardFindings(ctx, e, stages.Author, j)), nil
 		}
-		return o.fail(PolicyFailure, Author, ReasonAuthorFailed,
+		return o.fail(PolicyFailure, stages.Author, ReasonAuthorFailed,
 			fmt.Sprintf("author job %s failed with exit code %s: the author container (Claude Code and what it ran) is the policy's", j.ID, j.ExitCode.Raw)), nil
 	case slurm.FailureTimeout, slurm.FailureOutOfMemory:
-		return o.fail(PolicyFailure, Author, ReasonAuthorFailed,
+		return o.fail(PolicyFailure, stages.Author, ReasonAuthorFailed,
 			fmt.Sprintf("author job %s ended %s: the author container is the policy's", j.ID, j.State.Raw)), nil
 	}
-	return o.jobFailed(Author, j), nil
+	return o.jobFailed(stages.Author, j), nil
 }
 
 // MaxPatchBytes bounds change.diff: a larger patch is bad_patch, and the
@@ -244,20 +244,20 @@ const MaxPatchBytes = 32 << 20
 // yet.
 func (d *Driver) collectAuthor(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
 	o := d.base(e, infos)
-	rec, _, err := d.scan(ctx, e, Author)
+	rec, _, err := d.scan(ctx, e, stages.Author)
 	var pe *plantedError
 	switch {
 	case errors.As(err, &pe):
 		return o.planted(e, pe), nil
 	case isRejection(err):
-		return o.policyRecord(Author, err), nil
+		return o.policyRecord(stages.Author, err), nil
 	case err != nil:
 		return nil, err
 	}
 	a := rec.(*record.Author)
 	p := path.Join(e.Dir, "author/change.diff")
 	badPatch := func(format string, args ...any) *Outcome {
-		return o.fail(PolicyFailure, Author, ReasonBadPatch, fmt.Sprintf("%s: ", p)+fmt.Sprintf(format, args...)).tampered()
+		return o.fail(PolicyFailure, stages.Author, ReasonBadPatch, fmt.Sprintf("%s: ", p)+fmt.Sprintf(format, args...)).tampered()
 	}
 	if a.PatchBytes > MaxPatchBytes {
 		return badPatch("the author record claims %d bytes, more than the %d a patch may have", a.PatchBytes, MaxPatchBytes), nil
@@ -283,12 +283,12 @@ func (d *Driver) collectAuthor(ctx context.Context, e *Entry, infos map[string]s
 		}
 	}
 	if err := record.VerifyPatch(a, patch); err != nil {
-		return o.policyRecord(Author, err), nil
+		return o.policyRecord(stages.Author, err), nil
 	}
 	e.Author = a
 	o.PatchSHA256 = a.PatchSHA256
 	if a.PatchBytes == 0 {
-		return o.fail(PolicyFailure, Author, ReasonNoPatch, "the author's change.diff is empty: train and eval are not run"), nil
+		return o.fail(PolicyFailure, stages.Author, ReasonNoPatch, "the author's change.diff is empty: train and eval are not run"), nil
 	}
 	return nil, nil
 }
@@ -302,10 +302,10 @@ const EvalOutputSlack = 2 * time.Second
 // EvalOutputQuiet is how long before the end sacct reports for the eval
 // job its honest out.log last changed, at least: the script writes
 // nothing after the record and watches the file for
-// templates.EvalOutputWatchSeconds (bash's whole seconds may make that one
+// stages.EvalOutputWatchSeconds (bash's whole seconds may make that one
 // less), and sacct's End drops the fraction of a second (one more). A
 // file renamed over out.log after the script's last look changed later.
-const EvalOutputQuiet = time.Duration(templates.EvalOutputWatchSeconds-2) * time.Second
+const EvalOutputQuiet = time.Duration(stages.EvalOutputWatchSeconds-2) * time.Second
 
 // classify decides the outcome of an episode whose train job has ended and
 // whose eval job has ended (or never will). It returns nil, nil when Slurm
@@ -314,7 +314,7 @@ const EvalOutputQuiet = time.Duration(templates.EvalOutputWatchSeconds-2) * time
 // job does is the policy's; the eval job is trusted.
 func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
 	o := d.base(e, infos)
-	ti, ei := infos[e.JobID(Train)], infos[e.JobID(Eval)]
+	ti, ei := infos[e.JobID(stages.Train)], infos[e.JobID(stages.Eval)]
 
 	// A cancel on record (cancel, a deadline, an interrupt) wins over
 	// whatever the stopped jobs printed as they were stopped.
@@ -327,28 +327,28 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 	if ti.State.Class == slurm.Failed {
 		switch ti.State.Failure {
 		case slurm.FailureCancelled:
-			return d.cancelled(ctx, e, o, Train, ti)
+			return d.cancelled(ctx, e, o, stages.Train, ti)
 		case slurm.FailureTimeout:
-			return o.fail(PolicyFailure, Train, ReasonTrainTimeout,
+			return o.fail(PolicyFailure, stages.Train, ReasonTrainTimeout,
 				fmt.Sprintf("train job %s ran into its time limit (%s): the launcher stops the trainer long before it", ti.ID, ti.State.Raw)), nil
 		case slurm.FailureOutOfMemory:
-			return o.fail(PolicyFailure, Train, ReasonTrainOutOfMemory, fmt.Sprintf("train job %s ran out of memory", ti.ID)), nil
+			return o.fail(PolicyFailure, stages.Train, ReasonTrainOutOfMemory, fmt.Sprintf("train job %s ran out of memory", ti.ID)), nil
 		case slurm.FailureExitCode:
-			if templates.ReservedExit(ti.ExitCode.Code) && ti.ExitCode.Signal == 0 {
-				return o.verdictFailed(Train, ti, d.guardFindings(ctx, e, Train, ti)), nil
+			if stages.ReservedExit(ti.ExitCode.Code) && ti.ExitCode.Signal == 0 {
+				return o.verdictFailed(stages.Train, ti, d.guardFindings(ctx, e, stages.Train, ti)), nil
 			}
 			// The payload's own failure: its record says why.
 		default:
-			return o.jobFailed(Train, ti), nil
+			return o.jobFailed(stages.Train, ti), nil
 		}
 	}
-	rec, _, err := d.scan(ctx, e, Train)
+	rec, _, err := d.scan(ctx, e, stages.Train)
 	var pe *plantedError
 	switch {
 	case errors.As(err, &pe):
 		return o.planted(e, pe), nil
 	case isRejection(err):
-		o = o.policyRecord(Train, err)
+		o = o.policyRecord(stages.Train, err)
 		if ti.State.Class == slurm.Failed {
 			o.Detail += fmt.Sprintf("; the train job failed with exit code %s", ti.ExitCode.Raw)
 		}
@@ -363,65 +363,65 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 		if tr.Status == record.StatusPatchFailed {
 			reason = ReasonPatchRejected
 		}
-		return o.fail(PolicyFailure, Train, reason, fmt.Sprintf("train record status %q (trainer exit status %d)", tr.Status, tr.TrainerExitStatus)), nil
+		return o.fail(PolicyFailure, stages.Train, reason, fmt.Sprintf("train record status %q (trainer exit status %d)", tr.Status, tr.TrainerExitStatus)), nil
 	}
 	if ti.State.Class != slurm.Succeeded {
-		return o.fail(PolicyFailure, Train, ReasonTrainFailed,
+		return o.fail(PolicyFailure, stages.Train, ReasonTrainFailed,
 			fmt.Sprintf("train job %s failed with exit code %s although its record says %q", ti.ID, ti.ExitCode.Raw, tr.Status)), nil
 	}
 	o.CheckpointSHA256 = tr.WeightsSHA256
 
 	// Eval: the trusted evaluator.
-	evalOut := path.Join(e.Dir, templates.Output(Eval))
+	evalOut := path.Join(e.Dir, stages.Output(stages.Eval))
 	if ei.State.Class != slurm.Succeeded {
 		// A FIFO planted where eval's output goes stalls the job in
 		// slurmstepd until its time limit.
 		if fi, err := d.lstat(ctx, evalOut); err != nil {
 			return nil, fmt.Errorf("episode %s: %w", e.Episode, err)
 		} else if fi.Exists && !fi.Regular() {
-			return o.planted(e, &plantedError{Stage: Eval, Path: evalOut, Type: fi.Type}), nil
+			return o.planted(e, &plantedError{Stage: stages.Eval, Path: evalOut, Type: fi.Type}), nil
 		}
 		switch ei.State.Failure {
 		case slurm.FailureCancelled:
-			return d.cancelled(ctx, e, o, Eval, ei)
+			return d.cancelled(ctx, e, o, stages.Eval, ei)
 		case slurm.FailureExitCode:
 		default:
-			return o.jobFailed(Eval, ei), nil
+			return o.jobFailed(stages.Eval, ei), nil
 		}
 		switch ei.ExitCode.Code {
-		case templates.ExitInputsTampered:
-			return o.fail(IntegrityViolation, Eval, ReasonEvalInputsTampered,
-				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", ei.ID, templates.ExitInputsTampered)).tampered(), nil
-		case templates.ExitOutputNotOwn:
-			return o.fail(IntegrityViolation, Eval, ReasonEvalOutputRedirected,
-				fmt.Sprintf("eval job %s refused to print its record (exit %d): its standard output was not its %s (the job's StdOut was changed or the file replaced)", ei.ID, templates.ExitOutputNotOwn, evalOut)).tampered(), nil
-		case templates.ExitInputBad:
-			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
-				fmt.Sprintf("eval job %s found no regular file of weights where train exported them (exit %d)", ei.ID, templates.ExitInputBad)), nil
-		case templates.ExitWeightsRejected:
-			return o.fail(PolicyFailure, Eval, ReasonBadWeights,
-				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", ei.ID, templates.ExitWeightsRejected, e.Episode)), nil
-		case templates.ExitIsolation, templates.ExitNoGPU:
-			return o.verdictFailed(Eval, ei, d.guardFindings(ctx, e, Eval, ei)), nil
+		case stages.ExitInputsTampered:
+			return o.fail(IntegrityViolation, stages.Eval, ReasonEvalInputsTampered,
+				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", ei.ID, stages.ExitInputsTampered)).tampered(), nil
+		case stages.ExitOutputNotOwn:
+			return o.fail(IntegrityViolation, stages.Eval, ReasonEvalOutputRedirected,
+				fmt.Sprintf("eval job %s refused to print its record (exit %d): its standard output was not its %s (the job's StdOut was changed or the file replaced)", ei.ID, stages.ExitOutputNotOwn, evalOut)).tampered(), nil
+		case stages.ExitInputBad:
+			return o.fail(PolicyFailure, stages.Eval, ReasonBadWeights,
+				fmt.Sprintf("eval job %s found no regular file of weights where train exported them (exit %d)", ei.ID, stages.ExitInputBad)), nil
+		case stages.ExitWeightsRejected:
+			return o.fail(PolicyFailure, stages.Eval, ReasonBadWeights,
+				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", ei.ID, stages.ExitWeightsRejected, e.Episode)), nil
+		case stages.ExitIsolation, stages.ExitNoGPU:
+			return o.verdictFailed(stages.Eval, ei, d.guardFindings(ctx, e, stages.Eval, ei)), nil
 		case EvalRejectedExit:
-			return o.fail(InfraFailure, Eval, ReasonRolloutsRejected,
+			return o.fail(InfraFailure, stages.Eval, ReasonRolloutsRejected,
 				fmt.Sprintf("eval job %s: the evaluator rejected the rollouts (exit %d): see nemorl-slurm logs %s --stage eval", ei.ID, EvalRejectedExit, e.Episode)), nil
 		}
-		return o.jobFailed(Eval, ei), nil
+		return o.jobFailed(stages.Eval, ei), nil
 	}
 	if ti.End.IsZero() || ei.Start.IsZero() || ei.End.IsZero() {
 		return nil, nil // sacct has not caught up
 	}
 	if ei.Start.Before(ti.End) {
-		return o.fail(IntegrityViolation, Eval, ReasonEvalBeforeTrainEnd,
+		return o.fail(IntegrityViolation, stages.Eval, ReasonEvalBeforeTrainEnd,
 			fmt.Sprintf("eval job %s started at %s, before train job %s ended at %s", ei.ID, ei.Start.UTC().Format("15:04:05"), ti.ID, ti.End.UTC().Format("15:04:05"))).tampered(), nil
 	}
-	rec, fi, err := d.scan(ctx, e, Eval)
+	rec, fi, err := d.scan(ctx, e, stages.Eval)
 	switch {
 	case errors.As(err, &pe):
 		return o.planted(e, pe), nil
 	case record.ReasonOf(err) == record.ReasonMissingRecord && !fi.Exists:
-		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered,
+		return o.fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered,
 			fmt.Sprintf("eval job %s completed, but its output %s is gone", ei.ID, evalOut)).tampered(), nil
 	case err != nil && !isRejection(err):
 		return nil, err
@@ -432,7 +432,7 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 	// look a younger one.
 	latest := ei.End.Add(-EvalOutputQuiet).Add(EvalOutputSlack)
 	if fi.Ctime.Before(ei.Start.Add(-EvalOutputSlack)) || fi.Ctime.After(latest) {
-		return o.fail(IntegrityViolation, Eval, ReasonEvalOutputTampered,
+		return o.fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered,
 			fmt.Sprintf("eval's output %s last changed at %s, outside eval job %s's run before its quiet watch (%s to %s; the job ran to %s)", evalOut,
 				fi.Ctime.UTC().Format(time.RFC3339), ei.ID, ei.Start.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339), ei.End.UTC().Format(time.RFC3339))).tampered(), nil
 	}
@@ -447,7 +447,7 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 		// The eval record is the trusted evaluator's (checked above): the
 		// weights it scored are not those the train record names, so the
 		// train job's record or its checkpoint lied.
-		return o.fail(PolicyFailure, Train, string(record.ReasonOf(err)), err.Error()).tampered(), nil
+		return o.fail(PolicyFailure, stages.Train, string(record.ReasonOf(err)), err.Error()).tampered(), nil
 	}
 	o.Outcome, o.Reward, o.MaskSample = Scored, ptr(ev.Reward), false
 	o.AIME25Exact, o.AIME25AvgAt8 = ptr(ev.AIME25Exact), ptr(ev.AIME25AvgAt8)
@@ -458,13 +458,13 @@ func (d *Driver) classify(ctx context.Context, e *Entry, infos map[string]slurm.
 
 // stageOfCancel names the first stage that did not complete.
 func stageOfCancel(e *Entry, infos map[string]slurm.JobInfo) string {
-	for _, s := range templates.Stages {
+	for _, s := range stages.All {
 		id := e.JobID(s)
 		if id == "" || infos[id].State.Class != slurm.Succeeded {
 			return s
 		}
 	}
-	return Eval
+	return stages.Eval
 }
 
 func isRejection(err error) bool {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"math/rand/v2"
 	"path"
@@ -20,13 +21,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/templates"
-)
-
-// Stage names, in chain order (the same strings as templates and record).
-const (
-	Author = templates.Author
-	Train  = templates.Train
-	Eval   = templates.Eval
 )
 
 // SecretsFile is the author stage's secrets file, relative to the episode
@@ -270,9 +264,9 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 // --comment tag, after the job it waits for (afterok), if any.
 func (d *Driver) submitRequest(e *Entry, stage, after string) slurm.SubmitRequest {
 	req := slurm.SubmitRequest{
-		ScriptPath:       path.Join(e.Dir, templates.Script(stage)),
-		Name:             templates.JobName(e.Episode, stage),
-		Comment:          templates.AttemptComment(e.Episode, stage, e.attemptNumber(stage)),
+		ScriptPath:       path.Join(e.Dir, stages.Script(stage)),
+		Name:             stages.JobName(e.Episode, stage),
+		Comment:          stages.AttemptComment(e.Episode, stage, e.attemptNumber(stage)),
 		KillOnInvalidDep: true,
 	}
 	if after != "" {
@@ -309,7 +303,7 @@ func (e *ImpostorError) Error() string {
 // after the intent. Any other job under the stage's name or tag is an
 // *ImpostorError.
 func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error) {
-	name, tag := templates.JobName(e.Episode, stage), templates.AttemptComment(e.Episode, stage, e.attemptNumber(stage))
+	name, tag := stages.JobName(e.Episode, stage), stages.AttemptComment(e.Episode, stage, e.attemptNumber(stage))
 	// The stage's earlier attempts have its job name too: they are known.
 	retired := e.retiredJobs(stage)
 	// Only jobs that existed since the intent (less the clocks' slack) can
@@ -384,7 +378,7 @@ func (d *Driver) provenance(ctx context.Context, e *Entry, stage string, j slurm
 	}
 	sum := sha256.Sum256(script)
 	if got := hex.EncodeToString(sum[:]); got != want {
-		return fmt.Sprintf("its batch script has sha256 %s, the staged %s has %s", got, templates.Script(stage), want), nil
+		return fmt.Sprintf("its batch script has sha256 %s, the staged %s has %s", got, stages.Script(stage), want), nil
 	}
 	return "", nil
 }
@@ -451,7 +445,7 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 		}
 	}
 	var ids []string
-	for _, s := range templates.Stages {
+	for _, s := range stages.All {
 		sub := e.Jobs[s]
 		if sub == nil {
 			continue
@@ -499,7 +493,7 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 // JobIDs returns the episode's known job ids in chain order.
 func (e *Entry) JobIDs() []string {
 	var ids []string
-	for _, s := range templates.Stages {
+	for _, s := range stages.All {
 		if id := e.JobID(s); id != "" {
 			ids = append(ids, id)
 		}

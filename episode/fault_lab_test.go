@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os/exec"
 	"strings"
 	"sync"
@@ -85,7 +86,7 @@ func TestFaultReplyLost(t *testing.T) {
 	if o := fin.Outcome; o == nil || o.Outcome != Scored {
 		t.Fatalf("outcome %+v, want scored", o)
 	}
-	if sub := fin.Jobs[Train]; !sub.Adopted || sub.JobID == "" {
+	if sub := fin.Jobs[stages.Train]; !sub.Adopted || sub.JobID == "" {
 		t.Fatalf("ledger train %+v: want the job adopted after the lost reply", sub)
 	}
 	// Slurm's view: exactly one train job under the episode's name.
@@ -99,9 +100,9 @@ func TestFaultReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], fin.Jobs[Train].JobID+"|COMPLETED|") {
-		t.Fatalf("sacct's train jobs for %s:\n%s\nwant exactly job %s COMPLETED", e.Episode, out, fin.Jobs[Train].JobID)
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], fin.Jobs[stages.Train].JobID+"|COMPLETED|") {
+		t.Fatalf("sacct's train jobs for %s:\n%s\nwant exactly job %s COMPLETED", e.Episode, out, fin.Jobs[stages.Train].JobID)
 	}
 	t.Logf("fault 5: sbatch reply lost to an sshd restart; train job %s adopted, one train job in sacct (%s); %s",
-		fin.Jobs[Train].JobID, strings.TrimSpace(string(out)), time.Since(start).Round(time.Second))
+		fin.Jobs[stages.Train].JobID, strings.TrimSpace(string(out)), time.Since(start).Round(time.Second))
 }

@@ -3,8 +3,10 @@ package episode
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"path"
 	"strconv"
@@ -14,7 +16,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // fileInfo is what lstat(2) says of a file on the cluster, as far as the
@@ -118,46 +119,11 @@ func (e *plantedError) Error() string {
 // stat'ed; only when both are the same regular file is the tail read, from
 // that open file: a FIFO or symlink swapped in between cannot stall the
 // read or redirect it.
-const collectScript = `set -u
-LC_ALL=C
-export LC_ALL
-f=$1 n=$2 mode=${3:-}
-fmt='%F|%s|%Z|%i|%h'
-if ! [ -e "$f" ] && ! [ -L "$f" ]; then
-	echo 'nemorl-collect absent'
-	exit 0
-fi
-opened=0
-if [ -f "$f" ] && [ ! -L "$f" ] && (exec 3<>"$f") 2>/dev/null; then
-	exec 3<>"$f" && opened=1
-fi
-l=$(stat --printf="$fmt" -- "$f") || exit 93
-printf 'nemorl-collect lstat %s\n' "$l"
-case $l in
-"regular file|"* | "regular empty file|"*) ;;
-*) exit 0 ;;
-esac
-if [ $opened = 0 ]; then
-	echo 'nemorl-collect unopenable'
-	exit 0
-fi
-o=$(stat -L --printf="$fmt" /dev/fd/3) || exit 93
-if [ "${o#*|*|*|}" != "${l#*|*|*|}" ]; then
-	echo 'nemorl-collect replaced'
-	exit 0
-fi
-rest=${o#*|}
-size=${rest%%|*}
-start=0
-[ "$size" -gt "$n" ] && start=$((size - n))
-printf 'nemorl-collect tail %s\n' "$start"
-if [ "$mode" = findings ]; then
-	tail -c "$n" <&3 | grep -a -n -b -e '^NEMORL_ENV_' -e '^nemorl: isolation: '
-else
-	tail -c "$n" <&3 | grep -a -n -b '^NEMORL_ENV_'
-fi
-exit 0
-`
+//
+// It is scripts/collect.sh.
+//
+//go:embed scripts/collect.sh
+var collectScript string
 
 // outputTail is what collectScript found.
 type outputTail struct {
@@ -288,14 +254,14 @@ func abbreviate(s string, n int) string {
 }
 
 // guardFindings returns the isolation guard's findings from stage's output
-// when its job ended with the guard's refusal (templates.ExitIsolation),
+// when its job ended with the guard's refusal (stages.ExitIsolation),
 // for the outcome's detail: each names a path and the setting that can
 // produce it. Best effort: none when they cannot be read.
 func (d *Driver) guardFindings(ctx context.Context, e *Entry, stage string, j slurm.JobInfo) []string {
-	if j.ExitCode.Code != templates.ExitIsolation {
+	if j.ExitCode.Code != stages.ExitIsolation {
 		return nil
 	}
-	out, err := d.readOutput(ctx, path.Join(e.Dir, templates.Output(stage)), TailBytes, true)
+	out, err := d.readOutput(ctx, path.Join(e.Dir, stages.Output(stage)), TailBytes, true)
 	if err != nil {
 		d.logf("%s: %s: reading the isolation guard's findings: %v", e.Episode, stage, err)
 		return nil

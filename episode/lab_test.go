@@ -3,6 +3,7 @@ package episode
 import (
 	"context"
 	"errors"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,7 +120,7 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 		// double from poll_min to poll_max.
 		allTrain := true
 		for _, r := range rows {
-			allTrain = allTrain && r.Stage == Train && r.JobID != ""
+			allTrain = allTrain && r.Stage == stages.Train && r.JobID != ""
 		}
 		if allTrain && sameRows(rows, lastRows) {
 			unchanged++
@@ -144,7 +145,7 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 		t.Fatalf("rows %+v", lastRows)
 	}
 	for _, r := range lastRows {
-		if r.Stage != Train || (r.State != "RUNNING" && r.State != "PENDING") || r.JobID == "" {
+		if r.Stage != stages.Train || (r.State != "RUNNING" && r.State != "PENDING") || r.JobID == "" {
 			t.Errorf("row %+v: want the train job running or pending", r)
 		}
 	}
@@ -200,8 +201,8 @@ func TestWatchConnectionLost(t *testing.T) {
 	}
 	t.Logf("gave up after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	got, lerr := d.Ledger.Load(e.Episode)
-	if lerr != nil || got.Final() || got.JobID(Author) != e.JobID(Author) {
-		t.Fatalf("ledger after the lost connection: final=%v author=%q (%v); want unfinished, same author job", got.Final(), got.JobID(Author), lerr)
+	if lerr != nil || got.Final() || got.JobID(stages.Author) != e.JobID(stages.Author) {
+		t.Fatalf("ledger after the lost connection: final=%v author=%q (%v); want unfinished, same author job", got.Final(), got.JobID(stages.Author), lerr)
 	}
 	if out, err := exec.Command(labtest.Script(t, "sshd"), "start").CombinedOutput(); err != nil {
 		t.Fatalf("lab/sshd start: %v\n%s", err, out)
@@ -243,11 +244,11 @@ func TestSubmitRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := got[e.Episode].Outcome
-	if o == nil || o.Outcome != InfraFailure || o.FailureReason != ReasonSubmitRefused || o.FailureStage != Train ||
+	if o == nil || o.Outcome != InfraFailure || o.FailureReason != ReasonSubmitRefused || o.FailureStage != stages.Train ||
 		!strings.Contains(o.Detail, "nosuch") || !o.MaskSample || o.Reward != nil {
 		t.Fatalf("outcome %+v", o)
 	}
-	if id := got[e.Episode].JobID(Train); id != "" {
+	if id := got[e.Episode].JobID(stages.Train); id != "" {
 		t.Fatalf("a train job %s exists", id)
 	}
 }

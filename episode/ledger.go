@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/internal/atomicfile"
 	"github.com/nemorl/nemorl-slurm/record"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // LedgerFormat is the version of the ledger entry format.
@@ -191,7 +191,7 @@ var ErrNotInLedger = errors.New("not in the ledger")
 
 // Create writes a new entry and its prompt; it fails if the episode exists.
 func (l *Ledger) Create(e *Entry, prompt []byte) error {
-	if !templates.ValidEpisode(e.Episode) {
+	if !stages.ValidEpisode(e.Episode) {
 		return fmt.Errorf("ledger: %w %q", ErrBadEpisodeID, e.Episode)
 	}
 	if _, err := os.Stat(l.path(e.Episode)); err == nil {
@@ -226,7 +226,7 @@ func (l *Ledger) Save(e *Entry) error {
 
 // Load reads one episode's entry.
 func (l *Ledger) Load(ep string) (*Entry, error) {
-	if !templates.ValidEpisode(ep) {
+	if !stages.ValidEpisode(ep) {
 		return nil, fmt.Errorf("%w %q: want ep-… (letters, digits and ._- only)", ErrBadEpisodeID, ep)
 	}
 	b, err := os.ReadFile(l.path(ep))

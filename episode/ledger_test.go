@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Jobs[Author] = &Submission{Intent: time.Now().UTC(), JobID: "101"}
+	e.Jobs[stages.Author] = &Submission{Intent: time.Now().UTC(), JobID: "101"}
 	e.Author = &record.Author{PatchSHA256: record.EmptySHA256}
 	e.Outcome = &Outcome{Episode: ids[0], Outcome: PolicyFailure, Reward: ptr(0.0), FailureReason: ReasonNoPatch}
 	if err := l.Save(e); err != nil {
@@ -42,7 +43,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.JobID(Author) != "101" || !got.Final() || got.Outcome.FailureReason != ReasonNoPatch || *got.Outcome.Reward != 0 || got.Author.PatchSHA256 != record.EmptySHA256 {
+	if got.JobID(stages.Author) != "101" || !got.Final() || got.Outcome.FailureReason != ReasonNoPatch || *got.Outcome.Reward != 0 || got.Author.PatchSHA256 != record.EmptySHA256 {
 		t.Fatalf("reloaded entry differs: %+v", got)
 	}
 	if p, _ := os.ReadFile(l.PromptPath(ids[1])); string(p) != "prompt of "+ids[1] {
@@ -173,7 +174,7 @@ func TestOutcomeSeal(t *testing.T) {
 			e.Outcome = &Outcome{Episode: e.Episode, Outcome: Scored, Reward: ptr(0.25), Jobs: map[string]JobSummary{"eval": {ID: "7", State: "COMPLETED"}},
 				Decided: time.Now().UTC()}
 			if strings.Contains(name, "outcome") {
-				e.Outcome.fail(PolicyFailure, Train, ReasonTrainFailed, "x")
+				e.Outcome.fail(PolicyFailure, stages.Train, ReasonTrainFailed, "x")
 				e.Outcome.Reward = ptr(0.25) // so the reward edit is not needed
 			}
 			if err := l.Save(e); err != nil {

@@ -61,6 +61,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -68,8 +69,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 const (
@@ -124,7 +123,7 @@ func (l *Ledger) lockOwner() (*lockOwner, error) {
 // process, or another Lock of this process, holds it. The claim ends with
 // Unlock or with the process.
 func (l *Ledger) TryLock(ep string) (lock *Lock, ok bool, err error) {
-	if !templates.ValidEpisode(ep) {
+	if !stages.ValidEpisode(ep) {
 		return nil, false, fmt.Errorf("ledger: lock: %w %q", ErrBadEpisodeID, ep)
 	}
 	o, err := l.lockOwner()
@@ -210,7 +209,7 @@ func (k *Lock) Unlock() {
 // Locked reports whether a live process (this one included) holds the
 // episode: for tests and diagnostics; TryLock is the way to take it.
 func (l *Ledger) Locked(ep string) (bool, error) {
-	if !templates.ValidEpisode(ep) {
+	if !stages.ValidEpisode(ep) {
 		return false, fmt.Errorf("ledger: lock: %w %q", ErrBadEpisodeID, ep)
 	}
 	o, err := l.lockOwner()

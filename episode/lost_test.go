@@ -2,6 +2,7 @@ package episode
 
 import (
 	"context"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,7 @@ func TestLostNeedsContinuousEvidence(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	host := remote.NewLocal()
 	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(host), Ledger: ledger, Now: func() time.Time { return now }}
-	e := &Entry{Episode: "ep-lost", Staged: true, Dir: t.TempDir(), Jobs: map[string]*Submission{Author: {JobID: "41", Intent: now}}}
+	e := &Entry{Episode: "ep-lost", Staged: true, Dir: t.TempDir(), Jobs: map[string]*Submission{stages.Author: {JobID: "41", Intent: now}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +87,12 @@ func TestFinishCancelsLiveJobs(t *testing.T) {
 	rec := &recordRunner{}
 	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger}
 	e := &Entry{Episode: "ep-fin", Staged: true, Dir: t.TempDir(), Jobs: map[string]*Submission{
-		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}}}
+		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
 	o := (&Outcome{Episode: e.Episode, Jobs: map[string]JobSummary{
-		Author: {ID: "1", State: "COMPLETED"}, Train: {ID: "2", State: "RUNNING"}, Eval: {ID: "3", State: "PENDING"}}}).fail(InfraFailure, Author, ReasonJobLost, "x")
+		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "RUNNING"}, stages.Eval: {ID: "3", State: "PENDING"}}}).fail(InfraFailure, stages.Author, ReasonJobLost, "x")
 	if err := d.finish(context.Background(), e, o); err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +117,8 @@ func TestPollSkipsEndedStages(t *testing.T) {
 	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger}
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	e := &Entry{Episode: "ep-ended", Staged: true, Jobs: map[string]*Submission{
-		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}},
-		Ended: map[string]JobSummary{Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
+		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
+		Ended: map[string]JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestPollSkipsEndedStages(t *testing.T) {
 	if jobs != "2,3" {
 		t.Errorf("sacct --jobs=%s, want 2,3 (not the collected author); commands %v", jobs, rec.cmds)
 	}
-	if len(rows) != 1 || rows[0].Stage != Train {
+	if len(rows) != 1 || rows[0].Stage != stages.Train {
 		t.Errorf("rows %+v: want the train stage current (the author completed, as the ledger keeps it)", rows)
 	}
 }
@@ -155,7 +156,7 @@ func TestNodeFailSettles(t *testing.T) {
 	rec := &recordRunner{}
 	d := &Driver{Config: cfg, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger, Now: func() time.Time { return now }}
 	e := &Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{}, Jobs: map[string]*Submission{
-		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}}}
+		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}

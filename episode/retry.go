@@ -2,14 +2,15 @@ package episode
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"path"
 	"strings"
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // Retries: a train or eval stage that the cluster failed is run again, as
@@ -48,7 +49,7 @@ const ReasonTrainRetried = "train_retried"
 // retryable reports whether o is a failure of the cluster's in train or
 // eval that running the stage again may cure.
 func retryable(o *Outcome) bool {
-	if o.Outcome != InfraFailure || (o.FailureStage != Train && o.FailureStage != Eval) {
+	if o.Outcome != InfraFailure || (o.FailureStage != stages.Train && o.FailureStage != stages.Eval) {
 		return false
 	}
 	switch o.FailureReason {
@@ -58,7 +59,7 @@ func retryable(o *Outcome) bool {
 	case string(record.ReasonMissingRecord):
 		// The trusted evaluator died before its record (its vLLM, its
 		// node); a missing train record is the policy's.
-		return o.FailureStage == Eval
+		return o.FailureStage == stages.Eval
 	}
 	return false
 }
@@ -110,9 +111,9 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[stri
 		}
 		return false, nil
 	}
-	redo := []string{Eval}
-	if stage == Train {
-		redo = []string{Train, Eval}
+	redo := []string{stages.Eval}
+	if stage == stages.Train {
+		redo = []string{stages.Train, stages.Eval}
 	}
 	var ids []string
 	moves := map[string]string{}
@@ -129,7 +130,7 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[stri
 		}
 		if sub.JobID != "" {
 			ids = append(ids, sub.JobID)
-			out := path.Join(e.Dir, templates.Output(s))
+			out := path.Join(e.Dir, stages.Output(s))
 			a.Output = strings.TrimSuffix(out, ".log") + fmt.Sprintf(".attempt-%d.log", a.Attempt)
 			moves[out] = a.Output
 		}
@@ -157,10 +158,11 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[stri
 
 // moveAsideScript renames each SRC DST pair whose SRC exists (never
 // following it, never into a directory).
-const moveAsideScript = `while [ $# -ge 2 ]; do
-	if [ -e "$1" ] || [ -L "$1" ]; then mv -fT -- "$1" "$2" || exit 1; fi
-	shift 2
-done`
+//
+// It is scripts/move_aside.sh.
+//
+//go:embed scripts/move_aside.sh
+var moveAsideScript string
 
 // moveAside keeps the retired attempts' outputs beside the new ones (the
 // new job would truncate them). A failure is logged: the new attempt's

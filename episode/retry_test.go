@@ -2,6 +2,7 @@ package episode
 
 import (
 	"context"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // recordHost records the commands run on it and runs none.
@@ -35,27 +35,27 @@ func TestRetryable(t *testing.T) {
 		stage, reason string
 		want          bool
 	}{
-		{InfraFailure, Train, string(slurm.FailureNodeFailure), true},
-		{InfraFailure, Eval, string(slurm.FailurePreempted), true},
-		{InfraFailure, Train, string(slurm.FailureBootFailure), true},
-		{InfraFailure, Train, string(slurm.FailureLaunch), true},
-		{InfraFailure, Train, ReasonJobLost, true},
-		{InfraFailure, Eval, ReasonNoGPU, true},
-		{InfraFailure, Eval, string(record.ReasonMissingRecord), true},
-		{InfraFailure, Eval, ReasonRolloutsRejected, true},
-		{InfraFailure, Author, string(slurm.FailureNodeFailure), false}, // the author is never run twice
-		{InfraFailure, Author, ReasonPolicyEndpointFailed, false},
-		{InfraFailure, Train, ReasonCancelled, false},       // an administrator's cancel
-		{InfraFailure, Train, ReasonDeadline, false},        // the operator's
-		{InfraFailure, Train, ReasonInterrupted, false},     // the operator's
-		{InfraFailure, Train, ReasonSubmitRefused, false},   // sbatch will refuse again
-		{InfraFailure, Train, ReasonIsolationBreach, false}, // the site's setup: again
-		{InfraFailure, Eval, ReasonTimesUnknown, false},     // accounting, not the job
-		{PolicyFailure, Train, ReasonTrainFailed, false},    // the policy's 0
-		{PolicyFailure, Train, string(record.ReasonMissingRecord), false},
-		{PolicyFailure, Eval, ReasonBadWeights, false},
-		{IntegrityViolation, Eval, string(record.ReasonDuplicateRecord), false},
-		{IntegrityViolation, Eval, ReasonEvalOutputTampered, false},
+		{InfraFailure, stages.Train, string(slurm.FailureNodeFailure), true},
+		{InfraFailure, stages.Eval, string(slurm.FailurePreempted), true},
+		{InfraFailure, stages.Train, string(slurm.FailureBootFailure), true},
+		{InfraFailure, stages.Train, string(slurm.FailureLaunch), true},
+		{InfraFailure, stages.Train, ReasonJobLost, true},
+		{InfraFailure, stages.Eval, ReasonNoGPU, true},
+		{InfraFailure, stages.Eval, string(record.ReasonMissingRecord), true},
+		{InfraFailure, stages.Eval, ReasonRolloutsRejected, true},
+		{InfraFailure, stages.Author, string(slurm.FailureNodeFailure), false}, // the author is never run twice
+		{InfraFailure, stages.Author, ReasonPolicyEndpointFailed, false},
+		{InfraFailure, stages.Train, ReasonCancelled, false},       // an administrator's cancel
+		{InfraFailure, stages.Train, ReasonDeadline, false},        // the operator's
+		{InfraFailure, stages.Train, ReasonInterrupted, false},     // the operator's
+		{InfraFailure, stages.Train, ReasonSubmitRefused, false},   // sbatch will refuse again
+		{InfraFailure, stages.Train, ReasonIsolationBreach, false}, // the site's setup: again
+		{InfraFailure, stages.Eval, ReasonTimesUnknown, false},     // accounting, not the job
+		{PolicyFailure, stages.Train, ReasonTrainFailed, false},    // the policy's 0
+		{PolicyFailure, stages.Train, string(record.ReasonMissingRecord), false},
+		{PolicyFailure, stages.Eval, ReasonBadWeights, false},
+		{IntegrityViolation, stages.Eval, string(record.ReasonDuplicateRecord), false},
+		{IntegrityViolation, stages.Eval, ReasonEvalOutputTampered, false},
 	} {
 		o := (&Outcome{}).fail(c.kind, c.stage, c.reason, "")
 		if got := retryable(o); got != c.want {
@@ -82,8 +82,8 @@ func TestRetryTrain(t *testing.T) {
 	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(sl), Ledger: ledger, Now: func() time.Time { return now }}
 	dir := "/work/nemorl/ep-retry"
 	e := &Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[string]*Submission{
-		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}},
-		Ended: map[string]JobSummary{Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
+		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
+		Ended: map[string]JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -104,14 +104,14 @@ func TestRetryTrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, ev := got.Retried[Train], got.Retried[Eval]
+	tr, ev := got.Retried[stages.Train], got.Retried[stages.Eval]
 	if len(tr) != 1 || tr[0].JobID != "2" || tr[0].Attempt != 1 || tr[0].Reason != string(slurm.FailureNodeFailure) || tr[0].Job.State != "NODE_FAIL" {
 		t.Errorf("ledger's retired train: %+v", tr)
 	}
 	if len(ev) != 1 || ev[0].JobID != "3" || ev[0].Reason != ReasonTrainRetried {
 		t.Errorf("ledger's retired eval: %+v", ev)
 	}
-	if got.Jobs[Train] != nil || got.Jobs[Eval] != nil || !slices.Contains(got.CancelsIssued, "2") || !slices.Contains(got.CancelsIssued, "3") {
+	if got.Jobs[stages.Train] != nil || got.Jobs[stages.Eval] != nil || !slices.Contains(got.CancelsIssued, "2") || !slices.Contains(got.CancelsIssued, "3") {
 		t.Errorf("ledger after the retry: jobs %v, cancels %v", got.Jobs, got.CancelsIssued)
 	}
 	if tr[0].Output != dir+"/train/out.attempt-1.log" || ev[0].Output != dir+"/eval/out.attempt-1.log" {
@@ -138,23 +138,23 @@ func TestRetryTrain(t *testing.T) {
 	// The next submission is attempt 2: its tag says so, it cancels the
 	// retired jobs first (a crash may have kept the first scancel from
 	// running), and it waits for the author again.
-	req := d.submitRequest(e, Train, "1")
-	if req.Comment != templates.Comment(e.Episode, Train)+":2" || req.Name != templates.JobName(e.Episode, Train) {
+	req := d.submitRequest(e, stages.Train, "1")
+	if req.Comment != stages.Comment(e.Episode, stages.Train)+":2" || req.Name != stages.JobName(e.Episode, stages.Train) {
 		t.Errorf("attempt 2's sbatch: comment %q, name %q", req.Comment, req.Name)
 	}
-	if n := e.attemptNumber(Train); n != 2 {
+	if n := e.attemptNumber(stages.Train); n != 2 {
 		t.Errorf("attempt number %d", n)
 	}
 
-	e.Jobs[Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
+	e.Jobs[stages.Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
 	infos["4"] = slurm.JobInfo{ID: "4", State: slurm.ParseState("RUNNING", ""), Runs: 1, Source: slurm.SourceSacct}
-	if r := rowOf(e, infos); r.Stage != Train || r.JobID != "4" || r.Attempt != 2 {
+	if r := rowOf(e, infos); r.Stage != stages.Train || r.JobID != "4" || r.Attempt != 2 {
 		t.Errorf("row of attempt 2: %+v", r)
 	}
 
 	// Attempt 2 of train failed the same way: no retry is left.
-	e.Jobs[Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
-	e.Jobs[Eval] = &Submission{JobID: "5", Attempt: 2, After: "4"}
+	e.Jobs[stages.Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
+	e.Jobs[stages.Eval] = &Submission{JobID: "5", Attempt: 2, After: "4"}
 	infos["4"] = slurm.JobInfo{ID: "4", State: slurm.ParseState("NODE_FAIL", ""), Runs: 1, Source: slurm.SourceSacct}
 	infos["5"] = slurm.JobInfo{ID: "5", State: slurm.ParseState("CANCELLED", "DependencyNeverSatisfied"), Runs: 1, Source: slurm.SourceSacct}
 	if err := d.advance(context.Background(), e, infos, w); err != nil {
@@ -163,7 +163,7 @@ func TestRetryTrain(t *testing.T) {
 	if !e.Final() || e.Outcome.FailureReason != string(slurm.FailureNodeFailure) || !e.Outcome.MaskSample {
 		t.Fatalf("after the last attempt: %+v", e.Outcome)
 	}
-	if e.Outcome.Attempts[Train] != 2 || e.Outcome.Attempts[Eval] != 2 || e.Outcome.Attempts[Author] != 1 || len(e.Outcome.Retried[Train]) != 1 {
+	if e.Outcome.Attempts[stages.Train] != 2 || e.Outcome.Attempts[stages.Eval] != 2 || e.Outcome.Attempts[stages.Author] != 1 || len(e.Outcome.Retried[stages.Train]) != 1 {
 		t.Errorf("outcome attempts %v, retried %+v", e.Outcome.Attempts, e.Outcome.Retried)
 	}
 	if !strings.Contains(e.Outcome.Detail, "ran 2 times, the last allowed (episodes.retries: 1)") {
@@ -174,16 +174,16 @@ func TestRetryTrain(t *testing.T) {
 // Runs Slurm made itself (a requeue) count as attempts: a job that ran
 // twice has used up one retry.
 func TestRequeueRunsCount(t *testing.T) {
-	e := &Entry{Jobs: map[string]*Submission{Train: {JobID: "7"}},
-		Retried: map[string][]Attempt{Train: {{Attempt: 1, JobID: "6", Job: JobSummary{ID: "6", Runs: 2}}}}}
+	e := &Entry{Jobs: map[string]*Submission{stages.Train: {JobID: "7"}},
+		Retried: map[string][]Attempt{stages.Train: {{Attempt: 1, JobID: "6", Job: JobSummary{ID: "6", Runs: 2}}}}}
 	infos := map[string]slurm.JobInfo{"7": {ID: "7", Runs: 2}}
-	if n := e.attempts(Train, infos); n != 4 {
+	if n := e.attempts(stages.Train, infos); n != 4 {
 		t.Errorf("attempts %d, want 4 (2 runs of each job)", n)
 	}
-	if n := e.attempts(Eval, infos); n != 0 {
+	if n := e.attempts(stages.Eval, infos); n != 0 {
 		t.Errorf("eval never submitted: attempts %d", n)
 	}
-	if n := e.attemptNumber(Train); n != 2 {
+	if n := e.attemptNumber(stages.Train); n != 2 {
 		t.Errorf("attempt number %d, want 2 (one tool attempt retired)", n)
 	}
 }
@@ -196,8 +196,8 @@ func TestNoRetryAfterCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &Driver{Config: cfg, Host: &recordHost{Host: remote.NewLocal()}, Slurm: slurm.New(&recordRunner{}), Ledger: ledger}
-	e := &Entry{Episode: "ep-c", Jobs: map[string]*Submission{Train: {JobID: "2"}}, CancelRequested: ReasonDeadline}
-	o := (&Outcome{Jobs: map[string]JobSummary{}}).fail(InfraFailure, Train, string(slurm.FailureNodeFailure), "")
+	e := &Entry{Episode: "ep-c", Jobs: map[string]*Submission{stages.Train: {JobID: "2"}}, CancelRequested: ReasonDeadline}
+	o := (&Outcome{Jobs: map[string]JobSummary{}}).fail(InfraFailure, stages.Train, string(slurm.FailureNodeFailure), "")
 	if ok, err := d.retry(context.Background(), e, o, nil); ok || err != nil || e.Retried != nil {
 		t.Errorf("retried after a cancel: %v %v %+v", ok, err, e.Retried)
 	}

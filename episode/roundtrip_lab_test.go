@@ -2,6 +2,7 @@ package episode
 
 import (
 	"context"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ func TestRoundTripsFar(t *testing.T) {
 	}
 
 	// Wait for the author to end (sacct through the uncounted connection).
-	id := e.JobID(Author)
+	id := e.JobID(stages.Author)
 	for {
 		infos, err := d.Slurm.Query(ctx, []string{id})
 		if err != nil {
@@ -72,7 +73,7 @@ func TestRoundTripsFar(t *testing.T) {
 		}
 	}
 	before, got0 := host.Counts(), host.Received()
-	rec, fi, err := d.scan(ctx, e, Author)
+	rec, fi, err := d.scan(ctx, e, stages.Author)
 	if err != nil {
 		t.Fatalf("scan: %v", err)
 	}

@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"github.com/nemorl/nemorl-slurm/stages"
 	"testing"
 	"time"
 
@@ -12,13 +13,13 @@ import (
 // episode's row has the elapsed time its outcome recorded.
 func TestRowOf(t *testing.T) {
 	e := &Entry{Episode: "ep-r", Staged: true, Jobs: map[string]*Submission{
-		Author: {JobID: "1"}, Train: {JobID: "2"}, Eval: {JobID: "3"}}}
+		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	infos := map[string]slurm.JobInfo{
 		"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Elapsed: 5 * time.Second},
 		"2": {ID: "2", State: slurm.ParseState("PENDING", ""), Reason: "Dependency", Elapsed: 3 * time.Second},
 	}
 	r := rowOf(e, infos)
-	if r.Stage != Train || r.State != "PENDING" || r.Reason != "Dependency" || r.Elapsed != 0 {
+	if r.Stage != stages.Train || r.State != "PENDING" || r.Reason != "Dependency" || r.Elapsed != 0 {
 		t.Errorf("pending train: %+v", r)
 	}
 	infos["2"] = slurm.JobInfo{ID: "2", State: slurm.ParseState("PENDING", ""), Reason: "None"}
@@ -31,9 +32,9 @@ func TestRowOf(t *testing.T) {
 	}
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	e.Outcome = &Outcome{Outcome: Scored, Jobs: map[string]JobSummary{
-		Author: {ID: "1", State: "COMPLETED"}, Train: {ID: "2", State: "COMPLETED"},
-		Eval: {ID: "3", State: "COMPLETED", Start: start, End: start.Add(97 * time.Second)}}}
-	if r := rowOf(e, map[string]slurm.JobInfo{}); r.Stage != Eval || r.State != "COMPLETED" || r.Elapsed != 97*time.Second {
+		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "COMPLETED"},
+		stages.Eval: {ID: "3", State: "COMPLETED", Start: start, End: start.Add(97 * time.Second)}}}
+	if r := rowOf(e, map[string]slurm.JobInfo{}); r.Stage != stages.Eval || r.State != "COMPLETED" || r.Elapsed != 97*time.Second {
 		t.Errorf("finished episode: %+v", r)
 	}
 }

@@ -21,10 +21,12 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"maps"
 	"path"
@@ -72,131 +74,20 @@ const MaxBatch = 50
 // "… exists", "… failed", "… sbatch RC", "… out LINE" (sbatch's output).
 // Every process costs (a login node under load, a sandbox): the script
 // starts as few as it can: about two per episode (sbatch and its subshell).
-const batchScript = `set -uf
-umask 077
-parent=$1 mode=$2 n=$3
-shift 3
-while [ "$n" -gt 0 ]; do
-	k=${1%%=*} p=${1#*=}
-	shift
-	n=$((n - 1))
-	if [ -d "$p" ]; then r="is a directory"
-	elif [ ! -e "$p" ]; then r="no such file or directory"
-	elif [ ! -r "$p" ]; then r="permission denied"
-	else continue
-	fi
-	printf 'nemorl-stage: preflight\t%s\t%s\t%s\n' "$k" "$p" "$r" >&2
-	exit 90
-done
-neps=$1
-shift
-j=0
-while [ $j -lt "$neps" ]; do
-	eval "ep_$j=\$1 name_$j=\$2 comment_$j=\$3 script_$j=\$4"
-	shift 4
-	j=$((j + 1))
-done
-[ -d "$parent" ] || mkdir -p -- "$parent" || exit 92
-tmp=$(mktemp -d -- "$parent/.staging.XXXXXX") || exit 92
-trap 'rm -rf -- "$tmp"' EXIT
-tar -x -z -p --no-same-owner -f - -C "$tmp" || exit 92
-sync -f -- "$tmp" 2>/dev/null || sync
-# Episode ids are words of [A-Za-z0-9._-]: a list of them splits safely.
-move=
-j=0
-while [ $j -lt "$neps" ]; do
-	eval "ep=\$ep_$j"
-	if [ -e "$parent/$ep" ] || [ -L "$parent/$ep" ]; then
-		if [ "$mode" = restage ] && [ -d "$parent/$ep" ] && [ ! -L "$parent/$ep" ] && [ -f "$parent/$ep/manifest.json" ]; then
-			printf 'nemorl-batch\t%s\tstaged\n' "$ep"
-		else
-			printf 'nemorl-batch\t%s\texists\n' "$ep"
-		fi
-		eval "ep_$j="
-	else
-		move="$move $ep"
-	fi
-	j=$((j + 1))
-done
-if [ -n "$move" ]; then
-	(cd -- "$tmp" && mv -t "$parent" -- $move) 2>/dev/null
-fi
-j=0
-while [ $j -lt "$neps" ]; do
-	eval "ep=\$ep_$j"
-	if [ -n "$ep" ]; then
-		if [ -d "$parent/$ep" ] && [ ! -e "$tmp/$ep" ]; then
-			printf 'nemorl-batch\t%s\tstaged\n' "$ep"
-		else
-			printf 'nemorl-batch\t%s\tfailed\n' "$ep"
-			eval "ep_$j="
-		fi
-	fi
-	j=$((j + 1))
-done
-[ $# -gt 0 ] || exit 0
-# sbatch four at a time, each writing its status and output beside the
-# trees; then the manifests and the report.
-mkdir -- "$tmp/.res" || exit 92
-j=0
-k=0
-while [ $j -lt "$neps" ]; do
-	eval "ep=\$ep_$j name=\$name_$j comment=\$comment_$j script=\$script_$j"
-	j=$((j + 1))
-	[ -n "$ep" ] || continue
-	(
-		"$@" --job-name="$name" --comment="$comment" "$script" >"$tmp/.res/$ep" 2>&1 </dev/null
-		echo $? >"$tmp/.res/$ep.rc"
-	) &
-	k=$((k + 1))
-	if [ $k -ge 4 ]; then
-		wait
-		k=0
-	fi
-done
-wait
-j=0
-while [ $j -lt "$neps" ]; do
-	eval "ep=\$ep_$j"
-	j=$((j + 1))
-	[ -n "$ep" ] || continue
-	rc=
-	IFS= read -r rc <"$tmp/.res/$ep.rc"
-	printf 'nemorl-batch\t%s\tsbatch\t%s\n' "$ep" "${rc:-255}"
-	id=
-	while IFS= read -r line || [ -n "$line" ]; do
-		printf 'nemorl-batch\t%s\tout\t%s\n' "$ep" "$line"
-		w=${line%%;*}
-		case $w in '' | *[!0-9]*) ;; *) id=$w ;; esac
-	done <"$tmp/.res/$ep"
-	if [ "$rc" = 0 ] && [ -n "$id" ] && IFS= read -r m <"$tmp/.next/$ep"; then
-		printf '%s\n' "${m%%@NEMORL_JOB_ID@*}$id${m#*@NEMORL_JOB_ID@}" >"$parent/$ep/manifest.json"
-	fi
-done
-exit 0
-`
+//
+// It is scripts/batch.sh.
+//
+//go:embed scripts/batch.sh
+var batchScript string
 
 // submitScript: sh -c submitScript sh MANIFEST PRE POST SBATCH ARGV…:
 // sbatch, and the manifest rewritten in place with the new job id (PRE id
 // POST), in one command.
-const submitScript = `set -u
-umask 077
-m=$1 pre=$2 post=$3
-shift 3
-out=$("$@" </dev/null)
-rc=$?
-printf '%s\n' "$out"
-[ $rc -eq 0 ] || exit $rc
-id=
-while IFS= read -r line; do
-	w=${line%%;*}
-	case $w in '' | *[!0-9]*) ;; *) id=$w ;; esac
-done <<EOF
-$out
-EOF
-[ -n "$id" ] && printf '%s%s%s\n' "$pre" "$id" "$post" >"$m"
-exit 0
-`
+//
+// It is scripts/submit.sh.
+//
+//go:embed scripts/submit.sh
+var submitScript string
 
 // preflightChecks maps config keys to the cluster files they name that the
 // jobs need: the three images (with a container runtime) and the stages'
@@ -221,8 +112,8 @@ func (d *Driver) preflightChecks() map[string]string {
 // scriptHashes is the sha256 of each stage's sbatch script in tree.
 func scriptHashes(tree *templates.Tree) map[string]string {
 	out := map[string]string{}
-	for _, s := range templates.Stages {
-		f, _ := tree.Lookup(templates.Script(s))
+	for _, s := range stages.All {
+		f, _ := tree.Lookup(stages.Script(s))
 		sum := sha256.Sum256(f.Data)
 		out[s] = hex.EncodeToString(sum[:])
 	}
@@ -286,9 +177,9 @@ func (d *Driver) manifest(e *Entry, pending string) ([]byte, error) {
 		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: e.Scripts, Jobs: map[string]string{},
 	}
 	if rt.Kind != configs.RuntimeNone {
-		m.Images = map[string]string{Author: rt.Images.Author, Train: rt.Images.Train, Eval: rt.Images.Eval}
+		m.Images = map[string]string{stages.Author: rt.Images.Author, stages.Train: rt.Images.Train, stages.Eval: rt.Images.Eval}
 		m.Digests = map[string]string{}
-		for stage, digest := range map[string]string{Author: rt.Digests.Author, Train: rt.Digests.Train, Eval: rt.Digests.Eval} {
+		for stage, digest := range map[string]string{stages.Author: rt.Digests.Author, stages.Train: rt.Digests.Train, stages.Eval: rt.Digests.Eval} {
 			if digest != "" {
 				m.Digests[stage] = digest
 			}
@@ -439,7 +330,7 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 	if id == "" {
 		id = NewID(d.now())
 	}
-	if !templates.ValidEpisode(id) {
+	if !stages.ValidEpisode(id) {
 		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ErrBadEpisodeID, id)
 	}
 	endpoint := d.pickPolicyBaseURL()
@@ -450,7 +341,7 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 	now := d.now().UTC()
 	e := &Entry{
 		Episode: id, Created: now, ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
-		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{Author: {Intent: now}},
+		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{stages.Author: {Intent: now}},
 		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree),
 	}
 	if len(d.Labels) > 0 {
@@ -460,7 +351,7 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 	if _, err := d.secretsData(e); err != nil {
 		return nil, err
 	}
-	p := &pending{e: e, tree: tree, req: d.submitRequest(e, Author, "")}
+	p := &pending{e: e, tree: tree, req: d.submitRequest(e, stages.Author, "")}
 	if _, err := slurm.SbatchArgs(p.req); err != nil {
 		return nil, err
 	}
@@ -484,14 +375,14 @@ func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
 			d.discard(p, out, err)
 		case err != nil && errors.Is(err, remote.ErrOutcomeUnknown):
 			// The command may have staged and submitted: look.
-			if adopted, aerr := d.adopt(ctx, p.e, Author); aerr == nil && adopted {
+			if adopted, aerr := d.adopt(ctx, p.e, stages.Author); aerr == nil && adopted {
 				p.e.Staged = true
 				d.settle(p, out, d.Ledger.Save(p.e))
 				continue
 			}
-			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, Author, err))
+			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
 		case err != nil:
-			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, Author, err))
+			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
 		case !r.staged:
 			d.settle(p, out, fmt.Errorf("episode %s: stage %s on %s: the directory could not be put in place", p.e.Episode, p.e.Dir, d.Host.Name()))
 		case r.sbatchErr != nil:
@@ -500,15 +391,15 @@ func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
 				d.settle(p, out, serr)
 				continue
 			}
-			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, Author, r.sbatchErr))
+			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
 		default:
-			sub := p.e.Jobs[Author]
+			sub := p.e.Jobs[stages.Author]
 			sub.JobID, sub.Submitted = r.job.JobID, d.now().UTC()
 			p.e.Staged = true
 			for _, w := range r.job.Warnings {
-				d.logf("%s: %s: sbatch: %s", p.e.Episode, Author, w)
+				d.logf("%s: %s: sbatch: %s", p.e.Episode, stages.Author, w)
 			}
-			d.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, d.Host.Name(), Author, r.job.JobID)
+			d.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, d.Host.Name(), stages.Author, r.job.JobID)
 			out[p.i] = Submitted{Entry: p.e}
 		}
 	}
@@ -667,7 +558,7 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 			continue
 		}
 		f := strings.SplitN(line, "\t", 4)
-		if len(f) < 3 || f[0] != "nemorl-batch" || !templates.ValidEpisode(f[1]) {
+		if len(f) < 3 || f[0] != "nemorl-batch" || !stages.ValidEpisode(f[1]) {
 			return nil, fmt.Errorf("unexpected output %.80q", line)
 		}
 		ep := f[1]
@@ -730,7 +621,7 @@ func (d *Driver) addToBundle(tw *tar.Writer, e *Entry, tree *templates.Tree) err
 	if err != nil {
 		return err
 	}
-	next, err := d.manifest(e, Author)
+	next, err := d.manifest(e, stages.Author)
 	if err != nil {
 		return err
 	}
@@ -766,7 +657,7 @@ func (d *Driver) addToBundle(tw *tar.Writer, e *Entry, tree *templates.Tree) err
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
 func (d *Driver) stageAgain(ctx context.Context, e *Entry, tree *templates.Tree) error {
-	res, err := d.batchCommand(ctx, []*pending{{e: e, tree: tree, req: d.submitRequest(e, Author, "")}}, "restage", false)
+	res, err := d.batchCommand(ctx, []*pending{{e: e, tree: tree, req: d.submitRequest(e, stages.Author, "")}}, "restage", false)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
 	}

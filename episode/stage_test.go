@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // stageDriver is a Driver on this machine (remote.Local) whose workdir is
@@ -59,7 +59,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 	if ops := counted.Counts(); len(ops) != 1 || ops["run stage+sbatch"] != 1 {
 		t.Errorf("submit made %v on the cluster, want one command", ops)
 	}
-	if e.JobID(Author) != "4242" || !e.Staged || e.Scripts[Author] == "" || e.PolicyBaseURL == "" {
+	if e.JobID(stages.Author) != "4242" || !e.Staged || e.Scripts[stages.Author] == "" || e.PolicyBaseURL == "" {
 		t.Errorf("entry %+v", e)
 	}
 	if _, err := os.Stat(filepath.Join(root, "pwned")); err == nil {
@@ -93,21 +93,21 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 	}
 	var m Manifest
 	b, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err := json.Unmarshal(b, &m); err != nil || m.Jobs[Author] != "4242" || m.Episode != "ep-stage-1" || m.Scripts[Train] != e.Scripts[Train] {
+	if err := json.Unmarshal(b, &m); err != nil || m.Jobs[stages.Author] != "4242" || m.Episode != "ep-stage-1" || m.Scripts[stages.Train] != e.Scripts[stages.Train] {
 		t.Errorf("manifest %s: %v", b, err)
 	}
 	args, _ := os.ReadFile(filepath.Join(root, "sbatch.args"))
-	if !strings.Contains(string(args), "--job-name="+templates.JobName("ep-stage-1", Author)) || !strings.HasSuffix(strings.TrimSpace(string(args)), filepath.Join(dir, "author", "author.sbatch")) {
+	if !strings.Contains(string(args), "--job-name="+stages.JobName("ep-stage-1", stages.Author)) || !strings.HasSuffix(strings.TrimSpace(string(args)), filepath.Join(dir, "author", "author.sbatch")) {
 		t.Errorf("sbatch args:\n%s", args)
 	}
 
 	// Train's submission rewrites the manifest in the same command.
 	t.Setenv("FAKE_SBATCH_OUT", "4243")
-	if err := d.submit(ctx, e, Train, e.JobID(Author)); err != nil {
+	if err := d.submit(ctx, e, stages.Train, e.JobID(stages.Author)); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err := json.Unmarshal(b, &m); err != nil || m.Jobs[Author] != "4242" || m.Jobs[Train] != "4243" {
+	if err := json.Unmarshal(b, &m); err != nil || m.Jobs[stages.Author] != "4242" || m.Jobs[stages.Train] != "4243" {
 		t.Errorf("manifest after train %s: %v", b, err)
 	}
 	if ops := counted.Counts(); ops["run stage+sbatch"] != 1 || ops["run sbatch"] != 1 || len(ops) != 2 {
@@ -174,7 +174,7 @@ func TestSubmitRefusals(t *testing.T) {
 	if _, refused := slurm.SubmitRefused(err); !refused {
 		t.Errorf("SubmitRefused(%v) = false", err)
 	}
-	if e == nil || !e.Staged || e.Jobs[Author] == nil || e.JobID(Author) != "" {
+	if e == nil || !e.Staged || e.Jobs[stages.Author] == nil || e.JobID(stages.Author) != "" {
 		t.Errorf("entry after a refused sbatch: %+v", e)
 	}
 	if _, err := os.Stat(filepath.Join(d.Config.Cluster.Workdir, "ep-refused", ManifestFile)); err != nil {
@@ -244,7 +244,7 @@ func TestSubmitBatch(t *testing.T) {
 			}
 			continue
 		}
-		if r.Err != nil || r.Lock == nil || r.Entry.JobID(Author) != "4242" || !r.Entry.Staged || seen[r.Entry.Episode] {
+		if r.Err != nil || r.Lock == nil || r.Entry.JobID(stages.Author) != "4242" || !r.Entry.Staged || seen[r.Entry.Episode] {
 			t.Fatalf("episode %d: %+v", i, r)
 		}
 		seen[r.Entry.Episode] = true
@@ -255,11 +255,11 @@ func TestSubmitBatch(t *testing.T) {
 		}
 		var m Manifest
 		b, _ := os.ReadFile(filepath.Join(r.Entry.Dir, ManifestFile))
-		if err := json.Unmarshal(b, &m); err != nil || m.Jobs[Author] != "4242" || m.Episode != r.Entry.Episode {
+		if err := json.Unmarshal(b, &m); err != nil || m.Jobs[stages.Author] != "4242" || m.Episode != r.Entry.Episode {
 			t.Errorf("episode %d: manifest %s %v", i, b, err)
 		}
 		e, err := d.Ledger.Load(r.Entry.Episode)
-		if err != nil || e.JobID(Author) != "4242" || !e.Staged {
+		if err != nil || e.JobID(stages.Author) != "4242" || !e.Staged {
 			t.Errorf("episode %d: ledger %+v %v", i, e, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
-	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // Limits of patience with Slurm's account of a job.
@@ -235,7 +235,7 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 				continue
 			}
 		}
-		for _, s := range templates.Stages {
+		for _, s := range stages.All {
 			if id := e.JobID(s); id != "" && e.Ended[s].ID != id {
 				ids = append(ids, id)
 			}
@@ -368,7 +368,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		case slurm.FailureNodeFailure, slurm.FailurePreempted, slurm.FailureBootFailure:
 			// The author, and train and eval under episodes.no_requeue,
 			// are submitted --no-requeue: Slurm will not run them again.
-			requeues := stage != Author && !d.Config.Episodes.NoRequeue
+			requeues := stage != stages.Author && !d.Config.Episodes.NoRequeue
 			return requeues && e.CancelRequested == "" && waited("requeue-"+j.ID) < RequeueGrace
 		}
 		w.forget("requeue-" + j.ID)
@@ -385,20 +385,20 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	}
 	// Once a cancel is on record nothing is submitted (an interrupted
 	// submission was already looked up and adopted by Cancel).
-	if e.JobID(Author) == "" {
+	if e.JobID(stages.Author) == "" {
 		if e.CancelRequested != "" {
 			return cancelled()
 		}
-		return submit(Author, "")
+		return submit(stages.Author, "")
 	}
-	ai := infos[e.JobID(Author)]
-	if settling(Author, ai) {
+	ai := infos[e.JobID(stages.Author)]
+	if settling(stages.Author, ai) {
 		return nil
 	}
 	if !ai.State.Terminal() {
-		return lost(Author)
+		return lost(stages.Author)
 	}
-	if e.Jobs[Train] == nil {
+	if e.Jobs[stages.Train] == nil {
 		switch {
 		case e.CancelRequested != "":
 			return cancelled()
@@ -409,8 +409,8 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 			}
 			// A record of another stage in the author's output is
 			// tampering, whatever the job's state.
-			if _, _, err := d.scan(ctx, e, Author); record.ReasonOf(err) == record.ReasonForeignRecord {
-				o = d.base(e, infos).policyRecord(Author, err)
+			if _, _, err := d.scan(ctx, e, stages.Author); record.ReasonOf(err) == record.ReasonForeignRecord {
+				o = d.base(e, infos).policyRecord(stages.Author, err)
 			}
 			return finish(o)
 		}
@@ -422,38 +422,38 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 			if o != nil {
 				return finish(o)
 			}
-			e.markEnded(Author, ai)
+			e.markEnded(stages.Author, ai)
 			if err := d.Ledger.Save(e); err != nil {
 				return err
 			}
 		}
 	}
-	if e.JobID(Train) == "" {
+	if e.JobID(stages.Train) == "" {
 		if e.CancelRequested != "" {
 			return cancelled()
 		}
-		if err := submit(Train, ai.ID); err != nil || e.Final() {
+		if err := submit(stages.Train, ai.ID); err != nil || e.Final() {
 			return err
 		}
 	}
-	ti := infos[e.JobID(Train)]
-	if e.JobID(Eval) == "" {
+	ti := infos[e.JobID(stages.Train)]
+	if e.JobID(stages.Eval) == "" {
 		switch {
 		case e.CancelRequested != "":
 			// Nothing more is submitted; classify once train has ended.
-		case ti.State.Terminal() && ti.State.Class != slurm.Succeeded && e.Jobs[Eval] == nil:
+		case ti.State.Terminal() && ti.State.Class != slurm.Succeeded && e.Jobs[stages.Eval] == nil:
 			// Train failed before eval was submitted: eval would never run.
 		default:
-			return submit(Eval, e.JobID(Train))
+			return submit(stages.Eval, e.JobID(stages.Train))
 		}
 	}
-	if settling(Train, ti) {
+	if settling(stages.Train, ti) {
 		return nil
 	}
 	if !ti.State.Terminal() {
-		return lost(Train)
+		return lost(stages.Train)
 	}
-	if id := e.JobID(Eval); id != "" && !infos[id].State.Terminal() && !e.EvalOutputChecked {
+	if id := e.JobID(stages.Eval); id != "" && !infos[id].State.Terminal() && !e.EvalOutputChecked {
 		// Eval's output is opened by slurmstepd when eval starts: a FIFO
 		// planted there (without isolation the train job can) would stall
 		// it until its time limit. Look once, as soon as train has ended.
@@ -463,14 +463,14 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 			return d.finish(ctx, e, o)
 		}
 	}
-	if id := e.JobID(Eval); id != "" {
+	if id := e.JobID(stages.Eval); id != "" {
 		ei := infos[id]
-		if settling(Eval, ei) {
+		if settling(stages.Eval, ei) {
 			return nil
 		}
 		if !ei.State.Terminal() {
 			if ti.State.Class == slurm.Succeeded || waited("dependent-"+id) < DependentCancelWait {
-				return lost(Eval)
+				return lost(stages.Eval)
 			}
 		}
 	}
@@ -480,7 +480,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 	}
 	if o == nil {
 		if w := waited("times"); w > TimesUnknownAfter {
-			return finish(d.base(e, infos).fail(InfraFailure, Eval, ReasonTimesUnknown,
+			return finish(d.base(e, infos).fail(InfraFailure, stages.Eval, ReasonTimesUnknown,
 				fmt.Sprintf("sacct has not reported train's end and eval's start for %s: the order of the jobs cannot be checked", w.Round(time.Second))))
 		}
 		return nil
@@ -511,7 +511,7 @@ func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome, extra ...stri
 			d.logf("%s: ended as %s; cancelled its jobs still running or waiting: %s", e.Episode, o.Outcome, strings.Join(live, ", "))
 		}
 	}
-	if o.Jobs[Author].State != "COMPLETED" {
+	if o.Jobs[stages.Author].State != "COMPLETED" {
 		// A completed author job's script deleted it already.
 		d.removeSecrets(ctx, e)
 	}
@@ -541,7 +541,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 	if e.Staged {
 		r.State = "STAGED"
 	}
-	for _, s := range templates.Stages {
+	for _, s := range stages.All {
 		sub := e.Jobs[s]
 		if sub == nil {
 			break
@@ -600,7 +600,7 @@ var ErrNotFinished = errors.New("episode not finished")
 // there but a regular file is the planted output it is (the caller aborts
 // the episode); otherwise the check is recorded and not made again.
 func (d *Driver) checkEvalOutput(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
-	p := path.Join(e.Dir, templates.Output(Eval))
+	p := path.Join(e.Dir, stages.Output(stages.Eval))
 	fi, err := d.lstat(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", e.Episode, err)
@@ -609,14 +609,14 @@ func (d *Driver) checkEvalOutput(ctx context.Context, e *Entry, infos map[string
 		e.EvalOutputChecked = true
 		return nil, d.Ledger.Save(e)
 	}
-	return d.base(e, infos).planted(e, &plantedError{Stage: Eval, Path: p, Type: fi.Type}), nil
+	return d.base(e, infos).planted(e, &plantedError{Stage: stages.Eval, Path: p, Type: fi.Type}), nil
 }
 
 // liveJobs are the episode's jobs that the outcome does not show ended:
 // running, pending, or not seen by the last poll.
 func liveJobs(e *Entry, o *Outcome) []string {
 	var out []string
-	for _, s := range templates.Stages {
+	for _, s := range stages.All {
 		id := e.JobID(s)
 		if id == "" {
 			continue

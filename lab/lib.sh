@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# Sourced: the scripts that source it use the variables it sets.
+# shellcheck disable=SC2034
 # Shared definitions for lab/up, lab/down, lab/status, lab/sshd and lab/daemon.
 # Sourced, never executed. Callers run with `set -euo pipefail`.
 
@@ -299,6 +301,7 @@ sshd_start() {
         show_log "$SSHD_LOG"
         die "sshd: config test failed"
     fi
+    # shellcheck disable=SC2094 # sshd -E and the redirection both only append to the log
     /usr/sbin/sshd -f "$SSHD_CONFIG" -E "$SSHD_LOG" </dev/null >>"$SSHD_LOG" 2>&1 || {
         show_log "$SSHD_LOG"
         die "sshd: failed to start"

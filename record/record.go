@@ -19,6 +19,7 @@ package record
 
 import (
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"reflect"
 	"strings"
 )
@@ -28,9 +29,9 @@ type Stage string
 
 // The three stages.
 const (
-	StageAuthor Stage = "author"
-	StageTrain  Stage = "train"
-	StageEval   Stage = "eval"
+	StageAuthor Stage = stages.Author
+	StageTrain  Stage = stages.Train
+	StageEval   Stage = stages.Eval
 )
 
 // Stages lists every stage, in chain order.

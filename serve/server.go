@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io"
 	"math"
 	"net/http"
@@ -503,7 +504,7 @@ func (s *Server) submit(batch []*run) {
 			s.logf("%s: submit interrupted (%v); the watcher carries it on", id, err)
 			lock = nil
 		} else {
-			s.logf("%s: submitted; author job %s", id, e.JobID(episode.Author))
+			s.logf("%s: submitted; author job %s", id, e.JobID(stages.Author))
 		}
 		go s.follow(ru, e, lock)
 	}

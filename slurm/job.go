@@ -19,6 +19,11 @@ const (
 	SourceSqueue Source = "squeue"
 )
 
+// Unlimited is JobInfo.TimeLimit (and ParseTimeLimit's result) for a job
+// without a time limit (Slurm's UNLIMITED). It is negative, unlike every
+// real limit; test it with TimeLimit < 0 or == Unlimited.
+const Unlimited time.Duration = -1
+
 // JobInfo is what Slurm says about one job.
 type JobInfo struct {
 	// ID is the job id as sbatch printed it (sacct JobIDRaw).
@@ -43,9 +48,18 @@ type JobInfo struct {
 	// (User) and squeue (%u) print it; "" when not reported (a job known
 	// from its step lines only). A user name the login node cannot
 	// resolve may come back as a number.
-	User    string `json:"user,omitempty"`
-	Comment string `json:"comment,omitempty"`
-	Steps   []Step `json:"steps,omitempty"` // sacct only
+	User string `json:"user,omitempty"`
+	// TimeLimit is the job's current time limit as Slurm reports it
+	// (sacct TimelimitRaw, squeue %l): 0 when unknown or not reported
+	// (no such column, a job known from its step lines only, sacct's
+	// Partition_Limit, squeue's NOT_SET or INVALID); Unlimited (negative)
+	// for UNLIMITED. Slurm keeps limits in whole minutes. It follows
+	// `scontrol update jobid=N TimeLimit=…`: compare it with the limit
+	// the job was submitted with to see that someone changed it. Step
+	// lines never set it.
+	TimeLimit time.Duration `json:"time_limit,omitempty"`
+	Comment   string        `json:"comment,omitempty"`
+	Steps     []Step        `json:"steps,omitempty"` // sacct only
 	// Runs is how many times the job ran or was queued to run: one, or
 	// more when Slurm requeued it (sacct --duplicates shows a record per
 	// run; the fields above are the latest's). Zero when sacct did not
@@ -70,6 +84,23 @@ func (j JobInfo) Terminal() bool { return j.State.Terminal() }
 
 // Class is shorthand for j.State.Class.
 func (j JobInfo) Class() Class { return j.State.Class }
+
+// HeldBy says who holds a pending job, from its reason: "user" for
+// JobHeldUser (sbatch --hold, or scontrol hold by the job's owner), "admin"
+// for JobHeldAdmin (scontrol hold by root or an operator), "" otherwise
+// (not held, or a reason this package does not know). squeue has it at
+// once; sacct's Reason follows a hold a little later (lab, 22.05.8: a root
+// scontrol hold of a job held by its user read JobHeldUser in sacct for
+// seconds after squeue said JobHeldAdmin).
+func (j JobInfo) HeldBy() string {
+	switch reasonWord(j.Reason) {
+	case "JobHeldUser":
+		return "user"
+	case "JobHeldAdmin":
+		return "admin"
+	}
+	return ""
+}
 
 // Blocked reports a pending job that can never start because a dependency
 // can never be satisfied (it was not submitted with --kill-on-invalid-dep).

@@ -1,66 +1,6 @@
 package templates
 
-// Exit codes the batch scripts keep for their own verdicts, 64..79
-// (ExitReservedMin..ExitReservedMax). The author and train scripts report a
-// payload status in that range as 1, so code the policy controls can never
-// fake one of these verdicts; the eval payload runs in the pinned image and
-// its status passes through (ExitWeightsRejected comes from it).
-const (
-	// ExitReservedMin and ExitReservedMax bound the reserved range.
-	ExitReservedMin = 64
-	ExitReservedMax = 79
-
-	// ExitPayloadReserved is what the author and train scripts exit with
-	// when their payload exited with a reserved code.
-	ExitPayloadReserved = 1
-
-	// ExitInputsTampered (eval): the node-local copy of the eval image or
-	// of a pinned evaluator input (eval.json, guard.sh, the payload files)
-	// differs from the sha256 written into the script at render time.
-	ExitInputsTampered = 65
-
-	// ExitInputBad: the previous stage's output, which the policy
-	// controls, is missing, not a regular file, or a symlink — train:
-	// author/change.diff; eval: train/checkpoint/model.safetensors.
-	ExitInputBad = 66
-
-	// ExitOutputNotOwn (eval): the batch shell's stdout is not the same
-	// device and inode as an lstat of its out.log, or out.log is not a
-	// regular file with exactly one link — checked at the start and again
-	// after the payload ended, before any record is written. Someone
-	// redirected the job's output (scontrol update StdOut, a swapped file).
-	ExitOutputNotOwn = 67
-
-	// ExitWeightsRejected (eval payload): `evaluate check-weights` rejected
-	// the trained weights (names, shapes, dtypes, non-finite values): the
-	// policy's weights were bad. `evaluate score` rejecting the rollouts
-	// stays exit 4 (eval infrastructure).
-	ExitWeightsRejected = 68
-
-	// ExitIsolation: the isolation guard, run in the stage's container
-	// before the payload with the payload's exact flags, binds and
-	// environment, found a way to Slurm (a mount outside the allowlist, a
-	// unix socket, a network interface on train or eval, Slurm variables,
-	// a Slurm client, Slurm or munge configuration), or an APPTAINER_* /
-	// SINGULARITY_* variable could not be cleared. The payload never ran.
-	ExitIsolation = 69
-
-	ExitNoGPU = 70 // train, eval: the job's GPU is not visible (node fault: infra_failure/no_gpu)
-
-	// ExitPolicyEndpoint (author): the policy endpoint failed, not the
-	// policy: the proxy reported, on the status descriptor the script opened
-	// outside the container, no successful call, or a last call that failed
-	// with a 5xx, 429 or no HTTP answer (infrastructure: no reward).
-	ExitPolicyEndpoint = 75
-
-	// ExitSecretsMissing (author): secrets.env is missing (the job was
-	// re-run; its key is read once and deleted).
-	ExitSecretsMissing = 78
-)
-
-// ReservedExit reports whether status is in the range the scripts keep for
-// their own verdicts.
-func ReservedExit(status int) bool { return status >= ExitReservedMin && status <= ExitReservedMax }
+import "github.com/nemorl/nemorl-slurm/stages"
 
 // exitCodes is what the templates see as .Exit.
 type exitCodes struct {
@@ -69,7 +9,7 @@ type exitCodes struct {
 }
 
 var scriptExits = exitCodes{
-	ReservedMin: ExitReservedMin, ReservedMax: ExitReservedMax, PayloadReserved: ExitPayloadReserved,
-	InputsTampered: ExitInputsTampered, InputBad: ExitInputBad, OutputNotOwn: ExitOutputNotOwn,
-	WeightsRejected: ExitWeightsRejected, Isolation: ExitIsolation, SecretsMissing: ExitSecretsMissing,
+	ReservedMin: stages.ExitReservedMin, ReservedMax: stages.ExitReservedMax, PayloadReserved: stages.ExitPayloadReserved,
+	InputsTampered: stages.ExitInputsTampered, InputBad: stages.ExitInputBad, OutputNotOwn: stages.ExitOutputNotOwn,
+	WeightsRejected: stages.ExitWeightsRejected, Isolation: stages.ExitIsolation, SecretsMissing: stages.ExitSecretsMissing,
 }

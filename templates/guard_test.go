@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ type guardTree struct {
 // rendered (cluster-example) payload exec line.
 func bindTargets(t *testing.T, stage string) []string {
 	t.Helper()
-	f, _ := render(t, loadExample(t, "cluster-example.yaml")).Lookup(Script(stage))
+	f, _ := render(t, loadExample(t, "cluster-example.yaml")).Lookup(stages.Script(stage))
 	payload, _ := execLines(t, f.Data)
 	var out []string
 	fields := strings.Fields(payload)
@@ -63,7 +64,7 @@ func newGuardTree(t *testing.T, stage string) *guardTree {
 			mkdirAll(t, p)
 		}
 	}
-	if stage != Author {
+	if stage != stages.Author {
 		g.nv(t)
 	}
 	// A socket under /proc or /sys is not reachable as a file: pruned.
@@ -173,7 +174,7 @@ func (g *guardTree) writeProc(t *testing.T) {
 }
 
 func TestGuardClean(t *testing.T) {
-	for _, stage := range Stages {
+	for _, stage := range stages.All {
 		g := newGuardTree(t, stage)
 		out, code := g.run(t, stage)
 		if code != 0 || strings.Contains(out, "isolation:") {
@@ -182,7 +183,7 @@ func TestGuardClean(t *testing.T) {
 	}
 	// A GPU node running nvidia-persistenced: --nv binds its socket too, at
 	// its path (seen through /var/run or /run).
-	for _, stage := range []string{Train, Eval} {
+	for _, stage := range []string{stages.Train, stages.Eval} {
 		for _, p := range []string{"/var/run/nvidia-persistenced/socket", "/run/nvidia-persistenced/socket"} {
 			g := newGuardTree(t, stage)
 			g.mounts = append(g.mounts, p)
@@ -203,102 +204,102 @@ func TestGuardRefuses(t *testing.T) {
 		env         []string
 		want        string
 	}{
-		{name: "munge bind", stage: Train, want: "mount point /run/munge ",
+		{name: "munge bind", stage: stages.Train, want: "mount point /run/munge ",
 			plant: func(t *testing.T, g *guardTree) { g.mounts = append(g.mounts, "/run/munge") }},
-		{name: "slurm config bind elsewhere", stage: Author, want: "mount point /opt/site/slurm ",
+		{name: "slurm config bind elsewhere", stage: stages.Author, want: "mount point /opt/site/slurm ",
 			plant: func(t *testing.T, g *guardTree) { g.mounts = append(g.mounts, "/opt/site/slurm") }},
-		{name: "GPU library bind on author", stage: Author, want: "mount point /usr/lib64/libcuda.so.1 ",
+		{name: "GPU library bind on author", stage: stages.Author, want: "mount point /usr/lib64/libcuda.so.1 ",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/usr/lib64/libcuda.so.1")
 				writeFile(t, filepath.Join(g.root, "usr/lib64/libcuda.so.1"), "")
 			}},
-		{name: "directory bound at a GPU library name", stage: Eval, want: "mount point /usr/lib64/libcuda.so.9 ",
+		{name: "directory bound at a GPU library name", stage: stages.Eval, want: "mount point /usr/lib64/libcuda.so.9 ",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/usr/lib64/libcuda.so.9")
 				mkdirAll(t, filepath.Join(g.root, "usr/lib64/libcuda.so.9"))
 			}},
-		{name: "escaped mount point", stage: Eval, want: `mount point /tmp\040x `,
+		{name: "escaped mount point", stage: stages.Eval, want: `mount point /tmp\040x `,
 			plant: func(t *testing.T, g *guardTree) { g.mounts = append(g.mounts, `/tmp\040x`) }},
-		{name: "socket file", stage: Eval, want: "unix socket /nemorl/out/deep/munge.socket.2",
+		{name: "socket file", stage: stages.Eval, want: "unix socket /nemorl/out/deep/munge.socket.2",
 			plant: func(t *testing.T, g *guardTree) {
 				mknodSocket(t, filepath.Join(g.root, "nemorl/out/deep/munge.socket.2"))
 			}},
-		{name: "socket in a mount below /proc", stage: Train, want: "unix socket /proc/driver/x/munge.socket.2",
+		{name: "socket in a mount below /proc", stage: stages.Train, want: "unix socket /proc/driver/x/munge.socket.2",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/proc/driver/x")
 				mknodSocket(t, filepath.Join(g.root, "proc/driver/x/munge.socket.2"))
 			}},
-		{name: "socket in /dev", stage: Author, want: "unix socket /dev/log (a way to a daemon",
+		{name: "socket in /dev", stage: stages.Author, want: "unix socket /dev/log (a way to a daemon",
 			plant: func(t *testing.T, g *guardTree) { mknodSocket(t, filepath.Join(g.root, "dev/log")) }},
-		{name: "munge bound onto a placeholder file in /.singularity.d", stage: Author, want: "mount point /.singularity.d/munge.socket.2 is not allowed in the author container: a unix socket mounted onto a file",
+		{name: "munge bound onto a placeholder file in /.singularity.d", stage: stages.Author, want: "mount point /.singularity.d/munge.socket.2 is not allowed in the author container: a unix socket mounted onto a file",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/.singularity.d/munge.socket.2")
 				mknodSocket(t, filepath.Join(g.root, ".singularity.d/munge.socket.2"))
 			}},
-		{name: "a socket bound at a GPU library's name", stage: Train, want: "mount point /.singularity.d/libs/libcuda.so.2 is not allowed in the train container: a unix socket",
+		{name: "a socket bound at a GPU library's name", stage: stages.Train, want: "mount point /.singularity.d/libs/libcuda.so.2 is not allowed in the train container: a unix socket",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/.singularity.d/libs/libcuda.so.2")
 				mknodSocket(t, filepath.Join(g.root, ".singularity.d/libs/libcuda.so.2"))
 			}},
-		{name: "a socket bound at an allowed file", stage: Eval, want: "mount point /etc/hosts is not allowed in the eval container: a unix socket",
+		{name: "a socket bound at an allowed file", stage: stages.Eval, want: "mount point /etc/hosts is not allowed in the eval container: a unix socket",
 			plant: func(t *testing.T, g *guardTree) {
 				_ = os.Remove(filepath.Join(g.root, "etc/hosts"))
 				mknodSocket(t, filepath.Join(g.root, "etc/hosts"))
 			}},
-		{name: "persistenced socket on the author", stage: Author, want: "mount point /var/run/nvidia-persistenced/socket is not allowed in the author container: a unix socket",
+		{name: "persistenced socket on the author", stage: stages.Author, want: "mount point /var/run/nvidia-persistenced/socket is not allowed in the author container: a unix socket",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/var/run/nvidia-persistenced/socket")
 				mknodSocket(t, filepath.Join(g.root, "var/run/nvidia-persistenced/socket"))
 			}},
-		{name: "a socket beside persistenced's", stage: Train, want: "mount point /var/run/nvidia-persistenced/other is not allowed",
+		{name: "a socket beside persistenced's", stage: stages.Train, want: "mount point /var/run/nvidia-persistenced/other is not allowed",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/var/run/nvidia-persistenced/other")
 				mknodSocket(t, filepath.Join(g.root, "var/run/nvidia-persistenced/other"))
 			}},
-		{name: "nvliblist file on the author (always use nv)", stage: Author, want: "mount point /usr/share/vulkan/icd.d/nvidia_icd.json is not allowed in the author container: a GPU path in the author container, which gets no GPU; cause: --nv",
+		{name: "nvliblist file on the author (always use nv)", stage: stages.Author, want: "mount point /usr/share/vulkan/icd.d/nvidia_icd.json is not allowed in the author container: a GPU path in the author container, which gets no GPU; cause: --nv",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/usr/share/vulkan/icd.d/nvidia_icd.json")
 				writeFile(t, filepath.Join(g.root, "usr/share/vulkan/icd.d/nvidia_icd.json"), "{}")
 			}},
-		{name: "a host file system (mount hostfs)", stage: Train, want: `mount point /scratch is not allowed in the train container: not a path Apptainer, --nv or the train stage's binds mount; cause: a site bind (apptainer.conf "bind path", APPTAINER_BIND, a wrapper's --bind) or apptainer.conf "mount hostfs = yes"`,
+		{name: "a host file system (mount hostfs)", stage: stages.Train, want: `mount point /scratch is not allowed in the train container: not a path Apptainer, --nv or the train stage's binds mount; cause: a site bind (apptainer.conf "bind path", APPTAINER_BIND, a wrapper's --bind) or apptainer.conf "mount hostfs = yes"`,
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/scratch")
 				mkdirAll(t, filepath.Join(g.root, "scratch"))
 			}},
-		{name: "another device", stage: Eval, want: "mount point /dev/sda is not allowed",
+		{name: "another device", stage: stages.Eval, want: "mount point /dev/sda is not allowed",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/dev/sda")
 				mknodChar(t, filepath.Join(g.root, "dev/sda"))
 			}},
-		{name: "a GPU device that is a directory", stage: Train, want: "mount point /dev/nvidia9 is not allowed",
+		{name: "a GPU device that is a directory", stage: stages.Train, want: "mount point /dev/nvidia9 is not allowed",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/dev/nvidia9")
 				mkdirAll(t, filepath.Join(g.root, "dev/nvidia9"))
 			}},
-		{name: "a directory under the libraries", stage: Eval, want: "mount point /.singularity.d/libs/sub/libx.so is not allowed",
+		{name: "a directory under the libraries", stage: stages.Eval, want: "mount point /.singularity.d/libs/sub/libx.so is not allowed",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/.singularity.d/libs/sub/libx.so")
 				writeFile(t, filepath.Join(g.root, ".singularity.d/libs/sub/libx.so"), "")
 			}},
-		{name: "another binary at /usr/bin", stage: Train, want: "mount point /usr/bin/nvidia-shell is not allowed",
+		{name: "another binary at /usr/bin", stage: stages.Train, want: "mount point /usr/bin/nvidia-shell is not allowed",
 			plant: func(t *testing.T, g *guardTree) {
 				g.mounts = append(g.mounts, "/usr/bin/nvidia-shell")
 				writeFile(t, filepath.Join(g.root, "usr/bin/nvidia-shell"), "")
 			}},
-		{name: "eth0", stage: Train, want: "network interface eth0",
+		{name: "eth0", stage: stages.Train, want: "network interface eth0",
 			plant: func(t *testing.T, g *guardTree) { g.netdev = append(g.netdev, "eth0") }},
-		{name: "SLURM_JWT", stage: Author, env: []string{"SLURM_JWT=eyJ"}, want: "environment variable SLURM_JWT is set"},
-		{name: "SLURM_CONF", stage: Eval, env: []string{"SLURM_CONF=/x/slurm.conf"}, want: "environment variable SLURM_CONF is set"},
-		{name: "SLURMRESTD", stage: Train, env: []string{"SLURMRESTD_URL=http://x"}, want: "environment variable SLURMRESTD_URL is set"},
-		{name: "sbatch on PATH", stage: Train, env: []string{"PATH=/usr/bin:/bin:/opt/slurm/bin"}, want: "Slurm client /opt/slurm/bin/sbatch",
+		{name: "SLURM_JWT", stage: stages.Author, env: []string{"SLURM_JWT=eyJ"}, want: "environment variable SLURM_JWT is set"},
+		{name: "SLURM_CONF", stage: stages.Eval, env: []string{"SLURM_CONF=/x/slurm.conf"}, want: "environment variable SLURM_CONF is set"},
+		{name: "SLURMRESTD", stage: stages.Train, env: []string{"SLURMRESTD_URL=http://x"}, want: "environment variable SLURMRESTD_URL is set"},
+		{name: "sbatch on PATH", stage: stages.Train, env: []string{"PATH=/usr/bin:/bin:/opt/slurm/bin"}, want: "Slurm client /opt/slurm/bin/sbatch",
 			plant: func(t *testing.T, g *guardTree) {
 				writeFile(t, filepath.Join(g.root, "opt/slurm/bin/sbatch"), "#!/bin/sh\n")
 			}},
-		{name: "scontrol in a standard directory", stage: Author, want: "Slurm client /usr/bin/scontrol",
+		{name: "scontrol in a standard directory", stage: stages.Author, want: "Slurm client /usr/bin/scontrol",
 			plant: func(t *testing.T, g *guardTree) { writeFile(t, filepath.Join(g.root, "usr/bin/scontrol"), "") }},
-		{name: "/etc/slurm", stage: Author, want: "/etc/slurm is present",
+		{name: "/etc/slurm", stage: stages.Author, want: "/etc/slurm is present",
 			plant: func(t *testing.T, g *guardTree) { mkdirAll(t, filepath.Join(g.root, "etc/slurm")) }},
-		{name: "/var/run/munge", stage: Eval, want: "/var/run/munge is present",
+		{name: "/var/run/munge", stage: stages.Eval, want: "/var/run/munge is present",
 			plant: func(t *testing.T, g *guardTree) { mkdirAll(t, filepath.Join(g.root, "var/run/munge")) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -307,8 +308,8 @@ func TestGuardRefuses(t *testing.T) {
 				tc.plant(t, g)
 			}
 			out, code := g.run(t, tc.stage, tc.env...)
-			if code != ExitIsolation || !strings.Contains(out, "nemorl: isolation: "+tc.want) {
-				t.Fatalf("exit %d, want %d naming %q:\n%s", code, ExitIsolation, tc.want, out)
+			if code != stages.ExitIsolation || !strings.Contains(out, "nemorl: isolation: "+tc.want) {
+				t.Fatalf("exit %d, want %d naming %q:\n%s", code, stages.ExitIsolation, tc.want, out)
 			}
 			if n := strings.Count(out, "nemorl: isolation: "); n != 1 {
 				t.Errorf("%d findings, want exactly this one:\n%s", n, out)
@@ -320,15 +321,15 @@ func TestGuardRefuses(t *testing.T) {
 // TestGuardAuthorNetwork: the author keeps the host network, so its
 // interfaces are not a finding; train's are.
 func TestGuardAuthorNetwork(t *testing.T) {
-	g := newGuardTree(t, Author)
+	g := newGuardTree(t, stages.Author)
 	g.netdev = append(g.netdev, "eth0")
-	if out, code := g.run(t, Author); code != 0 {
+	if out, code := g.run(t, stages.Author); code != 0 {
 		t.Fatalf("author with eth0: exit %d\n%s", code, out)
 	}
 }
 
 // TestGuardUsage: a bad stage or option is refused (the script maps any
-// non-zero status to ExitIsolation); the scanned roots come only from the
+// non-zero status to stages.ExitIsolation); the scanned roots come only from the
 // command line.
 func TestGuardUsage(t *testing.T) {
 	for _, args := range [][]string{{}, {"nope"}, {"--root"}, {"--bogus", "x", "train"}, {"--root", "rel", "train"}, {"train", "eval"}} {

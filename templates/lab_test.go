@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +24,9 @@ func TestLabChain(t *testing.T) {
 		t.Skip("submits as root, the user the lab registers for local jobs")
 	}
 	tr := stageRun(t, map[string]string{
-		Author: `rm -f "$NEMORL_SECRETS"; echo diff > "$NEMORL_OUT/change.diff"; echo NEMORL_ENV_AUTHOR_RESULT={}`,
-		Train:  `test -f "$NEMORL_PATCH"; test -n "$NEMORL_DEADLINE"; echo w > "$NEMORL_OUT/model.safetensors"; echo "train job=$SLURM_JOB_ID"`,
-		Eval:   `test -f "$NEMORL_WEIGHTS"; echo "eval job=$SLURM_JOB_ID"`,
+		stages.Author: `rm -f "$NEMORL_SECRETS"; echo diff > "$NEMORL_OUT/change.diff"; echo NEMORL_ENV_AUTHOR_RESULT={}`,
+		stages.Train:  `test -f "$NEMORL_PATCH"; test -n "$NEMORL_DEADLINE"; echo w > "$NEMORL_OUT/model.safetensors"; echo "train job=$SLURM_JOB_ID"`,
+		stages.Eval:   `test -f "$NEMORL_WEIGHTS"; echo "eval job=$SLURM_JOB_ID"`,
 	})
 	// Staging writes secrets.env; the author script refuses to run without it.
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("NEMORL_POLICY_API_KEY=x\n"), 0o600); err != nil {
@@ -34,12 +35,12 @@ func TestLabChain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var ids []string
-	for _, stage := range Stages {
+	for _, stage := range stages.All {
 		args := []string{"--parsable", "--partition=" + lab.Partition}
 		if len(ids) > 0 {
 			args = append(args, "--dependency=afterok:"+ids[len(ids)-1])
 		}
-		args = append(args, filepath.Join(tr.Dir, Script(stage)))
+		args = append(args, filepath.Join(tr.Dir, stages.Script(stage)))
 		out, err := exec.CommandContext(ctx, "sbatch", args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("sbatch %s: %v\n%s", stage, err, out)
@@ -78,11 +79,11 @@ func TestLabChain(t *testing.T) {
 	}
 	for i, id := range ids {
 		if states[id] != "COMPLETED 0:0" {
-			out, _ := os.ReadFile(filepath.Join(tr.Dir, Output(Stages[i])))
-			t.Errorf("%s job %s: %s\n%s", Stages[i], id, states[id], out)
+			out, _ := os.ReadFile(filepath.Join(tr.Dir, stages.Output(stages.All[i])))
+			t.Errorf("%s job %s: %s\n%s", stages.All[i], id, states[id], out)
 		}
 	}
-	out, err := os.ReadFile(filepath.Join(tr.Dir, Output(Eval)))
+	out, err := os.ReadFile(filepath.Join(tr.Dir, stages.Output(stages.Eval)))
 	if err != nil || !strings.Contains(string(out), "eval job="+ids[2]) {
 		t.Errorf("eval output (%v):\n%s", err, out)
 	}
@@ -101,17 +102,17 @@ func TestLabEvalOutputRedirected(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("submits as root, the user the lab registers for local jobs")
 	}
-	tr := stageRun(t, map[string]string{Eval: `echo payload-ran >&2; echo 'NEMORL_ENV_RESULT={"reward": 1}'`})
+	tr := stageRun(t, map[string]string{stages.Eval: `echo payload-ran >&2; echo 'NEMORL_ENV_RESULT={"reward": 1}'`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "train/checkpoint/model.safetensors"), []byte("w"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	outLog, other := filepath.Join(tr.Dir, Output(Eval)), filepath.Join(tr.Dir, "eval/other.log")
+	outLog, other := filepath.Join(tr.Dir, stages.Output(stages.Eval)), filepath.Join(tr.Dir, "eval/other.log")
 	if err := os.WriteFile(outLog, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	state := labRun(ctx, t, lab, "--output="+other, filepath.Join(tr.Dir, Script(Eval)))
+	state := labRun(ctx, t, lab, "--output="+other, filepath.Join(tr.Dir, stages.Script(stages.Eval)))
 	got, _ := os.ReadFile(other)
 	logData, _ := os.ReadFile(outLog)
 	if state != "FAILED 67:0" || !strings.Contains(string(got), "output check (at start)") || strings.Contains(string(got), "payload-ran") {
@@ -121,7 +122,7 @@ func TestLabEvalOutputRedirected(t *testing.T) {
 		t.Errorf("a record escaped:\nother.log:\n%s\nout.log:\n%s", got, logData)
 	}
 
-	state = labRun(ctx, t, lab, filepath.Join(tr.Dir, Script(Eval)))
+	state = labRun(ctx, t, lab, filepath.Join(tr.Dir, stages.Script(stages.Eval)))
 	logData, _ = os.ReadFile(outLog)
 	if state != "COMPLETED 0:0" || strings.Count(string(logData), "NEMORL_ENV_RESULT=") != 1 {
 		t.Errorf("as rendered: %s\n%s", state, logData)
@@ -195,14 +196,14 @@ func TestLabCancelledPayloadIgnoresTerm(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("submits as root, the user the lab registers for local jobs")
 	}
-	tr := stageRun(t, map[string]string{Train: `trap '' TERM; echo "home=$HOME"; sleep 600 & wait`})
+	tr := stageRun(t, map[string]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 600 & wait`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	id := labSubmit(ctx, t, lab, filepath.Join(tr.Dir, Script(Train)))
-	logPath := filepath.Join(tr.Dir, Output(Train))
+	id := labSubmit(ctx, t, lab, filepath.Join(tr.Dir, stages.Script(stages.Train)))
+	logPath := filepath.Join(tr.Dir, stages.Output(stages.Train))
 	var home string
 	for home == "" {
 		if ctx.Err() != nil {
@@ -256,7 +257,7 @@ func TestLabStaleScratchSwept(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	live := labSubmit(ctx, t, lab, "--hold", "--wrap=true") // pending: listed by squeue --me
-	tr := stageRun(t, map[string]string{Train: `echo ran`})
+	tr := stageRun(t, map[string]string{stages.Train: `echo ran`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestLabStaleScratchSwept(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "squeue"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, code := runScript(t, tr, Train, "TMPDIR="+tmp, "PATH="+bin+":/usr/bin:/bin")
+	out, code := runScript(t, tr, stages.Train, "TMPDIR="+tmp, "PATH="+bin+":/usr/bin:/bin")
 	if code != 0 || !strings.Contains(out, "squeue failed") {
 		t.Fatalf("squeue failing: exit %d\n%s", code, out)
 	}
@@ -299,7 +300,7 @@ func TestLabStaleScratchSwept(t *testing.T) {
 		}
 	}
 
-	out, code = runScript(t, tr, Train, "TMPDIR="+tmp)
+	out, code = runScript(t, tr, stages.Train, "TMPDIR="+tmp)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
@@ -344,13 +345,13 @@ func TestLabNoGPUNode(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		state := labRun(ctx, t, lab, filepath.Join(tr.Dir, Script(Train)))
+		state := labRun(ctx, t, lab, filepath.Join(tr.Dir, stages.Script(stages.Train)))
 		// sacct may report the end before the job's output is all on disk
 		// (seen once under a full make test): read until the script's last
 		// line is there, a few seconds at most.
 		var log []byte
 		for range 40 {
-			log, _ = os.ReadFile(filepath.Join(tr.Dir, Output(Train)))
+			log, _ = os.ReadFile(filepath.Join(tr.Dir, stages.Output(stages.Train)))
 			if strings.Contains(string(log), "nemorl: no GPU:") || strings.Contains(string(log), "payload exited with status") {
 				break
 			}

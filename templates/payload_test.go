@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,7 +128,7 @@ func TestPayloads(t *testing.T) {
 	cfg := loadExample(t, "lab-none.yaml")
 
 	// author
-	out, errs, code := runPayload(t, tr, Author, root, log, map[string]string{
+	out, errs, code := runPayload(t, tr, stages.Author, root, log, map[string]string{
 		"NEMORL_OUT": at("author"), "NEMORL_BUNDLE": at("author/bundle"), "NEMORL_PROMPT": at("author/prompt.txt"), "NEMORL_SECRETS": at("author/secrets.env")})
 	if code != 0 {
 		t.Fatalf("author exit %d\n%s%s", code, out, errs)
@@ -152,7 +153,7 @@ func TestPayloads(t *testing.T) {
 
 	// train
 	deadline := time.Now().Add(time.Duration(configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds)) * time.Second)
-	out, errs, code = runPayload(t, tr, Train, root, log, map[string]string{
+	out, errs, code = runPayload(t, tr, stages.Train, root, log, map[string]string{
 		"NEMORL_PATCH": at("author/change.diff"), "NEMORL_BUNDLE": at("train/bundle"), "NEMORL_OUT": at("train/checkpoint"),
 		"NEMORL_DEADLINE": strconv.FormatInt(deadline.Unix(), 10)})
 	if code != 0 {
@@ -173,7 +174,7 @@ func TestPayloads(t *testing.T) {
 	if err := os.WriteFile(settings, bytes.Replace(b, []byte(`"qwen2.5-1.5b-instruct"`), []byte(`"tiny-qwen2"`), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, errs, code = runPayload(t, tr, Eval, root, log, map[string]string{
+	out, errs, code = runPayload(t, tr, stages.Eval, root, log, map[string]string{
 		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
 	if code != 0 {
 		t.Fatalf("eval exit %d\n%s%s", code, out, errs)
@@ -256,7 +257,7 @@ func TestPayloadAuthorTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	out, errs, code := runPayload(t, tr, Author, root, log, map[string]string{"NEMORL_STANDIN_MODE": "claude-hangs",
+	out, errs, code := runPayload(t, tr, stages.Author, root, log, map[string]string{"NEMORL_STANDIN_MODE": "claude-hangs",
 		"NEMORL_OUT": at("author"), "NEMORL_BUNDLE": at("author/bundle"), "NEMORL_PROMPT": at("author/prompt.txt"), "NEMORL_SECRETS": at("author/secrets.env")})
 	if code != 0 || time.Since(start) > 30*time.Second {
 		t.Fatalf("author exit %d after %s\n%s%s", code, time.Since(start), out, errs)
@@ -277,11 +278,11 @@ func TestPayloadAuthorTimeout(t *testing.T) {
 func TestPayloadTrainTerm(t *testing.T) {
 	tr, root, log, at := payloadEpisode(t)
 	// A real patch, from the author payload.
-	if out, errs, code := runPayload(t, tr, Author, root, log, map[string]string{
+	if out, errs, code := runPayload(t, tr, stages.Author, root, log, map[string]string{
 		"NEMORL_OUT": at("author"), "NEMORL_BUNDLE": at("author/bundle"), "NEMORL_PROMPT": at("author/prompt.txt"), "NEMORL_SECRETS": at("author/secrets.env")}); code != 0 {
 		t.Fatalf("author exit %d\n%s%s", code, out, errs)
 	}
-	cmd := payloadCmd(t, tr, Train, root, log, map[string]string{"NEMORL_STANDIN_MODE": "trainer-hangs",
+	cmd := payloadCmd(t, tr, stages.Train, root, log, map[string]string{"NEMORL_STANDIN_MODE": "trainer-hangs",
 		"NEMORL_PATCH": at("author/change.diff"), "NEMORL_BUNDLE": at("train/bundle"), "NEMORL_OUT": at("train/checkpoint"),
 		"NEMORL_DEADLINE": strconv.FormatInt(time.Now().Add(30*time.Second).Unix(), 10)})
 	tmp := strings.TrimPrefix(cmd.Env[2], "TMPDIR=")
@@ -340,10 +341,10 @@ func TestPayloadEvalWeightsRejected(t *testing.T) {
 	if err := os.WriteFile(at("train/checkpoint/model.safetensors"), []byte("\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, errs, code := runPayload(t, tr, Eval, root, log, map[string]string{
+	out, errs, code := runPayload(t, tr, stages.Eval, root, log, map[string]string{
 		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
-	if code != ExitWeightsRejected || !strings.Contains(errs, "weights rejected") || strings.Contains(out, "NEMORL_ENV_RESULT") {
-		t.Fatalf("exit %d, want %d\n%s%s", code, ExitWeightsRejected, out, errs)
+	if code != stages.ExitWeightsRejected || !strings.Contains(errs, "weights rejected") || strings.Contains(out, "NEMORL_ENV_RESULT") {
+		t.Fatalf("exit %d, want %d\n%s%s", code, stages.ExitWeightsRejected, out, errs)
 	}
 	if b, _ := os.ReadFile(log); strings.Contains(string(b), "vllm") {
 		t.Errorf("a server started for rejected weights:\n%s", b)
@@ -352,13 +353,13 @@ func TestPayloadEvalWeightsRejected(t *testing.T) {
 
 // TestRunAuthorEndpointStatus runs the rendered author script with a fake
 // payload that writes the proxy's status lines on descriptor 4: the script
-// exits 75 (ExitPolicyEndpoint) only when the built-in proxy's header is
+// exits 75 (stages.ExitPolicyEndpoint) only when the built-in proxy's header is
 // there and no call succeeded, or the last one failed with 5xx, 429 or
 // connect; otherwise the payload's status stands (and a payload claiming 75
 // itself is reported as 1).
 func TestRunAuthorEndpointStatus(t *testing.T) {
-	if ExitPolicyEndpoint != 75 || !ReservedExit(ExitPolicyEndpoint) {
-		t.Fatalf("ExitPolicyEndpoint %d must be 75, in the reserved range", ExitPolicyEndpoint)
+	if stages.ExitPolicyEndpoint != 75 || !stages.ReservedExit(stages.ExitPolicyEndpoint) {
+		t.Fatalf("ExitPolicyEndpoint %d must be 75, in the reserved range", stages.ExitPolicyEndpoint)
 	}
 	for _, c := range []struct {
 		name  string
@@ -368,17 +369,17 @@ func TestRunAuthorEndpointStatus(t *testing.T) {
 	}{
 		{"ok, ok", []string{"proxy 1 started", "ok", "ok"}, 0, 0},
 		{"ok, ok, payload failed", []string{"proxy 1 started", "ok", "ok"}, 3, 3},
-		{"ok, error 500", []string{"proxy 1 started", "ok", "error 500"}, 0, ExitPolicyEndpoint},
-		{"ok, error 429", []string{"proxy 1 started", "ok", "error 429"}, 1, ExitPolicyEndpoint},
-		{"ok, error connect", []string{"proxy 1 started", "ok", "error connect"}, 1, ExitPolicyEndpoint},
+		{"ok, error 500", []string{"proxy 1 started", "ok", "error 500"}, 0, stages.ExitPolicyEndpoint},
+		{"ok, error 429", []string{"proxy 1 started", "ok", "error 429"}, 1, stages.ExitPolicyEndpoint},
+		{"ok, error connect", []string{"proxy 1 started", "ok", "error connect"}, 1, stages.ExitPolicyEndpoint},
 		{"ok, error 400 - prompt too long", []string{"proxy 1 started", "ok", "error 400"}, 1, 1},
 		{"error 500, then ok", []string{"proxy 1 started", "error 500", "ok"}, 0, 0},
-		{"started only", []string{"proxy 1 started"}, 1, ExitPolicyEndpoint},
-		{"only errors 400", []string{"proxy 1 started", "error 400", "error 400"}, 1, ExitPolicyEndpoint},
+		{"started only", []string{"proxy 1 started"}, 1, stages.ExitPolicyEndpoint},
+		{"only errors 400", []string{"proxy 1 started", "error 400", "error 400"}, 1, stages.ExitPolicyEndpoint},
 		{"no status - replaced command", nil, 0, 0},
 		{"no status, payload failed", nil, 2, 2},
 		{"no header: lines ignored", []string{"error 500"}, 0, 0},
-		{"payload claims 75", nil, 75, ExitPayloadReserved},
+		{"payload claims 75", nil, 75, stages.ExitPayloadReserved},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := `rm -f "$NEMORL_SECRETS"` + "\n"
@@ -386,15 +387,15 @@ func TestRunAuthorEndpointStatus(t *testing.T) {
 				body += "echo '" + l + "' >&4\n"
 			}
 			body += "exit " + strconv.Itoa(c.exit)
-			tr := stageRun(t, map[string]string{Author: body})
+			tr := stageRun(t, map[string]string{stages.Author: body})
 			if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("NEMORL_POLICY_API_KEY=x\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			out, code := runScript(t, tr, Author)
+			out, code := runScript(t, tr, stages.Author)
 			if code != c.want {
 				t.Fatalf("exit %d, want %d\n%s", code, c.want, out)
 			}
-			if (code == ExitPolicyEndpoint) != strings.Contains(out, "nemorl: policy endpoint:") {
+			if (code == stages.ExitPolicyEndpoint) != strings.Contains(out, "nemorl: policy endpoint:") {
 				t.Errorf("stderr does not say why:\n%s", out)
 			}
 		})
@@ -408,7 +409,7 @@ func TestRunAuthorEndpointStatus(t *testing.T) {
 func TestPayloadAuthorKeyNeverInEnviron(t *testing.T) {
 	tr, root, log, at := payloadEpisode(t)
 	release := filepath.Join(t.TempDir(), "release")
-	cmd := payloadCmd(t, tr, Author, root, log, map[string]string{"NEMORL_STANDIN_CLAUDE_WAIT": release,
+	cmd := payloadCmd(t, tr, stages.Author, root, log, map[string]string{"NEMORL_STANDIN_CLAUDE_WAIT": release,
 		"NEMORL_OUT": at("author"), "NEMORL_BUNDLE": at("author/bundle"), "NEMORL_PROMPT": at("author/prompt.txt"), "NEMORL_SECRETS": at("author/secrets.env")})
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"path"
 	"slices"
@@ -31,26 +32,16 @@ var payloadFS embed.FS
 // bundle when the stage's command is not replaced; the first is the entry
 // point. GuardFile is staged in every stage's bundle whatever the command.
 var payloadFiles = map[string][]string{
-	Author: {"author.sh", "author_proxy.py"},
-	Train:  {"train.sh", "export_dcp.py"},
-	Eval:   {"eval.sh", "eval_prepare.py"},
+	stages.Author: {"author.sh", "author_proxy.py"},
+	stages.Train:  {"train.sh", "export_dcp.py"},
+	stages.Eval:   {"eval.sh", "eval_prepare.py"},
 }
 
 // GuardFile is the isolation guard (payload/guard.sh), staged in every
 // stage's bundle: in container mode the script runs it in the stage's
-// container before the payload (see ExitIsolation). In the eval bundle it is
+// container before the payload (see stages.ExitIsolation). In the eval bundle it is
 // one of the pinned evaluator inputs.
 const GuardFile = "guard.sh"
-
-// The three stages, in chain order.
-const (
-	Author = "author"
-	Train  = "train"
-	Eval   = "eval"
-)
-
-// Stages lists the stages in chain order.
-var Stages = []string{Author, Train, Eval}
 
 // Margins added to a stage's budget for its Slurm --time, and the grace
 // before the limit at which Slurm sends TERM to the batch shell.
@@ -88,12 +79,6 @@ func (t *Tree) Lookup(rel string) (File, bool) {
 	return File{}, false
 }
 
-// Script is the relative path of a stage's sbatch script.
-func Script(stage string) string { return stage + "/" + stage + ".sbatch" }
-
-// Output is the relative path of a stage's Slurm output file.
-func Output(stage string) string { return stage + "/out.log" }
-
 // Input is what Render needs besides the config.
 type Input struct {
 	Episode string
@@ -107,7 +92,7 @@ type Input struct {
 // Render renders the episode tree for cfg. It never includes the policy API
 // key: secrets.env is written at staging time only.
 func Render(cfg *configs.Config, in Input) (*Tree, error) {
-	if !ValidEpisode(in.Episode) {
+	if !stages.ValidEpisode(in.Episode) {
 		return nil, fmt.Errorf("episode id %q: want letters, digits and ._- only", in.Episode)
 	}
 	if in.PolicyBaseURL == "" {
@@ -117,10 +102,10 @@ func Render(cfg *configs.Config, in Input) (*Tree, error) {
 	}
 	r := &renderer{cfg: cfg, in: in, dir: path.Join(cfg.Cluster.Workdir, in.Episode)}
 	t := &Tree{Episode: in.Episode, Dir: r.dir, Isolation: cfg.Runtime.Kind}
-	for _, d := range []string{"", Author, Author + "/bundle", Train, Train + "/bundle", Train + "/checkpoint", Eval, Eval + "/bundle", Eval + "/work"} {
+	for _, d := range []string{"", stages.Author, stages.Author + "/bundle", stages.Train, stages.Train + "/bundle", stages.Train + "/checkpoint", stages.Eval, stages.Eval + "/bundle", stages.Eval + "/work"} {
 		t.Files = append(t.Files, File{Path: d, Mode: fs.ModeDir | 0o700})
 	}
-	for _, stage := range Stages {
+	for _, stage := range stages.All {
 		files, err := r.stage(stage)
 		if err != nil {
 			return nil, fmt.Errorf("render %s stage: %w", stage, err)
@@ -162,7 +147,7 @@ type scriptData struct {
 	// GPU (train, eval): the script checks that the job's GPU is visible
 	// before anything runs: GPUDevices (cluster.gpu_devices) must match a
 	// device file on the node and, through GPUCheckExec (container mode),
-	// in the container after --nv. NoGPUExit is ExitNoGPU.
+	// in the container after --nv. NoGPUExit is stages.ExitNoGPU.
 	GPU                      bool
 	GPUDevices, GPUCheckExec string
 	NoGPUExit                int
@@ -171,7 +156,7 @@ type scriptData struct {
 	// to it as the host sees them.
 	ScratchDirs  []string
 	Exit         exitCodes
-	WatchSeconds int // eval: EvalOutputWatchSeconds
+	WatchSeconds int // eval: stages.EvalOutputWatchSeconds
 	// train
 	InnerDeadlineSeconds int
 	PatchFile            string
@@ -201,11 +186,11 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		seconds int
 	)
 	switch stage {
-	case Author:
+	case stages.Author:
 		a := cfg.Stages.Author
 		res, seconds = a.Resources, a.ResearchSeconds+AuthorMarginSeconds
 		image = cfg.Runtime.Images.Author
-		mounts = []mount{{Author, "/nemorl/author", false}}
+		mounts = []mount{{stages.Author, "/nemorl/author", false}}
 		settings := map[string]any{
 			"research_seconds": a.ResearchSeconds,
 			"max_turns":        a.MaxTurns,
@@ -221,7 +206,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 			return nil, err
 		}
 		bundle = append(bundle, b, File{Path: "author/prompt.txt", Mode: 0o600, Data: r.in.Prompt})
-	case Train:
+	case stages.Train:
 		t := cfg.Stages.Train
 		res, seconds = t.Resources, t.TrainSeconds+TrainMarginSeconds
 		image, gpu = cfg.Runtime.Images.Train, true
@@ -243,7 +228,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 			return nil, err
 		}
 		bundle = append(bundle, b)
-	case Eval:
+	case stages.Eval:
 		e := cfg.Stages.Eval
 		res, seconds = e.Resources, e.TimeLimitSeconds
 		image, gpu = cfg.Runtime.Images.Eval, true
@@ -302,27 +287,27 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	// Paths the payload is told about, as it sees them.
 	see := func(rel string) string { return r.inside(isolated, rel, stage) }
 	switch stage {
-	case Author:
+	case stages.Author:
 		env["NEMORL_OUT"] = see("author")
 		env["NEMORL_BUNDLE"] = see("author/bundle")
 		env["NEMORL_PROMPT"] = see("author/prompt.txt")
 		env["NEMORL_SECRETS"] = see("author/secrets.env")
-	case Train:
+	case stages.Train:
 		env["NEMORL_PATCH"] = see("author/change.diff")
 		env["NEMORL_BUNDLE"] = see("train/bundle")
 		env["NEMORL_OUT"] = see("train/checkpoint")
-	case Eval:
+	case stages.Eval:
 		env["NEMORL_WEIGHTS"] = see("train/checkpoint/model.safetensors")
 		env["NEMORL_BUNDLE"] = see("eval/bundle")
 		env["NEMORL_OUT"] = see("eval/work")
 	}
-	// Train and eval get no network unless stages.<stage>.network says
+	// stages.Train and eval get no network unless stages.<stage>.network says
 	// otherwise; the author must reach the policy endpoint.
 	noNet := false
 	switch stage {
-	case Train:
+	case stages.Train:
 		noNet = !cfg.Stages.Train.Network
-	case Eval:
+	case stages.Eval:
 		noNet = !cfg.Stages.Eval.Network
 	}
 	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, NoNetwork: noNet,
@@ -330,7 +315,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	if isolated {
 		spec.Pwd = ContainerPwd
 	}
-	if stage == Eval {
+	if stage == stages.Eval {
 		// The node-local copies the script checked, not the shared files.
 		spec.ImageVar = EvalImageVar
 		if !isolated {
@@ -341,7 +326,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	if isolated {
 		for _, m := range mounts {
 			b := apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro}
-			if stage == Eval && m.rel == "eval/bundle" {
+			if stage == stages.Eval && m.rel == "eval/bundle" {
 				b.Host, b.HostVar = "", EvalBundleVar
 			}
 			spec.Binds = append(spec.Binds, b)
@@ -370,7 +355,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		// without a working driver succeeds and binds nothing.
 		gpuLine, err = spec.WithArgv("/bin/sh", "-c", fmt.Sprintf(
 			`for d in %s; do [ -e "$d" ] && exit 0; done; echo "nemorl: no GPU: no device file matches %s in the container after --nv" >&2; exit %d`,
-			cfg.Cluster.GPUDevices, cfg.Cluster.GPUDevices, ExitNoGPU)).Line()
+			cfg.Cluster.GPUDevices, cfg.Cluster.GPUDevices, stages.ExitNoGPU)).Line()
 		if err != nil {
 			return nil, err
 		}
@@ -386,16 +371,16 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	data := scriptData{
 		Episode: r.in.Episode, Stage: stage, Version: r.in.Version, Runtime: cfg.Runtime.Kind,
 		Isolated: isolated, ScratchVar: ScratchVar, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
-		GuardExec: guardLine, Exit: scriptExits, WatchSeconds: EvalOutputWatchSeconds,
-		NoNetwork: noNet, GPU: gpu, GPUDevices: cfg.Cluster.GPUDevices, GPUCheckExec: gpuLine, NoGPUExit: ExitNoGPU,
+		GuardExec: guardLine, Exit: scriptExits, WatchSeconds: stages.EvalOutputWatchSeconds,
+		NoNetwork: noNet, GPU: gpu, GPUDevices: cfg.Cluster.GPUDevices, GPUCheckExec: gpuLine, NoGPUExit: stages.ExitNoGPU,
 		ScratchDirs: scratchDirs,
 		Sbatch:      r.sbatchOptions(stage, res, seconds, gpu),
 	}
 	switch stage {
-	case Train:
+	case stages.Train:
 		data.InnerDeadlineSeconds = configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds)
 		data.PatchFile = r.host("author/change.diff")
-	case Eval:
+	case stages.Eval:
 		data.Image, data.EvalDigest, data.ImageVar = image, cfg.Runtime.Digests.Eval, EvalImageVar
 		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
 		data.BundleVar = EvalBundleVar
@@ -411,7 +396,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(bundle, File{Path: Script(stage), Mode: 0o600, Data: script}), nil
+	return append(bundle, File{Path: stages.Script(stage), Mode: 0o600, Data: script}), nil
 }
 
 // inside is where the payload sees rel: its container path, or the host path
@@ -421,7 +406,7 @@ func (r *renderer) inside(isolated bool, rel, stage string) string {
 		return r.host(rel)
 	}
 	switch {
-	case stage == Author && strings.HasPrefix(rel, "author"):
+	case stage == stages.Author && strings.HasPrefix(rel, "author"):
 		return path.Join("/nemorl", rel)
 	case rel == "author/change.diff":
 		return "/nemorl/in/change.diff"
@@ -437,7 +422,7 @@ func (r *renderer) inside(isolated bool, rel, stage string) string {
 
 func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds int, gpu bool) []string {
 	cl := r.cfg.Cluster
-	o := []string{"--job-name=" + JobName(r.in.Episode, stage)}
+	o := []string{"--job-name=" + stages.JobName(r.in.Episode, stage)}
 	if cl.Partition != "" {
 		o = append(o, "--partition="+cl.Partition)
 	}
@@ -456,18 +441,18 @@ func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds in
 	if gpu {
 		o = append(o, "--gres="+cl.Gres)
 	}
-	// Train and eval may be rerun by Slurm after a node failure or a
+	// stages.Train and eval may be rerun by Slurm after a node failure or a
 	// preemption (the tool follows the job's runs as attempts); the author
 	// never: its secrets file is gone after its first run.
-	if stage == Author || r.cfg.Episodes.NoRequeue {
+	if stage == stages.Author || r.cfg.Episodes.NoRequeue {
 		o = append(o, "--no-requeue")
 	} else {
 		o = append(o, "--requeue")
 	}
 	o = append(o,
-		"--output="+r.host(Output(stage)),
+		"--output="+r.host(stages.Output(stage)),
 		"--open-mode=truncate",
-		"--comment="+Comment(r.in.Episode, stage),
+		"--comment="+stages.Comment(r.in.Episode, stage),
 		fmt.Sprintf("--signal=B:USR1@%d", GraceSeconds),
 		"--kill-on-invalid-dep=yes",
 		"--export=NONE",
@@ -505,13 +490,13 @@ var scratchEnv = map[string]string{
 }
 
 // ScratchEnv returns the variables a stage's payload gets under its scratch
-// directory (name → path relative to it; see scratchEnv). Train keeps the
+// directory (name → path relative to it; see scratchEnv). stages.Train keeps the
 // image's HF_HOME: the train image pins it to the read-only snapshot of the
 // base model (HF_HUB_OFFLINE=1), which training loads by name from there.
 func ScratchEnv(stage string) map[string]string {
 	m := make(map[string]string, len(scratchEnv))
 	for k, v := range scratchEnv {
-		if stage == Train && k == "HF_HOME" {
+		if stage == stages.Train && k == "HF_HOME" {
 			continue
 		}
 		m[k] = v
@@ -528,32 +513,6 @@ const EvalImageVar = "NEMORL_EVAL_IMAGE"
 // the eval bundle (the evaluator inputs), checked against the sums pinned in
 // the script and the only copy the payload sees.
 const EvalBundleVar = "NEMORL_EVAL_BUNDLE"
-
-// EvalOutputWatchSeconds is how long the eval script keeps checking, after
-// printing its record and writing nothing more, that its stdout is still
-// its out.log (exit 67 otherwise). A forged file renamed over out.log
-// while it watches is caught by the script; one renamed after its last
-// look (as the job ends, or just after) changed less than this quiet
-// period before the job's end, which the collector refuses (its change
-// time must lie before the job's end by the quiet period, less sacct's
-// and bash's rounding and the clocks' slack).
-const EvalOutputWatchSeconds = 8
-
-// JobName is the Slurm job name of a stage.
-func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }
-
-// Comment is the --comment tag that finds a stage's job again after a crash.
-func Comment(episode, stage string) string { return "nemorl:" + episode + ":" + stage }
-
-// AttemptComment is the --comment tag of a stage's attempt: the script's
-// own (Comment) for the first, with the attempt's number after it for a
-// retry (nemorl:EP:train:2), given on sbatch's command line.
-func AttemptComment(episode, stage string, attempt int) string {
-	if attempt <= 1 {
-		return Comment(episode, stage)
-	}
-	return fmt.Sprintf("%s:%d", Comment(episode, stage), attempt)
-}
 
 func slurmTime(seconds int) string {
 	return fmt.Sprintf("%02d:%02d:%02d", seconds/3600, seconds%3600/60, seconds%60)
@@ -584,18 +543,4 @@ func execute(name string, data scriptData) ([]byte, error) {
 		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
 	return b.Bytes(), nil
-}
-
-// ValidEpisode reports whether s is a usable episode id: letters, digits and
-// ._- only, not starting with . or -, at most 100 bytes.
-func ValidEpisode(s string) bool {
-	if s == "" || len(s) > 100 || s[0] == '.' || s[0] == '-' {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-", r)) {
-			return false
-		}
-	}
-	return true
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,10 +58,10 @@ func render(t *testing.T, cfg *configs.Config) *Tree {
 func TestGolden(t *testing.T) {
 	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
-		for _, stage := range Stages {
-			f, ok := tr.Lookup(Script(stage))
+		for _, stage := range stages.All {
+			f, ok := tr.Lookup(stages.Script(stage))
 			if !ok {
-				t.Fatalf("%s: no %s", name, Script(stage))
+				t.Fatalf("%s: no %s", name, stages.Script(stage))
 			}
 			golden := filepath.Join("testdata", "golden", strings.TrimSuffix(name, ".yaml"), stage+".sbatch")
 			if *update {
@@ -77,7 +78,7 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("%v (run go test ./templates -update)", err)
 			}
 			if !bytes.Equal(f.Data, want) {
-				t.Errorf("%s differs from %s (run go test ./templates -update and review the diff)", Script(stage), golden)
+				t.Errorf("%s differs from %s (run go test ./templates -update and review the diff)", stages.Script(stage), golden)
 			}
 		}
 	}
@@ -107,8 +108,8 @@ func TestSbatchOptions(t *testing.T) {
 	cfg.Cluster.Account, cfg.Cluster.QOS = "rl-lab", "high"
 	cfg.Cluster.ExtraSbatch = []string{"--constraint=h100_80gb"}
 	tr := render(t, cfg)
-	for _, stage := range Stages {
-		f, _ := tr.Lookup(Script(stage))
+	for _, stage := range stages.All {
+		f, _ := tr.Lookup(stages.Script(stage))
 		o := sbatchLines(f.Data)
 		for _, want := range []string{
 			"--partition=gpu", "--account=rl-lab", "--qos=high", "--open-mode=truncate",
@@ -121,16 +122,16 @@ func TestSbatchOptions(t *testing.T) {
 			}
 		}
 		gpu := has(o, "--gres=gpu:h100:1")
-		if gpu != (stage != Author) {
+		if gpu != (stage != stages.Author) {
 			t.Errorf("%s: --gres=gpu:h100:1 present=%v", stage, gpu)
 		}
 		for _, l := range o {
-			if strings.HasPrefix(l, "--gres") && stage == Author {
+			if strings.HasPrefix(l, "--gres") && stage == stages.Author {
 				t.Errorf("author requests a GPU: %s", l)
 			}
 		}
 		nv := strings.Contains(string(f.Data), " --nv ")
-		if nv != (stage != Author) {
+		if nv != (stage != stages.Author) {
 			t.Errorf("%s: --nv present=%v", stage, nv)
 		}
 		for _, flag := range []string{"exec --containall --cleanenv --no-home"} {
@@ -144,11 +145,11 @@ func TestSbatchOptions(t *testing.T) {
 	for _, noRequeue := range []bool{false, true} {
 		cfg.Episodes.NoRequeue = noRequeue
 		tr := render(t, cfg)
-		for _, stage := range Stages {
-			f, _ := tr.Lookup(Script(stage))
+		for _, stage := range stages.All {
+			f, _ := tr.Lookup(stages.Script(stage))
 			o := sbatchLines(f.Data)
 			want := "--requeue"
-			if stage == Author || noRequeue {
+			if stage == stages.Author || noRequeue {
 				want = "--no-requeue"
 			}
 			if !has(o, want) || has(o, "--requeue") == has(o, "--no-requeue") {
@@ -156,9 +157,9 @@ func TestSbatchOptions(t *testing.T) {
 			}
 		}
 	}
-	times := map[string]string{Author: "--time=01:10:00", Train: "--time=01:10:00", Eval: "--time=02:00:00"}
+	times := map[string]string{stages.Author: "--time=01:10:00", stages.Train: "--time=01:10:00", stages.Eval: "--time=02:00:00"}
 	for stage, want := range times {
-		f, _ := tr.Lookup(Script(stage))
+		f, _ := tr.Lookup(stages.Script(stage))
 		if !has(sbatchLines(f.Data), want) {
 			t.Errorf("%s: want %s", stage, want)
 		}
@@ -171,13 +172,13 @@ func TestBinds(t *testing.T) {
 	tr := render(t, loadExample(t, "cluster-example.yaml"))
 	ep := "/scratch/alice/nemorl/ep-20261129T000000Z-golden"
 	want := map[string][]string{
-		Author: {ep + "/author:/nemorl/author"},
-		Train:  {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", ep + "/train/checkpoint:/nemorl/out"},
+		stages.Author: {ep + "/author:/nemorl/author"},
+		stages.Train:  {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", ep + "/train/checkpoint:/nemorl/out"},
 		// The eval bundle is the script's checked node-local copy.
-		Eval: {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", `"$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`, ep + "/eval/work:/nemorl/out"},
+		stages.Eval: {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", `"$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`, ep + "/eval/work:/nemorl/out"},
 	}
 	for stage, binds := range want {
-		f, _ := tr.Lookup(Script(stage))
+		f, _ := tr.Lookup(stages.Script(stage))
 		var got []string
 		payload, guard := execLines(t, f.Data)
 		if strings.TrimSuffix(guard, " >&2 || nemorl_guard_status=$?") == guard {
@@ -208,13 +209,13 @@ func TestBundleSplit(t *testing.T) {
 			stage := strings.SplitN(f.Path, "/", 2)[0]
 			low := strings.ToLower(f.Path + "\n" + payloadText(f))
 			switch stage {
-			case Author, Train:
+			case stages.Author, stages.Train:
 				for _, bad := range []string{"aime", "evaluat", "eval.json", "samples_per_problem", "temperature"} {
 					if strings.Contains(low, bad) {
 						t.Errorf("%s: %s carries %q", name, f.Path, bad)
 					}
 				}
-			case Eval:
+			case stages.Eval:
 				for _, bad := range []string{"change.diff", "recipe", "launch", "train.json", "prompt.txt"} {
 					if strings.Contains(low, bad) {
 						t.Errorf("%s: %s carries %q", name, f.Path, bad)
@@ -257,8 +258,8 @@ func TestScriptsParse(t *testing.T) {
 	}
 	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
-		for _, stage := range Stages {
-			f, _ := tr.Lookup(Script(stage))
+		for _, stage := range stages.All {
+			f, _ := tr.Lookup(stages.Script(stage))
 			cmd := exec.Command(bash, "-n")
 			cmd.Stdin = bytes.NewReader(f.Data)
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -311,11 +312,11 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 			t.Fatal(err)
 		}
 		switch stage {
-		case Author:
+		case stages.Author:
 			cfg.Stages.Author.Command = []string{p}
-		case Train:
+		case stages.Train:
 			cfg.Stages.Train.Command = []string{p}
-		case Eval:
+		case stages.Eval:
 			cfg.Stages.Eval.Command = []string{p}
 		}
 	}
@@ -336,7 +337,7 @@ const testGPUDevices = "/dev/nul[l]"
 // stdout and stderr on the stage's out.log (truncated), which it returns.
 func runScript(t *testing.T, tr *Tree, stage string, env ...string) (string, int) {
 	t.Helper()
-	log := filepath.Join(tr.Dir, Output(stage))
+	log := filepath.Join(tr.Dir, stages.Output(stage))
 	f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +355,7 @@ func runScript(t *testing.T, tr *Tree, stage string, env ...string) (string, int
 // stderr on out, and returns its exit status.
 func runScriptTo(t *testing.T, tr *Tree, stage string, out *os.File, env ...string) int {
 	t.Helper()
-	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(stage)))
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, stages.Script(stage)))
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "CUDA_VISIBLE_DEVICES=0", "POLICY_API_KEY=" + testKey, "TMPDIR=" + tr.Dir + "/.node-tmp"}, env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := os.MkdirAll(tr.Dir+"/.node-tmp", 0o700); err != nil {
@@ -413,16 +414,16 @@ func gpuCheckLine(script []byte) string {
 // evaluator input was changed after rendering.
 func TestRunEval(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{Eval: `echo "weights=$NEMORL_WEIGHTS job=$SLURM_JOB_ID key=${POLICY_API_KEY:-unset}"`})
+	tr := stageRun(t, map[string]string{stages.Eval: `echo "weights=$NEMORL_WEIGHTS job=$SLURM_JOB_ID key=${POLICY_API_KEY:-unset}"`})
 	weights := filepath.Join(tr.Dir, "train/checkpoint/model.safetensors")
-	out, code := runScript(t, tr, Eval)
+	out, code := runScript(t, tr, stages.Eval)
 	if code != 66 || !strings.Contains(out, "weights") || !strings.Contains(out, "missing") {
 		t.Fatalf("without weights: exit %d, %s", code, out)
 	}
 	if err := os.WriteFile(weights, []byte("w"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code = runScript(t, tr, Eval)
+	out, code = runScript(t, tr, stages.Eval)
 	if code != 0 || !strings.Contains(out, "weights="+weights+" job=4242 key=unset") {
 		t.Fatalf("exit %d, %s", code, out)
 	}
@@ -430,7 +431,7 @@ func TestRunEval(t *testing.T) {
 	if err := os.WriteFile(settings, []byte(`{"samples_per_problem": 1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code = runScript(t, tr, Eval)
+	out, code = runScript(t, tr, stages.Eval)
 	if code != 65 || !strings.Contains(out, "refusing to evaluate") || strings.Contains(out, "weights=") {
 		t.Fatalf("tampered evaluator inputs: exit %d, %s", code, out)
 	}
@@ -442,7 +443,7 @@ func TestRunEval(t *testing.T) {
 // never reaches it.
 func TestRunEvalBundleCopy(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{Eval: `shared=$(dirname "$NEMORL_OUT")/bundle
+	tr := stageRun(t, map[string]string{stages.Eval: `shared=$(dirname "$NEMORL_OUT")/bundle
 echo '{"samples_per_problem": 1}' > "$shared/eval.json"
 echo "bundle=$NEMORL_BUNDLE"
 echo "seen=$(cat "$NEMORL_BUNDLE/eval.json" | tr -d ' \n' | cut -c1-40)"
@@ -453,15 +454,15 @@ ls "$NEMORL_BUNDLE"`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "eval/bundle/extra.py"), []byte("print('planted')\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code := runScript(t, tr, Eval)
+	out, code := runScript(t, tr, stages.Eval)
 	if code != 0 || strings.Contains(out, "bundle="+filepath.Join(tr.Dir, "eval/bundle")) || !strings.Contains(out, `seen={"architecture":"qwen2.5-1.5b-instruct"`) || strings.Contains(out, "extra.py") {
 		t.Fatalf("exit %d; want the checked copy, unchanged, without the planted file:\n%s", code, out)
 	}
 }
 
 func TestRunAuthorSecrets(t *testing.T) {
-	tr := stageRun(t, map[string]string{Author: `test -f "$NEMORL_SECRETS" && echo secrets-present; exit 3`})
-	out, code := runScript(t, tr, Author)
+	tr := stageRun(t, map[string]string{stages.Author: `test -f "$NEMORL_SECRETS" && echo secrets-present; exit 3`})
+	out, code := runScript(t, tr, stages.Author)
 	if code != 78 || !strings.Contains(out, "secrets.env is missing") {
 		t.Fatalf("without secrets.env: exit %d, %s", code, out)
 	}
@@ -469,7 +470,7 @@ func TestRunAuthorSecrets(t *testing.T) {
 	if err := os.WriteFile(sec, []byte("NEMORL_POLICY_API_KEY=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code = runScript(t, tr, Author)
+	out, code = runScript(t, tr, stages.Author)
 	if code != 3 || !strings.Contains(out, "secrets-present") || !strings.Contains(out, "exited with status 3") {
 		t.Fatalf("exit %d, %s", code, out)
 	}
@@ -486,12 +487,12 @@ const termPayload = `echo "pid=$$"; trap 'echo payload-got-term; [ -n "$t" ] || 
 // the payload runs, with its pid.
 func startTermRun(t *testing.T) (*exec.Cmd, *syncBuffer, int, chan error) {
 	t.Helper()
-	tr := stageRun(t, map[string]string{Train: termPayload})
+	tr := stageRun(t, map[string]string{stages.Train: termPayload})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out := &syncBuffer{}
-	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Train)))
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, stages.Script(stages.Train)))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=0"}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -621,7 +622,7 @@ echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 	if err := os.WriteFile(filepath.Join(tr.Dir, "train/checkpoint/model.safetensors"), []byte("w"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code := runScript(t, tr, Eval)
+	out, code := runScript(t, tr, stages.Eval)
 	if code != 0 || !strings.Contains(out, "image-ran="+hex.EncodeToString(sum[:])) || strings.Contains(out, "image-arg="+shared+"\n") ||
 		!strings.Contains(out, "guard-ran") {
 		t.Fatalf("exit %d; want the checked node-local copy run:\n%s", code, out)
@@ -636,7 +637,7 @@ echo "image-ran=$(sha256sum "$img" | cut -d' ' -f1)"
 		t.Fatalf("scratch %s left after the job: %v", workdir[1], err)
 	}
 	// The shared image is now the forged one: the next eval refuses it.
-	out, code = runScript(t, tr, Eval)
+	out, code = runScript(t, tr, stages.Eval)
 	if code != 65 || !strings.Contains(out, "refusing to evaluate") || strings.Contains(out, "image-ran=") {
 		t.Fatalf("forged image: exit %d:\n%s", code, out)
 	}

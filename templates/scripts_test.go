@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"github.com/nemorl/nemorl-slurm/stages"
 	"io"
 	"os"
 	"os/exec"
@@ -20,25 +21,25 @@ import (
 func TestRenderIsolation(t *testing.T) {
 	tr := render(t, loadExample(t, "cluster-example.yaml"))
 	guardArgv := map[string]string{
-		Author: " /bin/bash /nemorl/author/bundle/guard.sh author",
-		Train:  " /bin/bash /nemorl/bundle/guard.sh train",
-		Eval:   " /bin/bash /nemorl/bundle/guard.sh eval",
+		stages.Author: " /bin/bash /nemorl/author/bundle/guard.sh author",
+		stages.Train:  " /bin/bash /nemorl/bundle/guard.sh train",
+		stages.Eval:   " /bin/bash /nemorl/bundle/guard.sh eval",
 	}
 	payloadArgv := map[string]string{
-		Author: " /bin/bash /nemorl/author/bundle/author.sh &",
-		Train:  " /bin/bash /nemorl/bundle/train.sh &",
-		Eval:   ` /bin/bash /nemorl/bundle/eval.sh > "$nemorl_scratch/payload.stdout" &`,
+		stages.Author: " /bin/bash /nemorl/author/bundle/author.sh &",
+		stages.Train:  " /bin/bash /nemorl/bundle/train.sh &",
+		stages.Eval:   ` /bin/bash /nemorl/bundle/eval.sh > "$nemorl_scratch/payload.stdout" &`,
 	}
-	for _, stage := range Stages {
-		f, _ := tr.Lookup(Script(stage))
+	for _, stage := range stages.All {
+		f, _ := tr.Lookup(stages.Script(stage))
 		script := string(f.Data)
 		payload, guard := execLines(t, f.Data)
 		if !strings.Contains(payload, " --no-mount hostfs,bind-paths ") || !strings.Contains(guard, " --no-mount hostfs,bind-paths ") {
 			t.Errorf("%s: no --no-mount hostfs,bind-paths:\n%s\n%s", stage, payload, guard)
 		}
 		noNet := strings.Contains(payload, " --net --network none ")
-		if noNet != (stage != Author) || strings.Contains(guard, " --net --network none ") != noNet {
-			t.Errorf("%s: --net --network none on payload=%v (want %v):\n%s\n%s", stage, noNet, stage != Author, payload, guard)
+		if noNet != (stage != stages.Author) || strings.Contains(guard, " --net --network none ") != noNet {
+			t.Errorf("%s: --net --network none on payload=%v (want %v):\n%s\n%s", stage, noNet, stage != stages.Author, payload, guard)
 		}
 		gHead, ok1 := strings.CutSuffix(guard, guardArgv[stage]+" >&2 || nemorl_guard_status=$?")
 		pHead, ok2 := strings.CutSuffix(payload, payloadArgv[stage])
@@ -57,8 +58,8 @@ func TestRenderIsolation(t *testing.T) {
 	}
 
 	lab := render(t, loadExample(t, "lab-none.yaml"))
-	for _, stage := range Stages {
-		f, _ := lab.Lookup(Script(stage))
+	for _, stage := range stages.All {
+		f, _ := lab.Lookup(stages.Script(stage))
 		script := string(f.Data)
 		if _, guard := execLines(t, f.Data); guard != "" {
 			t.Errorf("lab %s: a guard runs under runtime none: %s", stage, guard)
@@ -83,13 +84,13 @@ func TestGuardStaged(t *testing.T) {
 	}
 	for _, name := range []string{"lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
-		for _, stage := range Stages {
+		for _, stage := range stages.All {
 			f, ok := tr.Lookup(stage + "/bundle/guard.sh")
 			if !ok || string(f.Data) != string(guard) {
 				t.Errorf("%s: %s/bundle/guard.sh missing or not the embedded guard", name, stage)
 			}
 		}
-		f, _ := tr.Lookup(Script(Eval))
+		f, _ := tr.Lookup(stages.Script(stages.Eval))
 		script := string(f.Data)
 		if !regexp.MustCompile(`(?m)^[0-9a-f]{64}  guard\.sh$`).MatchString(script) || !strings.Contains(script, "/eval/bundle/guard.sh ") {
 			t.Errorf("%s: guard.sh not pinned and copied in the eval script", name)
@@ -123,9 +124,9 @@ func writeWeights(t *testing.T, tr *Tree) {
 // reaches either file.
 func TestRunEvalOutputRedirected(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{Eval: evalRecord + `; echo payload-ran >&2`})
+	tr := stageRun(t, map[string]string{stages.Eval: evalRecord + `; echo payload-ran >&2`})
 	writeWeights(t, tr)
-	log := filepath.Join(tr.Dir, Output(Eval))
+	log := filepath.Join(tr.Dir, stages.Output(stages.Eval))
 	if err := os.WriteFile(log, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -134,11 +135,11 @@ func TestRunEvalOutputRedirected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	code := runScriptTo(t, tr, Eval, other)
+	code := runScriptTo(t, tr, stages.Eval, other)
 	got := readAll(t, other)
 	logData, _ := os.ReadFile(log)
-	if code != ExitOutputNotOwn || !strings.Contains(got, "output check (at start)") || strings.Contains(got, "payload-ran") {
-		t.Fatalf("exit %d, want %d before the payload:\n%s", code, ExitOutputNotOwn, got)
+	if code != stages.ExitOutputNotOwn || !strings.Contains(got, "output check (at start)") || strings.Contains(got, "payload-ran") {
+		t.Fatalf("exit %d, want %d before the payload:\n%s", code, stages.ExitOutputNotOwn, got)
 	}
 	if strings.Contains(got, "NEMORL_ENV_RESULT") || strings.Contains(string(logData), "NEMORL_ENV_RESULT") {
 		t.Fatalf("a record escaped:\nother.log:\n%s\nout.log:\n%s", got, logData)
@@ -156,19 +157,19 @@ func TestRunEvalOutputChanged(t *testing.T) {
 		"symlinked": `log=$(dirname "$NEMORL_OUT")/out.log; mv "$log" "$NEMORL_OUT/real.log"; ln -s "$NEMORL_OUT/real.log" "$log"`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			tr := stageRun(t, map[string]string{Eval: evalRecord + "\n" + swap + "\necho payload-ran >&2"})
+			tr := stageRun(t, map[string]string{stages.Eval: evalRecord + "\n" + swap + "\necho payload-ran >&2"})
 			writeWeights(t, tr)
-			log := filepath.Join(tr.Dir, Output(Eval))
+			log := filepath.Join(tr.Dir, stages.Output(stages.Eval))
 			f, err := os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			code := runScriptTo(t, tr, Eval, f)
+			code := runScriptTo(t, tr, stages.Eval, f)
 			old := readAll(t, f)
 			now, _ := os.ReadFile(log)
-			if code != ExitOutputNotOwn || !strings.Contains(old, "payload-ran") || !strings.Contains(old, "output check (after the payload)") {
-				t.Fatalf("exit %d, want %d after the payload:\n%s", code, ExitOutputNotOwn, old)
+			if code != stages.ExitOutputNotOwn || !strings.Contains(old, "payload-ran") || !strings.Contains(old, "output check (after the payload)") {
+				t.Fatalf("exit %d, want %d after the payload:\n%s", code, stages.ExitOutputNotOwn, old)
 			}
 			if strings.Contains(old, "NEMORL_ENV_RESULT") || strings.Contains(string(now), "NEMORL_ENV_RESULT") {
 				t.Fatalf("a record escaped:\njob stdout:\n%s\nout.log now:\n%s", old, now)
@@ -181,9 +182,9 @@ func TestRunEvalOutputChanged(t *testing.T) {
 // after the payload ended; the trusted payload's status passes through.
 func TestRunEvalOwnOutput(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{Eval: evalRecord + `; echo payload-ending >&2; exit "${NEMORL_TEST_STATUS:-0}"`})
+	tr := stageRun(t, map[string]string{stages.Eval: evalRecord + `; echo payload-ending >&2; exit "${NEMORL_TEST_STATUS:-0}"`})
 	writeWeights(t, tr)
-	out, code := runScript(t, tr, Eval)
+	out, code := runScript(t, tr, stages.Eval)
 	if code != 0 || strings.Count(out, "NEMORL_ENV_RESULT=") != 1 {
 		t.Fatalf("exit %d, want the record once:\n%s", code, out)
 	}
@@ -195,8 +196,8 @@ func TestRunEvalOwnOutput(t *testing.T) {
 	if err := os.WriteFile(p, []byte("#!/bin/bash\n"+evalRecord+"\nexit 68\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, code = runScript(t, tr, Eval)
-	if code != ExitWeightsRejected || strings.Count(out, "NEMORL_ENV_RESULT=") != 1 {
+	out, code = runScript(t, tr, stages.Eval)
+	if code != stages.ExitWeightsRejected || strings.Count(out, "NEMORL_ENV_RESULT=") != 1 {
 		t.Fatalf("eval's status must pass through: exit %d\n%s", code, out)
 	}
 }
@@ -204,17 +205,17 @@ func TestRunEvalOwnOutput(t *testing.T) {
 // TestRunInputsNotRegular: the weights (eval) and the patch (train) must be
 // regular files, not symlinks: 66.
 func TestRunInputsNotRegular(t *testing.T) {
-	tr := stageRun(t, map[string]string{Eval: `echo eval-ran`, Train: `echo train-ran`})
+	tr := stageRun(t, map[string]string{stages.Eval: `echo eval-ran`, stages.Train: `echo train-ran`})
 	target := filepath.Join(tr.Dir, "elsewhere")
 	if err := os.WriteFile(target, []byte("w"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for stage, rel := range map[string]string{Eval: "train/checkpoint/model.safetensors", Train: "author/change.diff"} {
+	for stage, rel := range map[string]string{stages.Eval: "train/checkpoint/model.safetensors", stages.Train: "author/change.diff"} {
 		if err := os.Symlink(target, filepath.Join(tr.Dir, rel)); err != nil {
 			t.Fatal(err)
 		}
 		out, code := runScript(t, tr, stage)
-		if code != ExitInputBad || !strings.Contains(out, "symlink") || strings.Contains(out, stage+"-ran") {
+		if code != stages.ExitInputBad || !strings.Contains(out, "symlink") || strings.Contains(out, stage+"-ran") {
 			t.Errorf("%s with a symlinked %s: exit %d\n%s", stage, rel, code, out)
 		}
 		if err := os.Remove(filepath.Join(tr.Dir, rel)); err != nil {
@@ -223,7 +224,7 @@ func TestRunInputsNotRegular(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(tr.Dir, rel), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if out, code := runScript(t, tr, stage); code != ExitInputBad {
+		if out, code := runScript(t, tr, stage); code != stages.ExitInputBad {
 			t.Errorf("%s with a directory at %s: exit %d\n%s", stage, rel, code, out)
 		}
 	}
@@ -232,17 +233,17 @@ func TestRunInputsNotRegular(t *testing.T) {
 // TestRunReservedExit: a payload the policy controls (author, train) cannot
 // exit with one of the scripts' own verdicts: 64..79 is reported as 1.
 func TestRunReservedExit(t *testing.T) {
-	tr := stageRun(t, map[string]string{Author: `exit 69`, Train: `exit 67`})
+	tr := stageRun(t, map[string]string{stages.Author: `exit 69`, stages.Train: `exit 67`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("K=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for stage, status := range map[string]string{Author: "69", Train: "67"} {
+	for stage, status := range map[string]string{stages.Author: "69", stages.Train: "67"} {
 		out, code := runScript(t, tr, stage)
-		if code != ExitPayloadReserved || !strings.Contains(out, "status "+status+" is reserved") {
-			t.Errorf("%s: exit %d, want %d:\n%s", stage, code, ExitPayloadReserved, out)
+		if code != stages.ExitPayloadReserved || !strings.Contains(out, "status "+status+" is reserved") {
+			t.Errorf("%s: exit %d, want %d:\n%s", stage, code, stages.ExitPayloadReserved, out)
 		}
 	}
 }
@@ -291,11 +292,11 @@ echo "payload-ran $*" >&2
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g := newGuardTree(t, Train)
+	g := newGuardTree(t, stages.Train)
 	g.writeProc(t)
 	env := []string{"FAKE_ROOT=" + g.root, "FAKE_PROC=" + g.proc, "APPTAINER_BIND=/run/munge", "APPTAINERENV_SLURM_CONF=/etc/slurm/slurm.conf",
 		"SINGULARITY_BINDPATH=/etc/slurm", "APPTAINER_NO_MOUNT=", "APPTAINER_TMPDIR=/tmp/at", "SINGULARITY_CACHEDIR=/tmp/sc"}
-	out, code := runScript(t, tr, Train, env...)
+	out, code := runScript(t, tr, stages.Train, env...)
 	if code != 0 || !strings.Contains(out, "payload-ran /bin/bash /nemorl/bundle/train.sh") || !strings.Contains(out, "nemorl: guard: no way to Slurm") {
 		t.Fatalf("clean: exit %d\n%s", code, out)
 	}
@@ -310,17 +311,17 @@ echo "payload-ran $*" >&2
 	}
 
 	mkdirAll(t, filepath.Join(g.root, "run/munge"))
-	out, code = runScript(t, tr, Train, env...)
-	if code != ExitIsolation || strings.Contains(out, "payload-ran") || !strings.Contains(out, "nemorl: isolation: /run/munge is present") ||
+	out, code = runScript(t, tr, stages.Train, env...)
+	if code != stages.ExitIsolation || strings.Contains(out, "payload-ran") || !strings.Contains(out, "nemorl: isolation: /run/munge is present") ||
 		!strings.Contains(out, "nemorl: isolation: the guard refused the train container") {
-		t.Fatalf("munge: exit %d, want %d and no payload:\n%s", code, ExitIsolation, out)
+		t.Fatalf("munge: exit %d, want %d and no payload:\n%s", code, stages.ExitIsolation, out)
 	}
 
 	// A guard that cannot run (the container did not start) verifies
 	// nothing: the payload does not start either.
-	out, code = runScript(t, tr, Train, append(env, "FAKE_FAIL=1")...)
-	if code != ExitIsolation || strings.Contains(out, "payload-ran") || !strings.Contains(out, "nemorl: isolation: unverified") {
-		t.Fatalf("guard failed to run: exit %d, want %d and no payload:\n%s", code, ExitIsolation, out)
+	out, code = runScript(t, tr, stages.Train, append(env, "FAKE_FAIL=1")...)
+	if code != stages.ExitIsolation || strings.Contains(out, "payload-ran") || !strings.Contains(out, "nemorl: isolation: unverified") {
+		t.Fatalf("guard failed to run: exit %d, want %d and no payload:\n%s", code, stages.ExitIsolation, out)
 	}
 }
 
@@ -329,9 +330,9 @@ echo "payload-ran $*" >&2
 // is caught by the script's checks after the record: 67.
 func TestRunEvalRenamedAfterRecord(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{Eval: evalRecord})
+	tr := stageRun(t, map[string]string{stages.Eval: evalRecord})
 	writeWeights(t, tr)
-	log := filepath.Join(tr.Dir, Output(Eval))
+	log := filepath.Join(tr.Dir, stages.Output(stages.Eval))
 	f, err := os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -340,7 +341,7 @@ func TestRunEvalRenamedAfterRecord(t *testing.T) {
 	if err := os.MkdirAll(tr.Dir+"/.node-tmp", 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Eval)))
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, stages.Script(stages.Eval)))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "CUDA_VISIBLE_DEVICES=0", "TMPDIR=" + tr.Dir + "/.node-tmp"}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -368,8 +369,8 @@ func TestRunEvalRenamedAfterRecord(t *testing.T) {
 	}
 	err = <-done
 	ee, ok := err.(*exec.ExitError)
-	if got := readAll(t, f); !ok || ee.ExitCode() != ExitOutputNotOwn || !strings.Contains(got, "output check (after the record)") {
-		t.Fatalf("exit %v, want %d:\n%s", err, ExitOutputNotOwn, got)
+	if got := readAll(t, f); !ok || ee.ExitCode() != stages.ExitOutputNotOwn || !strings.Contains(got, "output check (after the record)") {
+		t.Fatalf("exit %v, want %d:\n%s", err, stages.ExitOutputNotOwn, got)
 	}
 }
 
@@ -381,8 +382,8 @@ func TestRunEvalRenamedAfterRecord(t *testing.T) {
 func TestRenderScratchEnvNetworkPwd(t *testing.T) {
 	cfg := loadExample(t, "cluster-example.yaml")
 	tr := render(t, cfg)
-	for _, stage := range Stages {
-		f, _ := tr.Lookup(Script(stage))
+	for _, stage := range stages.All {
+		f, _ := tr.Lookup(stages.Script(stage))
 		payload, guard := execLines(t, f.Data)
 		for k, rel := range ScratchEnv(stage) {
 			want := " --env " + k + "=/tmp/" + rel + " "
@@ -401,42 +402,42 @@ func TestRenderScratchEnvNetworkPwd(t *testing.T) {
 			}
 		}
 		// The train image pins HF_HOME to its read-only base model snapshot.
-		if hf := strings.Contains(payload, " --env HF_HOME=/tmp/cache/huggingface "); hf != (stage != Train) {
+		if hf := strings.Contains(payload, " --env HF_HOME=/tmp/cache/huggingface "); hf != (stage != stages.Train) {
 			t.Errorf("%s: HF_HOME under scratch = %v:\n%s", stage, hf, payload)
 		}
 		if !strings.Contains(string(f.Data), `mkdir -p -- "$nemorl_scratch/tmp/home" "$nemorl_scratch/tmp/cache" "$nemorl_scratch/tmp/config"`) {
 			t.Errorf("%s: HOME and the caches are not made in the container's /tmp", stage)
 		}
 		noNet := strings.Contains(payload, " --net --network none ")
-		if noNet != (stage != Author) || strings.Contains(guard, "--host-network") {
+		if noNet != (stage != stages.Author) || strings.Contains(guard, "--host-network") {
 			t.Errorf("%s: default network: --net --network none=%v\n%s", stage, noNet, guard)
 		}
 		gpu := gpuCheckLine(f.Data)
-		if (gpu != "") != (stage != Author) {
+		if (gpu != "") != (stage != stages.Author) {
 			t.Errorf("%s: container GPU check %q", stage, gpu)
 		}
 		if gpu != "" && (!strings.Contains(gpu, " --nv ") || !strings.Contains(gpu, "for d in /dev/nvidia[0-9]*; do") || !strings.Contains(gpu, "exit 70")) {
 			t.Errorf("%s: container GPU check:\n%s", stage, gpu)
 		}
-		if hasGPU := strings.Contains(string(f.Data), "for nemorl_d in /dev/nvidia[0-9]*; do"); hasGPU != (stage != Author) {
+		if hasGPU := strings.Contains(string(f.Data), "for nemorl_d in /dev/nvidia[0-9]*; do"); hasGPU != (stage != stages.Author) {
 			t.Errorf("%s: host GPU check present = %v", stage, hasGPU)
 		}
 	}
 
 	cfg.Stages.Train.Network = true
 	tr = render(t, cfg)
-	for _, stage := range Stages {
-		f, _ := tr.Lookup(Script(stage))
+	for _, stage := range stages.All {
+		f, _ := tr.Lookup(stages.Script(stage))
 		payload, guard := execLines(t, f.Data)
 		noNet := strings.Contains(payload, " --net --network none ")
-		if noNet != (stage == Eval) || strings.Contains(guard, "--host-network") != (stage == Train) {
+		if noNet != (stage == stages.Eval) || strings.Contains(guard, "--host-network") != (stage == stages.Train) {
 			t.Errorf("train network true: %s: --net --network none=%v\n%s", stage, noNet, guard)
 		}
 	}
 
 	lab := render(t, loadExample(t, "lab-none.yaml"))
-	for _, stage := range Stages {
-		f, _ := lab.Lookup(Script(stage))
+	for _, stage := range stages.All {
+		f, _ := lab.Lookup(stages.Script(stage))
 		payload, _ := execLines(t, f.Data)
 		for k, rel := range ScratchEnv(stage) {
 			if want := ` "` + k + `=$nemorl_scratch/` + rel + `" `; !strings.Contains(payload, want) {
@@ -454,15 +455,15 @@ func TestRenderScratchEnvNetworkPwd(t *testing.T) {
 // cluster.gpu_devices.
 func TestRunNoGPU(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{Train: `echo payload-ran`, Eval: `echo payload-ran`})
+	tr := stageRun(t, map[string]string{stages.Train: `echo payload-ran`, stages.Eval: `echo payload-ran`})
 	writeWeights(t, tr)
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, stage := range []string{Train, Eval} {
+	for _, stage := range []string{stages.Train, stages.Eval} {
 		out, code := runScript(t, tr, stage, "CUDA_VISIBLE_DEVICES=")
-		if code != ExitNoGPU || !strings.Contains(out, "nemorl: no GPU: Slurm gave job 4242 no visible GPU") || strings.Contains(out, "payload-ran") {
-			t.Errorf("%s without CUDA_VISIBLE_DEVICES: exit %d, want %d:\n%s", stage, code, ExitNoGPU, out)
+		if code != stages.ExitNoGPU || !strings.Contains(out, "nemorl: no GPU: Slurm gave job 4242 no visible GPU") || strings.Contains(out, "payload-ran") {
+			t.Errorf("%s without CUDA_VISIBLE_DEVICES: exit %d, want %d:\n%s", stage, code, stages.ExitNoGPU, out)
 		}
 		out, code = runScript(t, tr, stage, "CUDA_VISIBLE_DEVICES=", "SLURM_JOB_GPUS=1")
 		if code != 0 || !strings.Contains(out, "nemorl: GPU 1 visible (/dev/null)") {
@@ -482,9 +483,9 @@ func TestRunNoGPU(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(tr2.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code := runScript(t, tr2, Train)
-	if code != ExitNoGPU || !strings.Contains(out, "nemorl: no GPU: GPU 0: no device file matches /dev/nemorl-no-such-gpu[0-9]*") || strings.Contains(out, "payload-ran") {
-		t.Errorf("no device file: exit %d, want %d:\n%s", code, ExitNoGPU, out)
+	out, code := runScript(t, tr2, stages.Train)
+	if code != stages.ExitNoGPU || !strings.Contains(out, "nemorl: no GPU: GPU 0: no device file matches /dev/nemorl-no-such-gpu[0-9]*") || strings.Contains(out, "payload-ran") {
+		t.Errorf("no device file: exit %d, want %d:\n%s", code, stages.ExitNoGPU, out)
 	}
 }
 
@@ -495,7 +496,7 @@ func TestRunNoGPU(t *testing.T) {
 // Slurm's KILL would.
 func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{Train: `trap '' TERM; echo "home=$HOME"; sleep 300 & echo started; wait`})
+	tr := stageRun(t, map[string]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 300 & echo started; wait`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +510,7 @@ func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
 	}
 	mkdirAll(t, tr.Dir+"/.node-tmp")
 	var out syncBuffer
-	cmd := exec.Command("bash", filepath.Join(tr.Dir, Script(Train)))
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, stages.Script(stages.Train)))
 	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=0", "SLURM_JOB_ID=4243", "TMPDIR=" + tr.Dir + "/.node-tmp"}
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

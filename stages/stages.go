@@ -1,0 +1,70 @@
+// Package stages is the episode's vocabulary, shared by the templates that
+// render the jobs, the records the jobs print and the engine that runs
+// them: the three stage names in chain order, the episode id rule, the
+// names and tags a stage's job carries on the cluster, the paths of its
+// files in the episode directory, and the exit statuses the batch scripts
+// keep for their own verdicts.
+package stages
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The three stages, in chain order (untyped: record.Stage takes them too).
+const (
+	Author = "author"
+	Train  = "train"
+	Eval   = "eval"
+)
+
+// All lists the stages in chain order.
+var All = []string{Author, Train, Eval}
+
+// Valid reports whether s names a stage.
+func Valid(s string) bool { return s == Author || s == Train || s == Eval }
+
+// Script is a stage's sbatch script, relative to the episode directory.
+func Script(stage string) string { return stage + "/" + stage + ".sbatch" }
+
+// Output is a stage's job output (--output), relative to the episode
+// directory: the batch script's and the payload's stdout and stderr.
+func Output(stage string) string { return stage + "/out.log" }
+
+// JobName is the Slurm job name of a stage.
+func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }
+
+// Comment is the --comment tag that finds a stage's job again after a crash.
+func Comment(episode, stage string) string { return "nemorl:" + episode + ":" + stage }
+
+// AttemptComment is the --comment tag of a stage's attempt: the script's
+// own (Comment) for the first, with the attempt's number after it for a
+// retry (nemorl:EP:train:2), given on sbatch's command line.
+func AttemptComment(episode, stage string, attempt int) string {
+	if attempt <= 1 {
+		return Comment(episode, stage)
+	}
+	return fmt.Sprintf("%s:%d", Comment(episode, stage), attempt)
+}
+
+// ValidEpisode reports whether s is a usable episode id: letters, digits and
+// ._- only, not starting with . or -, at most 100 bytes.
+func ValidEpisode(s string) bool {
+	if s == "" || len(s) > 100 || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// EvalOutputWatchSeconds is how long the eval script watches, after its
+// record, that out.log is still its stdout. A file renamed over out.log
+// after the script's last look (as the job ends, or just after) changed
+// less than this quiet period before the job's end, which the collector
+// refuses (its change time must lie before the job's end by the quiet
+// period, less sacct's and bash's rounding and the clocks' slack).
+const EvalOutputWatchSeconds = 8
