@@ -1,0 +1,112 @@
+#!/bin/sh
+# Stages episodes and submits their author jobs in one command (Go:
+# batchScript, episode/stage.go, which documents it in full):
+#   sh -c "$batchScript" sh PARENT MODE NCHECKS KEY=PATH... NEPS {EP NAME COMMENT SCRIPT}... [SBATCH ARGV...]
+# with the episodes' trees as one gzipped tar stream on stdin. Prints one
+# tab-separated line per event: "nemorl-batch EP staged|exists|failed",
+# "nemorl-batch EP sbatch RC", "nemorl-batch EP out LINE". Exit 90: a
+# preflight file is missing (named on stderr); 92: mkdir, mktemp or tar failed.
+set -uf
+umask 077
+parent=$1 mode=$2 n=$3
+shift 3
+while [ "$n" -gt 0 ]; do
+	k=${1%%=*} p=${1#*=}
+	shift
+	n=$((n - 1))
+	if [ -d "$p" ]; then r="is a directory"
+	elif [ ! -e "$p" ]; then r="no such file or directory"
+	elif [ ! -r "$p" ]; then r="permission denied"
+	else continue
+	fi
+	printf 'nemorl-stage: preflight\t%s\t%s\t%s\n' "$k" "$p" "$r" >&2
+	exit 90
+done
+neps=$1
+shift
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep_$j=\$1 name_$j=\$2 comment_$j=\$3 script_$j=\$4"
+	shift 4
+	j=$((j + 1))
+done
+[ -d "$parent" ] || mkdir -p -- "$parent" || exit 92
+tmp=$(mktemp -d -- "$parent/.staging.XXXXXX") || exit 92
+trap 'rm -rf -- "$tmp"' EXIT
+tar -x -z -p --no-same-owner -f - -C "$tmp" || exit 92
+sync -f -- "$tmp" 2>/dev/null || sync
+# Episode ids are words of [A-Za-z0-9._-]: a list of them splits safely.
+move=
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j"
+	if [ -e "$parent/$ep" ] || [ -L "$parent/$ep" ]; then
+		if [ "$mode" = restage ] && [ -d "$parent/$ep" ] && [ ! -L "$parent/$ep" ] && [ -f "$parent/$ep/manifest.json" ]; then
+			printf 'nemorl-batch\t%s\tstaged\n' "$ep"
+		else
+			printf 'nemorl-batch\t%s\texists\n' "$ep"
+		fi
+		eval "ep_$j="
+	else
+		move="$move $ep"
+	fi
+	j=$((j + 1))
+done
+if [ -n "$move" ]; then
+	# shellcheck disable=SC2086 # $move is the list to split (set -f: no globbing)
+	(cd -- "$tmp" && mv -t "$parent" -- $move) 2>/dev/null
+fi
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j"
+	if [ -n "$ep" ]; then
+		if [ -d "$parent/$ep" ] && [ ! -e "$tmp/$ep" ]; then
+			printf 'nemorl-batch\t%s\tstaged\n' "$ep"
+		else
+			printf 'nemorl-batch\t%s\tfailed\n' "$ep"
+			eval "ep_$j="
+		fi
+	fi
+	j=$((j + 1))
+done
+[ $# -gt 0 ] || exit 0
+# sbatch four at a time, each writing its status and output beside the
+# trees; then the manifests and the report.
+mkdir -- "$tmp/.res" || exit 92
+j=0
+k=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j name=\$name_$j comment=\$comment_$j script=\$script_$j"
+	j=$((j + 1))
+	[ -n "$ep" ] || continue
+	(
+		# shellcheck disable=SC2154 # name, comment and script are set by the eval above
+		"$@" --job-name="$name" --comment="$comment" "$script" >"$tmp/.res/$ep" 2>&1 </dev/null
+		echo $? >"$tmp/.res/$ep.rc"
+	) &
+	k=$((k + 1))
+	if [ $k -ge 4 ]; then
+		wait
+		k=0
+	fi
+done
+wait
+j=0
+while [ $j -lt "$neps" ]; do
+	eval "ep=\$ep_$j"
+	j=$((j + 1))
+	[ -n "$ep" ] || continue
+	rc=
+	IFS= read -r rc <"$tmp/.res/$ep.rc"
+	printf 'nemorl-batch\t%s\tsbatch\t%s\n' "$ep" "${rc:-255}"
+	id=
+	while IFS= read -r line || [ -n "$line" ]; do
+		printf 'nemorl-batch\t%s\tout\t%s\n' "$ep" "$line"
+		w=${line%%;*}
+		case $w in '' | *[!0-9]*) ;; *) id=$w ;; esac
+	done <"$tmp/.res/$ep"
+	if [ "$rc" = 0 ] && [ -n "$id" ] && IFS= read -r m <"$tmp/.next/$ep"; then
+		printf '%s\n' "${m%%@NEMORL_JOB_ID@*}$id${m#*@NEMORL_JOB_ID@}" >"$parent/$ep/manifest.json"
+	fi
+done
+exit 0
