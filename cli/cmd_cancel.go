@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"fmt"
 	"slices"
 	"strings"
@@ -61,7 +62,7 @@ func (e *env) cancel(c *ucli.Context) error {
 				var ids []string
 				logf := s.Logf
 				s.Logf = nil // the result line below says it
-				ids, err = s.Cancel(c.Context, en, episode.ReasonCancelled, ok)
+				ids, err = s.Cancel(c.Context, en, rules.ReasonCancelled, ok)
 				s.Logf = logf
 				cancelled[ep] = append([]string{}, ids...) // [] rather than null in --json
 				ended[ep] = endedJobs(en, ids)

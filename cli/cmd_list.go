@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -32,8 +33,8 @@ func listCommand(e *env) *ucli.Command {
 	}
 }
 
-var listOutcomes = map[string]bool{string(episode.Scored): true, string(episode.PolicyFailure): true,
-	string(episode.InfraFailure): true, string(episode.IntegrityViolation): true, "unfinished": true}
+var listOutcomes = map[string]bool{string(rules.Scored): true, string(rules.PolicyFailure): true,
+	string(rules.InfraFailure): true, string(rules.IntegrityViolation): true, "unfinished": true}
 
 func (e *env) list(c *ucli.Context) error {
 	if c.NArg() > 0 {

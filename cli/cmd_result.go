@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"errors"
 	"fmt"
 
@@ -49,7 +50,7 @@ func (e *env) result(c *ucli.Context) error {
 }
 
 // finishOutcome prints an outcome (JSON or human) and returns its exit code.
-func (e *env) finishOutcome(c *ucli.Context, o *episode.Outcome) error {
+func (e *env) finishOutcome(c *ucli.Context, o *rules.Outcome) error {
 	if globalBool(c, "json") {
 		if err := e.writeJSON(o); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"errors"
 	"fmt"
@@ -63,9 +64,9 @@ func (e *env) run(c *ucli.Context) error {
 	p := newProgress(e.stderr)
 	entries, err := s.Watch(wctx, []string{ep}, episode.WatchOptions{Act: true, Observe: p.update})
 	if wctx.Err() != nil {
-		reason := episode.ReasonInterrupted
+		reason := rules.ReasonInterrupted
 		if ctx.Err() == nil {
-			reason = episode.ReasonDeadline
+			reason = rules.ReasonDeadline
 		}
 		stop() // a second SIGINT ends the process at once
 		e.logf("%s: %s: cancelling the episode's jobs", ep, reason)
@@ -93,7 +94,7 @@ func (e *env) run(c *ucli.Context) error {
 			hint = "Slurm did not report the cancelled jobs ended within " + CancelGrace.String() + ": nemorl-slurm result " + ep + " later"
 		}
 		if globalBool(c, "json") {
-			_ = e.writeJSON(map[string]any{"episode": ep, "outcome": episode.InfraFailure, "reward": nil, "mask_sample": true,
+			_ = e.writeJSON(map[string]any{"episode": ep, "outcome": rules.InfraFailure, "reward": nil, "mask_sample": true,
 				"failure_reason": reasonOf(err), "final": false, "detail": err.Error()})
 		}
 		return withCode(ExitInfra, fmt.Errorf("%s: %w", ep, err), hint)
@@ -103,7 +104,7 @@ func (e *env) run(c *ucli.Context) error {
 
 func reasonOf(err error) string {
 	if errors.Is(err, episode.ErrConnectionLost) {
-		return episode.ReasonConnectionLost
+		return rules.ReasonConnectionLost
 	}
 	return "watch_failed"
 }

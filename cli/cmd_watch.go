@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"errors"
 	"os"
@@ -139,7 +140,7 @@ func (e *env) reportEntries(c *ucli.Context, entries []*episode.Entry, werr erro
 		type item struct {
 			Episode string           `json:"episode"`
 			Final   bool             `json:"final"`
-			Outcome *episode.Outcome `json:"outcome,omitempty"`
+			Outcome *rules.Outcome `json:"outcome,omitempty"`
 		}
 		items := []item{}
 		for _, en := range entries {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -365,7 +366,7 @@ type rowJSON struct {
 	ElapsedSeconds int64  `json:"elapsed_seconds"`
 	// Attempt, after the first: the stage's attempt (retries, requeues).
 	Attempt int              `json:"attempt,omitempty"`
-	Outcome *episode.Outcome `json:"outcome,omitempty"`
+	Outcome *rules.Outcome `json:"outcome,omitempty"`
 }
 
 func rowsJSON(rows []episode.Row) []rowJSON {
@@ -398,7 +399,7 @@ func worstExit(entries []*episode.Entry) int {
 }
 
 // summary is the one-line human account of an outcome.
-func summary(o *episode.Outcome) string {
+func summary(o *rules.Outcome) string {
 	s := fmt.Sprintf("%s: %s", o.Episode, o.Outcome)
 	if o.Reward != nil {
 		s += ", reward " + formatReward(o)
@@ -409,7 +410,7 @@ func summary(o *episode.Outcome) string {
 	if o.FailureReason != "" {
 		s += fmt.Sprintf(" (%s: %s)", o.FailureStage, o.FailureReason)
 	}
-	if o.TrainReward != nil && o.InnerSteps != nil && o.Outcome != episode.InfraFailure && o.Outcome != episode.IntegrityViolation {
+	if o.TrainReward != nil && o.InnerSteps != nil && o.Outcome != rules.InfraFailure && o.Outcome != rules.IntegrityViolation {
 		s += fmt.Sprintf("; train_reward %.4f after %d inner steps", *o.TrainReward, *o.InnerSteps)
 	}
 	return s
@@ -417,7 +418,7 @@ func summary(o *episode.Outcome) string {
 
 // formatReward shows a reward to four places and, for an eval's score,
 // the samples it counts: "0.4542 (109/240)".
-func formatReward(o *episode.Outcome) string {
+func formatReward(o *rules.Outcome) string {
 	if o.Reward == nil {
 		return "-"
 	}
@@ -431,7 +432,7 @@ func formatReward(o *episode.Outcome) string {
 
 // printOutcome prints an outcome for a human: the summary on stdout, the
 // jobs and the detail under it.
-func (e *env) printOutcome(o *episode.Outcome) {
+func (e *env) printOutcome(o *rules.Outcome) {
 	fmt.Fprintln(e.stdout, summary(o))
 	for _, st := range []string{stages.Author, stages.Train, stages.Eval} {
 		j, ok := o.Jobs[st]

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"bytes"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestProgress(t *testing.T) {
 		t.Fatalf("first table:\n%q", first)
 	}
 	rows[0] = episode.Row{Episode: "ep-a", Stage: "eval", JobID: "13", State: "COMPLETED",
-		Outcome: &episode.Outcome{Outcome: episode.Scored, Reward: &reward}}
+		Outcome: &rules.Outcome{Outcome: rules.Scored, Reward: &reward}}
 	p.update(rows)
 	redraw := strings.TrimPrefix(tty.String(), first)
 	if !strings.HasPrefix(redraw, "\x1b[3A\x1b[J") || !strings.Contains(redraw, "scored reward 0.4375") {
@@ -109,12 +110,12 @@ func render(out string) string {
 func TestFormatReward(t *testing.T) {
 	r, c := 0.45416666666666666, 109
 	for _, tc := range []struct {
-		o    episode.Outcome
+		o    rules.Outcome
 		want string
 	}{
-		{episode.Outcome{Outcome: episode.Scored, Reward: &r, Correct: &c, Samples: 240}, "0.4542 (109/240)"},
-		{episode.Outcome{Outcome: episode.Scored, Reward: &r}, "0.4542"},
-		{episode.Outcome{Outcome: episode.InfraFailure}, "-"},
+		{rules.Outcome{Outcome: rules.Scored, Reward: &r, Correct: &c, Samples: 240}, "0.4542 (109/240)"},
+		{rules.Outcome{Outcome: rules.Scored, Reward: &r}, "0.4542"},
+		{rules.Outcome{Outcome: rules.InfraFailure}, "-"},
 	} {
 		if got := formatReward(&tc.o); got != tc.want {
 			t.Errorf("formatReward(%+v) = %q, want %q", tc.o, got, tc.want)
@@ -122,7 +123,7 @@ func TestFormatReward(t *testing.T) {
 	}
 	// A cancelled outcome shows no train reward (bug: "train_reward … after 2 inner steps").
 	tr, steps := 0.3, 2
-	s := summary(&episode.Outcome{Episode: "ep-x", Outcome: episode.InfraFailure, FailureReason: "cancelled", FailureStage: "train", TrainReward: &tr, InnerSteps: &steps})
+	s := summary(&rules.Outcome{Episode: "ep-x", Outcome: rules.InfraFailure, FailureReason: "cancelled", FailureStage: "train", TrainReward: &tr, InnerSteps: &steps})
 	if strings.Contains(s, "train_reward") {
 		t.Errorf("summary of a cancelled episode: %s", s)
 	}

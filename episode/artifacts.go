@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"path"
 )
 
@@ -65,7 +66,7 @@ func (d *Driver) AuthorFiles(ctx context.Context, e *Entry) (response, patch []b
 	if response, err = read(ResponseFile, MaxResponseBytes, wantResp); err != nil {
 		return nil, nil, problems, err
 	}
-	if patch, err = read(PatchFile, MaxPatchBytes, wantPatch); err != nil {
+	if patch, err = read(PatchFile, rules.MaxPatchBytes, wantPatch); err != nil {
 		return nil, nil, problems, err
 	}
 	return response, patch, problems, nil

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func newFixture(t *testing.T) *fixture {
 		d: &Driver{Host: remote.NewLocal(), Ledger: l},
 		e: &Entry{Episode: "ep-test", Dir: dir, Isolation: "none", Staged: true, Jobs: map[string]*Submission{
 			stages.Author: {JobID: authorID}, stages.Train: {JobID: trainID}, stages.Eval: {JobID: evalID},
-		}},
+		}, Author: &record.Author{PatchSHA256: weightsSHA, PatchBytes: 100}},
 		uid: os.Getuid(),
 	}
 	now := time.Now()
@@ -100,18 +101,37 @@ func (f *fixture) fifo(stage string) {
 	}
 }
 
-func (f *fixture) classify() *Outcome {
+func (f *fixture) classify() *rules.Outcome {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o, err := f.d.classify(ctx, f.e, f.infos)
+	fa := f.d.facts(f.e, f.infos, nil)
+	fa.Requeues = false // a node failure's end counts at once
+	dec, err := f.d.decide(ctx, f.e, fa)
 	if err != nil {
-		f.t.Fatalf("classify: %v", err)
+		f.t.Fatalf("decide: %v", err)
 	}
-	if o == nil {
-		f.t.Fatal("classify: no outcome")
+	if dec.Verdict == nil {
+		f.t.Fatalf("decide: no outcome (%+v)", dec)
 	}
-	return o
+	return f.d.outcome(f.e, f.infos, dec.Verdict)
+}
+
+// collectAuthor decides an episode whose author job ended: the outcome,
+// or nil when train may go ahead (the verified record kept in f.e).
+func (f *fixture) collectAuthor(ctx context.Context) (*rules.Outcome, error) {
+	f.e.Author = nil
+	delete(f.e.Jobs, stages.Train)
+	delete(f.e.Jobs, stages.Eval)
+	dec, err := f.d.decide(ctx, f.e, f.d.facts(f.e, f.infos, nil))
+	if err != nil || dec.Verdict != nil {
+		if err != nil {
+			return nil, err
+		}
+		return f.d.outcome(f.e, f.infos, dec.Verdict), nil
+	}
+	f.e.Author = dec.AuthorVerified
+	return nil, nil
 }
 
 func goodTrainLine(t *testing.T) string {
@@ -141,24 +161,24 @@ func mustFormat(t *testing.T, r record.Record) string {
 }
 
 type want struct {
-	kind      Kind
+	kind      rules.Kind
 	stage     string
 	reason    string
 	tampering bool
 }
 
-func check(t *testing.T, o *Outcome, w want) {
+func check(t *testing.T, o *rules.Outcome, w want) {
 	t.Helper()
 	if o.Outcome != w.kind || o.FailureStage != w.stage || o.FailureReason != w.reason || o.Tampering != w.tampering {
 		t.Fatalf("outcome %s (%s: %s, tampering %v), want %s (%s: %s, tampering %v); detail: %s",
 			o.Outcome, o.FailureStage, o.FailureReason, o.Tampering, w.kind, w.stage, w.reason, w.tampering, o.Detail)
 	}
 	switch w.kind {
-	case PolicyFailure:
+	case rules.PolicyFailure:
 		if o.Reward == nil || *o.Reward != 0 || o.MaskSample {
 			t.Fatalf("policy failure: reward %v mask %v, want 0 and not masked", o.Reward, o.MaskSample)
 		}
-	case InfraFailure, IntegrityViolation:
+	case rules.InfraFailure, rules.IntegrityViolation:
 		if o.Reward != nil || !o.MaskSample {
 			t.Fatalf("%s: reward %v mask %v, want null and masked", w.kind, o.Reward, o.MaskSample)
 		}
@@ -168,25 +188,30 @@ func check(t *testing.T, o *Outcome, w want) {
 func TestAttributionTrainAndEval(t *testing.T) {
 	uid := os.Getuid()
 	other := uid + 4242
-	policy := func(stage, reason string, tampering bool) want { return want{PolicyFailure, stage, reason, tampering} }
-	infra := func(stage, reason string) want { return want{InfraFailure, stage, reason, false} }
-	integrity := func(stage, reason string) want { return want{IntegrityViolation, stage, reason, true} }
+	policy := func(stage, reason string, tampering bool) want {
+		return want{rules.PolicyFailure, stage, reason, tampering}
+	}
+	infra := func(stage, reason string) want { return want{rules.InfraFailure, stage, reason, false} }
+	// The fixture runs without isolation: what only a deliberate act
+	// explains is the policy's there (rules_test.go holds the isolated
+	// rows: integrity_violation).
+	integrity := func(stage, reason string) want { return want{rules.PolicyFailure, stage, reason, true} }
 	cases := []struct {
 		name  string
 		setup func(f *fixture)
 		want  want
 	}{
-		{"scored", func(f *fixture) {}, want{Scored, "", "", false}},
+		{"scored", func(f *fixture) {}, want{rules.Scored, "", "", false}},
 
 		// The train job: everything it does is the policy's.
 		{"train record trainer_failed", func(f *fixture) {
 			f.set(trainID, "FAILED", "1:0")
 			f.write(stages.Train, mustFormat(t, &record.Train{Status: record.StatusTrainerFailed, TrainerExitStatus: 1}))
-		}, policy(stages.Train, ReasonTrainFailed, false)},
+		}, policy(stages.Train, rules.ReasonTrainFailed, false)},
 		{"train record patch_failed", func(f *fixture) {
 			f.set(trainID, "FAILED", "1:0")
 			f.write(stages.Train, mustFormat(t, &record.Train{Status: record.StatusPatchFailed, TrainerExitStatus: 0}))
-		}, policy(stages.Train, ReasonPatchRejected, false)},
+		}, policy(stages.Train, rules.ReasonPatchRejected, false)},
 		{"train failed without a record", func(f *fixture) {
 			f.set(trainID, "FAILED", "1:0")
 			f.write(stages.Train, "Traceback: the policy's trainer crashed")
@@ -203,70 +228,70 @@ func TestAttributionTrainAndEval(t *testing.T) {
 		{"train malformed record", func(f *fixture) {
 			f.write(stages.Train, record.StageTrain.Prefix()+`{"status":"ok"`)
 		}, policy(stages.Train, "malformed_json", true)},
-		{"train out.log is a fifo", func(f *fixture) { f.fifo(stages.Train) }, policy(stages.Train, ReasonPlantedOutput, true)},
-		{"train time limit", func(f *fixture) { f.set(trainID, "TIMEOUT", "0:15") }, policy(stages.Train, ReasonTrainTimeout, false)},
-		{"train out of memory", func(f *fixture) { f.set(trainID, "OUT_OF_MEMORY", "0:125") }, policy(stages.Train, ReasonTrainOutOfMemory, false)},
+		{"train out.log is a fifo", func(f *fixture) { f.fifo(stages.Train) }, policy(stages.Train, rules.ReasonPlantedOutput, true)},
+		{"train time limit", func(f *fixture) { f.set(trainID, "TIMEOUT", "0:15") }, policy(stages.Train, rules.ReasonTrainTimeout, false)},
+		{"train out of memory", func(f *fixture) { f.set(trainID, "OUT_OF_MEMORY", "0:125") }, policy(stages.Train, rules.ReasonTrainOutOfMemory, false)},
 		{"train cancelled by the user's uid, not the tool", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
-		}, policy(stages.Train, ReasonForeignCancel, true)},
+		}, policy(stages.Train, rules.ReasonForeignCancel, true)},
 		{"train cancelled by another uid", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", other), "0:15")
-		}, infra(stages.Train, ReasonCancelled)},
+		}, infra(stages.Train, rules.ReasonCancelled)},
 		{"train cancelled by the tool", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
 			f.e.CancelsIssued = []string{trainID}
-		}, infra(stages.Train, ReasonCancelled)},
+		}, infra(stages.Train, rules.ReasonCancelled)},
 		{"a recorded cancel wins over a duplicate record", func(f *fixture) {
 			f.set(trainID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
 			f.set(evalID, "CANCELLED", "0:0")
-			f.e.CancelRequested = ReasonDeadline
+			f.e.CancelRequested = rules.ReasonDeadline
 			f.write(stages.Train, goodTrainLine(t), goodTrainLine(t))
-		}, infra(stages.Train, ReasonDeadline)},
+		}, infra(stages.Train, rules.ReasonDeadline)},
 		{"train cancelled, canceller unknown, no isolation", func(f *fixture) {
 			f.set(trainID, "CANCELLED", "0:15")
-		}, policy(stages.Train, ReasonForeignCancel, true)},
+		}, policy(stages.Train, rules.ReasonForeignCancel, true)},
 		{"train cancelled, canceller unknown, container", func(f *fixture) {
 			f.e.Isolation = "apptainer"
 			f.set(trainID, "CANCELLED", "0:15")
-		}, infra(stages.Train, ReasonCancelled)},
+		}, infra(stages.Train, rules.ReasonCancelled)},
 		{"train node failure", func(f *fixture) { f.set(trainID, "NODE_FAIL", "0:0") }, infra(stages.Train, "node_failure")},
 		{"train preempted", func(f *fixture) { f.set(trainID, "PREEMPTED", "0:0") }, infra(stages.Train, "preempted")},
-		{"train guard found slurm", func(f *fixture) { f.set(trainID, "FAILED", "69:0") }, infra(stages.Train, ReasonIsolationBreach)},
-		{"train found no GPU", func(f *fixture) { f.set(trainID, "FAILED", "70:0") }, infra(stages.Train, ReasonNoGPU)},
-		{"eval found no GPU", func(f *fixture) { f.set(evalID, "FAILED", "70:0") }, infra(stages.Eval, ReasonNoGPU)},
-		{"train script found no patch", func(f *fixture) { f.set(trainID, "FAILED", "66:0") }, infra(stages.Train, ReasonScriptRefused)},
+		{"train guard found slurm", func(f *fixture) { f.set(trainID, "FAILED", "69:0") }, infra(stages.Train, rules.ReasonIsolationBreach)},
+		{"train found no GPU", func(f *fixture) { f.set(trainID, "FAILED", "70:0") }, infra(stages.Train, rules.ReasonNoGPU)},
+		{"eval found no GPU", func(f *fixture) { f.set(evalID, "FAILED", "70:0") }, infra(stages.Eval, rules.ReasonNoGPU)},
+		{"train script found no patch", func(f *fixture) { f.set(trainID, "FAILED", "66:0") }, infra(stages.Train, rules.ReasonScriptRefused)},
 
 		// The eval job: the trusted evaluator.
-		{"weights rejected by the trusted check", func(f *fixture) { f.set(evalID, "FAILED", "68:0") }, policy(stages.Eval, ReasonBadWeights, false)},
-		{"weights missing or not a regular file", func(f *fixture) { f.set(evalID, "FAILED", "66:0") }, policy(stages.Eval, ReasonBadWeights, false)},
+		{"weights rejected by the trusted check", func(f *fixture) { f.set(evalID, "FAILED", "68:0") }, policy(stages.Eval, rules.ReasonBadWeights, false)},
+		{"weights missing or not a regular file", func(f *fixture) { f.set(evalID, "FAILED", "66:0") }, policy(stages.Eval, rules.ReasonBadWeights, false)},
 		{"eval weights differ from train's record", func(f *fixture) {
 			f.write(stages.Eval, goodEvalLine(t, evalID, otherSHA))
 		}, policy(stages.Train, "weights_mismatch", true)},
-		{"eval stdout redirected", func(f *fixture) { f.set(evalID, "FAILED", "67:0") }, integrity(stages.Eval, ReasonEvalOutputRedirected)},
-		{"eval inputs tampered", func(f *fixture) { f.set(evalID, "FAILED", "65:0") }, integrity(stages.Eval, ReasonEvalInputsTampered)},
-		{"eval rollouts rejected", func(f *fixture) { f.set(evalID, "FAILED", "4:0") }, infra(stages.Eval, ReasonRolloutsRejected)},
+		{"eval stdout redirected", func(f *fixture) { f.set(evalID, "FAILED", "67:0") }, integrity(stages.Eval, rules.ReasonEvalOutputRedirected)},
+		{"eval inputs tampered", func(f *fixture) { f.set(evalID, "FAILED", "65:0") }, integrity(stages.Eval, rules.ReasonEvalInputsTampered)},
+		{"eval rollouts rejected", func(f *fixture) { f.set(evalID, "FAILED", "4:0") }, infra(stages.Eval, rules.ReasonRolloutsRejected)},
 		{"eval crashed (vLLM never ready)", func(f *fixture) { f.set(evalID, "FAILED", "1:0") }, infra(stages.Eval, "exit_code")},
-		{"eval guard found slurm", func(f *fixture) { f.set(evalID, "FAILED", "69:0") }, infra(stages.Eval, ReasonIsolationBreach)},
+		{"eval guard found slurm", func(f *fixture) { f.set(evalID, "FAILED", "69:0") }, infra(stages.Eval, rules.ReasonIsolationBreach)},
 		{"eval node failure", func(f *fixture) { f.set(evalID, "NODE_FAIL", "0:0") }, infra(stages.Eval, "node_failure")},
 		{"eval cancelled by the user's uid, not the tool", func(f *fixture) {
 			f.set(evalID, fmt.Sprintf("CANCELLED by %d", uid), "0:15")
-		}, policy(stages.Eval, ReasonForeignCancel, true)},
+		}, policy(stages.Eval, rules.ReasonForeignCancel, true)},
 		{"eval out.log planted as a fifo (no isolation)", func(f *fixture) {
 			f.set(evalID, "TIMEOUT", "0:0")
 			f.fifo(stages.Eval)
-		}, policy(stages.Eval, ReasonPlantedOutput, true)},
+		}, policy(stages.Eval, rules.ReasonPlantedOutput, true)},
 		{"eval out.log planted as a fifo (container)", func(f *fixture) {
 			f.e.Isolation = "apptainer"
 			f.set(evalID, "TIMEOUT", "0:0")
 			f.fifo(stages.Eval)
-		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		}, want{rules.IntegrityViolation, stages.Eval, rules.ReasonEvalOutputTampered, true}},
 		{"eval record without its job", func(f *fixture) { f.write(stages.Eval) }, infra(stages.Eval, "missing_record")},
-		{"eval out.log gone", func(f *fixture) { _ = os.Remove(f.out(stages.Eval)) }, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		{"eval out.log gone", func(f *fixture) { _ = os.Remove(f.out(stages.Eval)) }, integrity(stages.Eval, rules.ReasonEvalOutputTampered)},
 		{"eval out.log written before eval started", func(f *fixture) {
 			j := f.infos[evalID]
 			j.Start, j.End = time.Now().Add(time.Minute), time.Now().Add(2*time.Minute)
 			f.infos[evalID] = j
-		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		}, integrity(stages.Eval, rules.ReasonEvalOutputTampered)},
 		{"eval out.log changed after eval ended", func(f *fixture) {
 			j := f.infos[evalID]
 			j.Start, j.End = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
@@ -274,19 +299,19 @@ func TestAttributionTrainAndEval(t *testing.T) {
 			tj := f.infos[trainID]
 			tj.End = j.Start
 			f.infos[trainID] = tj
-		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		}, integrity(stages.Eval, rules.ReasonEvalOutputTampered)},
 		{"eval out.log renamed over as the eval job ended (after the script's last look)", func(f *fixture) {
 			// The file changed a moment before the job's end: the honest
 			// script wrote nothing in its last EvalOutputWatchSeconds.
 			j := f.infos[evalID]
 			j.End = time.Now().Add(500 * time.Millisecond)
 			f.infos[evalID] = j
-		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		}, integrity(stages.Eval, rules.ReasonEvalOutputTampered)},
 		{"eval out.log renamed over just after the eval job ended", func(f *fixture) {
 			j := f.infos[evalID]
 			j.End = time.Now().Add(-1500 * time.Millisecond)
 			f.infos[evalID] = j
-		}, integrity(stages.Eval, ReasonEvalOutputTampered)},
+		}, integrity(stages.Eval, rules.ReasonEvalOutputTampered)},
 		{"eval record names another job", func(f *fixture) { f.write(stages.Eval, goodEvalLine(t, "999", weightsSHA)) }, integrity(stages.Eval, "job_id_mismatch")},
 		{"eval two records", func(f *fixture) {
 			f.write(stages.Eval, goodEvalLine(t, evalID, weightsSHA), goodEvalLine(t, evalID, weightsSHA))
@@ -295,7 +320,7 @@ func TestAttributionTrainAndEval(t *testing.T) {
 			j := f.infos[trainID]
 			j.End = f.infos[evalID].Start.Add(time.Minute)
 			f.infos[trainID] = j
-		}, integrity(stages.Eval, ReasonEvalBeforeTrainEnd)},
+		}, integrity(stages.Eval, rules.ReasonEvalBeforeTrainEnd)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -304,7 +329,7 @@ func TestAttributionTrainAndEval(t *testing.T) {
 			c.setup(f)
 			o := f.classify()
 			check(t, o, c.want)
-			if c.want.kind == Scored && (o.Reward == nil || o.MaskSample || o.CheckpointSHA256 != weightsSHA) {
+			if c.want.kind == rules.Scored && (o.Reward == nil || o.MaskSample || o.CheckpointSHA256 != weightsSHA) {
 				t.Fatalf("scored: reward %v mask %v checkpoint %s", o.Reward, o.MaskSample, o.CheckpointSHA256)
 			}
 		})
@@ -340,28 +365,28 @@ func TestAttributionAuthor(t *testing.T) {
 		want  want // kind "" means: train may go ahead
 	}{
 		{"a good patch", func(f *fixture) { f.author(patch, authorRecord(patch)) }, want{}},
-		{"no patch", func(f *fixture) { f.author([]byte{}, authorRecord(nil)) }, want{PolicyFailure, stages.Author, ReasonNoPatch, false}},
-		{"no record", func(f *fixture) { f.write(stages.Author) }, want{PolicyFailure, stages.Author, "missing_record", false}},
+		{"no patch", func(f *fixture) { f.author([]byte{}, authorRecord(nil)) }, want{rules.PolicyFailure, stages.Author, rules.ReasonNoPatch, false}},
+		{"no record", func(f *fixture) { f.write(stages.Author) }, want{rules.PolicyFailure, stages.Author, "missing_record", false}},
 		{"a train record in the author output", func(f *fixture) {
 			f.write(stages.Author, mustFormat(t, authorRecord(patch)), goodTrainLine(t))
-		}, want{PolicyFailure, stages.Author, "foreign_record", true}},
+		}, want{rules.PolicyFailure, stages.Author, "foreign_record", true}},
 		{"patch differs from the record", func(f *fixture) {
 			bad := append([]byte{}, patch...)
 			bad[0] = 'D'
 			f.author(bad, authorRecord(patch))
-		}, want{PolicyFailure, stages.Author, "patch_mismatch", true}},
+		}, want{rules.PolicyFailure, stages.Author, "patch_mismatch", true}},
 		{"patch is a fifo", func(f *fixture) {
 			f.author(nil, authorRecord(patch))
 			if err := syscall.Mkfifo(filepath.Join(f.e.Dir, "author", "change.diff"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
+		}, want{rules.PolicyFailure, stages.Author, rules.ReasonBadPatch, true}},
 		{"patch is a symlink to /dev/zero", func(f *fixture) {
 			f.author(nil, authorRecord(patch))
 			if err := os.Symlink("/dev/zero", filepath.Join(f.e.Dir, "author", "change.diff")); err != nil {
 				t.Fatal(err)
 			}
-		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
+		}, want{rules.PolicyFailure, stages.Author, rules.ReasonBadPatch, true}},
 		{"patch is a 64 GiB sparse file", func(f *fixture) {
 			f.author(nil, authorRecord(patch))
 			p := filepath.Join(f.e.Dir, "author", "change.diff")
@@ -371,15 +396,15 @@ func TestAttributionAuthor(t *testing.T) {
 			if err := os.Truncate(p, 64<<30); err != nil {
 				t.Fatal(err)
 			}
-		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
+		}, want{rules.PolicyFailure, stages.Author, rules.ReasonBadPatch, true}},
 		{"patch larger than its record says", func(f *fixture) {
 			f.author(append(append([]byte{}, patch...), patch...), authorRecord(patch))
-		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
+		}, want{rules.PolicyFailure, stages.Author, rules.ReasonBadPatch, true}},
 		{"record claims more than a patch may have", func(f *fixture) {
 			a := authorRecord(patch)
-			a.PatchBytes = MaxPatchBytes + 1
+			a.PatchBytes = rules.MaxPatchBytes + 1
 			f.author(patch, a)
-		}, want{PolicyFailure, stages.Author, ReasonBadPatch, true}},
+		}, want{rules.PolicyFailure, stages.Author, rules.ReasonBadPatch, true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -389,7 +414,7 @@ func TestAttributionAuthor(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			o, err := f.d.collectAuthor(ctx, f.e, f.infos)
+			o, err := f.collectAuthor(ctx)
 			runtime.ReadMemStats(&after)
 			if err != nil {
 				t.Fatalf("collectAuthor: %v", err)
@@ -420,25 +445,25 @@ func TestAttributionAuthorJob(t *testing.T) {
 		state, exit string
 		want        want
 	}{
-		{"FAILED", "1:0", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
-		{"FAILED", "0:9", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
-		{"TIMEOUT", "0:0", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
-		{"OUT_OF_MEMORY", "0:125", want{PolicyFailure, stages.Author, ReasonAuthorFailed, false}},
-		{"FAILED", "78:0", want{InfraFailure, stages.Author, ReasonScriptRefused, false}},
-		{"FAILED", "69:0", want{InfraFailure, stages.Author, ReasonIsolationBreach, false}},
-		{"FAILED", "75:0", want{InfraFailure, stages.Author, ReasonPolicyEndpointFailed, false}},
-		{"NODE_FAIL", "0:0", want{InfraFailure, stages.Author, "node_failure", false}},
-		{"BOOT_FAIL", "0:0", want{InfraFailure, stages.Author, "boot_failure", false}},
-		{fmt.Sprintf("CANCELLED by %d", uid), "0:15", want{PolicyFailure, stages.Author, ReasonForeignCancel, true}},
-		{fmt.Sprintf("CANCELLED by %d", uid+1), "0:15", want{InfraFailure, stages.Author, ReasonCancelled, false}},
+		{"FAILED", "1:0", want{rules.PolicyFailure, stages.Author, rules.ReasonAuthorFailed, false}},
+		{"FAILED", "0:9", want{rules.PolicyFailure, stages.Author, rules.ReasonAuthorFailed, false}},
+		{"TIMEOUT", "0:0", want{rules.PolicyFailure, stages.Author, rules.ReasonAuthorFailed, false}},
+		{"OUT_OF_MEMORY", "0:125", want{rules.PolicyFailure, stages.Author, rules.ReasonAuthorFailed, false}},
+		{"FAILED", "78:0", want{rules.InfraFailure, stages.Author, rules.ReasonScriptRefused, false}},
+		{"FAILED", "69:0", want{rules.InfraFailure, stages.Author, rules.ReasonIsolationBreach, false}},
+		{"FAILED", "75:0", want{rules.InfraFailure, stages.Author, rules.ReasonPolicyEndpointFailed, false}},
+		{"NODE_FAIL", "0:0", want{rules.InfraFailure, stages.Author, "node_failure", false}},
+		{"BOOT_FAIL", "0:0", want{rules.InfraFailure, stages.Author, "boot_failure", false}},
+		{fmt.Sprintf("CANCELLED by %d", uid), "0:15", want{rules.PolicyFailure, stages.Author, rules.ReasonForeignCancel, true}},
+		{fmt.Sprintf("CANCELLED by %d", uid+1), "0:15", want{rules.InfraFailure, stages.Author, rules.ReasonCancelled, false}},
 	}
 	for _, c := range cases {
 		t.Run(c.state+"/"+c.exit, func(t *testing.T) {
 			f := newFixture(t)
 			f.set(authorID, c.state, c.exit)
-			o, err := f.d.authorFailed(context.Background(), f.e, f.d.base(f.e, f.infos), f.infos[authorID])
-			if err != nil {
-				t.Fatal(err)
+			o, err := f.collectAuthor(context.Background())
+			if err != nil || o == nil {
+				t.Fatal(o, err)
 			}
 			check(t, o, c.want)
 		})

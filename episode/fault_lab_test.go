@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"os/exec"
 	"strings"
@@ -70,7 +71,7 @@ func TestFaultReplyLost(t *testing.T) {
 	t.Cleanup(func() {
 		_ = exec.Command(labtest.Script(t, "sshd"), "start").Run()
 		if e, err := d.Ledger.Load(e.Episode); err == nil && !e.Final() {
-			_, _ = d.Cancel(context.Background(), e, ReasonCancelled, true)
+			_, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true)
 		}
 	})
 	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
@@ -83,7 +84,7 @@ func TestFaultReplyLost(t *testing.T) {
 		t.Fatal("the fault never fired: no train sbatch went through the host")
 	}
 	fin := got[e.Episode]
-	if o := fin.Outcome; o == nil || o.Outcome != Scored {
+	if o := fin.Outcome; o == nil || o.Outcome != rules.Scored {
 		t.Fatalf("outcome %+v, want scored", o)
 	}
 	if sub := fin.Jobs[stages.Train]; !sub.Adopted || sub.JobID == "" {

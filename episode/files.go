@@ -6,16 +6,14 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
-	"path"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
-	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 // fileInfo is what lstat(2) says of a file on the cluster, as far as the
@@ -44,15 +42,20 @@ func (f fileInfo) Regular() bool {
 // lstat inspects p on the cluster without following a symlink: one SFTP
 // request. It gives the type and size, not the change time (SFTP has
 // none); readOutput does. A missing file is not an error.
-func (d *Driver) lstat(ctx context.Context, p string) (fileInfo, error) {
+func (d *Driver) lstat(ctx context.Context, p string) (rules.File, error) {
 	fi, err := d.Host.Lstat(ctx, p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fileInfo{}, nil
+		return rules.File{}, nil
 	}
 	if err != nil {
-		return fileInfo{}, fmt.Errorf("inspect %s: %w", p, err)
+		return rules.File{}, fmt.Errorf("inspect %s: %w", p, err)
 	}
-	return fileInfo{Exists: true, Type: typeName(fi.Mode()), Size: fi.Size()}, nil
+	return rules.File{Exists: true, Type: typeName(fi.Mode()), Size: fi.Size(), Perm: fi.Mode().Perm()}, nil
+}
+
+// file is the file as the rules see it.
+func (f fileInfo) file() rules.File {
+	return rules.File{Exists: f.Exists, Type: f.Type, Size: f.Size, Ctime: f.Ctime}
 }
 
 // typeName names a file type as stat(1)'s %F does.
@@ -90,16 +93,6 @@ func parseLstat(s string) (fileInfo, error) {
 		return fileInfo{}, fmt.Errorf("stat printed %q: %v", s, err)
 	}
 	return fileInfo{Exists: true, Type: f[0], Size: size, Ctime: time.Unix(ctime, 0), Inode: inode, Links: links}, nil
-}
-
-// plantedError is an output file that is not a regular file: a FIFO, a
-// symlink, a device or a directory planted where a stage's output belongs.
-type plantedError struct {
-	Stage, Path, Type string
-}
-
-func (e *plantedError) Error() string {
-	return fmt.Sprintf("the %s output %s is a %s, not a regular file", e.Stage, e.Path, e.Type)
 }
 
 // collectScript inspects and filters a stage's output where it lies, in
@@ -251,27 +244,4 @@ func abbreviate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// guardFindings returns the isolation guard's findings from stage's output
-// when its job ended with the guard's refusal (stages.ExitIsolation),
-// for the outcome's detail: each names a path and the setting that can
-// produce it. Best effort: none when they cannot be read.
-func (d *Driver) guardFindings(ctx context.Context, e *Entry, stage string, j slurm.JobInfo) []string {
-	if j.ExitCode.Code != stages.ExitIsolation {
-		return nil
-	}
-	out, err := d.readOutput(ctx, path.Join(e.Dir, stages.Output(stage)), TailBytes, true)
-	if err != nil {
-		d.logf("%s: %s: reading the isolation guard's findings: %v", e.Episode, stage, err)
-		return nil
-	}
-	var keep []string
-	for _, f := range out.findings {
-		// The script's own summary line says nothing the outcome does not.
-		if !strings.HasPrefix(f, "the guard refused") && !strings.HasPrefix(f, "unverified:") {
-			keep = append(keep, f)
-		}
-	}
-	return keep
 }

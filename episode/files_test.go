@@ -15,7 +15,6 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
-	"github.com/nemorl/nemorl-slurm/slurm"
 )
 
 const trainLineText = `NEMORL_ENV_TRAIN_RESULT={"status":"ok","train_reward":0.31,"inner_steps":42,"weights_sha256":"` +
@@ -189,17 +188,9 @@ func (c cannedRun) Run(context.Context, remote.Command) (*remote.Result, error) 
 func TestScanReplacedIsPlanted(t *testing.T) {
 	d := &Driver{Host: cannedRun{Host: remote.NewLocal(), out: "nemorl-collect lstat regular file|10|1700000000|7|1\nnemorl-collect replaced\n"}}
 	e := &Entry{Episode: "ep-r", Dir: t.TempDir(), Isolation: "apptainer"}
-	_, _, err := d.scan(context.Background(), e, stages.Train)
-	var pe *plantedError
-	if !errors.As(err, &pe) || pe.Stage != stages.Train || !strings.Contains(pe.Type, "replaced") {
-		t.Fatalf("scan of a replaced output: %v", err)
-	}
-	o := (&Outcome{}).planted(e, pe)
-	if o.Outcome != PolicyFailure || o.FailureReason != ReasonPlantedOutput {
-		t.Errorf("train output replaced: %s/%s, want policy_failure/planted_output", o.Outcome, o.FailureReason)
-	}
-	if o := (&Outcome{}).planted(e, &plantedError{Stage: stages.Eval, Path: "x", Type: pe.Type}); o.Outcome != IntegrityViolation {
-		t.Errorf("eval output replaced with isolation: %s, want integrity_violation", o.Outcome)
+	o, err := d.scan(context.Background(), e, stages.Train)
+	if err != nil || !o.Replaced || o.Record != nil || o.RecordErr != nil {
+		t.Fatalf("scan of a replaced output: %+v, %v", o, err)
 	}
 }
 
@@ -222,17 +213,13 @@ func TestGuardFindingsInDetail(t *testing.T) {
 	if err := os.WriteFile(p, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	j := slurm.JobInfo{ID: "7", ExitCode: slurm.ExitCode{Code: 69, Raw: "69:0"}}
-	f := d.guardFindings(ctx, e, stages.Train, j)
-	if len(f) != 2 || !strings.HasPrefix(f[0], "mount point /run/munge ") || !strings.Contains(f[0], "cause: a site bind") || !strings.HasPrefix(f[1], "unix socket /tmp/x.sock") {
-		t.Fatalf("findings %q", f)
+	o, err := d.scan(ctx, e, stages.Train)
+	f := o.Findings
+	if err != nil || len(f) != 3 || !strings.HasPrefix(f[0], "mount point /run/munge ") || !strings.Contains(f[0], "cause: a site bind") || !strings.HasPrefix(f[1], "unix socket /tmp/x.sock") {
+		t.Fatalf("findings %q, %v", f, err)
 	}
-	o := (&Outcome{}).verdictFailed(stages.Train, j, f)
-	if o.FailureReason != ReasonIsolationBreach || o.Outcome != InfraFailure || !strings.Contains(o.Detail, "/run/munge") || !strings.Contains(o.Detail, "cause: a site bind") {
-		t.Errorf("outcome %+v", o)
-	}
-	if f := d.guardFindings(ctx, e, stages.Train, slurm.JobInfo{ID: "7", ExitCode: slurm.ExitCode{Code: 1}}); f != nil {
-		t.Errorf("findings for another exit: %q", f)
+	if o.RecordErr != nil || o.Record == nil {
+		t.Fatalf("record beside findings: %v", o.RecordErr)
 	}
 	// The records of the same file are what they were: findings never
 	// reach the record parser.

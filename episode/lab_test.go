@@ -3,6 +3,7 @@ package episode
 import (
 	"context"
 	"errors"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
@@ -101,7 +102,7 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 	t.Cleanup(func() {
 		for _, ep := range eps {
 			if e, err := d.Ledger.Load(ep); err == nil {
-				_, _ = d.Cancel(context.Background(), e, ReasonCancelled, true)
+				_, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true)
 			}
 		}
 	})
@@ -186,7 +187,7 @@ func TestWatchConnectionLost(t *testing.T) {
 	t.Cleanup(func() {
 		_ = exec.Command(labtest.Script(t, "sshd"), "start").Run()
 		if e, err := d.Ledger.Load(e.Episode); err == nil {
-			_, _ = d.Cancel(context.Background(), e, ReasonCancelled, true)
+			_, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true)
 		}
 	})
 	if out, err := exec.Command(labtest.Script(t, "sshd"), "stop").CombinedOutput(); err != nil {
@@ -244,7 +245,7 @@ func TestSubmitRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := got[e.Episode].Outcome
-	if o == nil || o.Outcome != InfraFailure || o.FailureReason != ReasonSubmitRefused || o.FailureStage != stages.Train ||
+	if o == nil || o.Outcome != rules.InfraFailure || o.FailureReason != rules.ReasonSubmitRefused || o.FailureStage != stages.Train ||
 		!strings.Contains(o.Detail, "nosuch") || !o.MaskSample || o.Reward != nil {
 		t.Fatalf("outcome %+v", o)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"os"
@@ -73,7 +74,7 @@ type Entry struct {
 	// (the author, once its patch is verified), the job as sacct last
 	// showed it: they are not queried again (a job slurmctld has forgotten
 	// and slurmdbd cannot answer for would otherwise look lost).
-	Ended map[string]JobSummary `json:"ended,omitempty"`
+	Ended map[string]rules.JobSummary `json:"ended,omitempty"`
 	// Overrides are the --set KEY=VALUE the episode was submitted with:
 	// every later command applies them to ConfigPath again.
 	Overrides []string `json:"overrides,omitempty"`
@@ -81,11 +82,15 @@ type Entry struct {
 	Staged bool `json:"staged"`
 	// Scripts holds the sha256 of each stage's sbatch script as staged.
 	Scripts map[string]string `json:"scripts_sha256,omitempty"`
+	// TimeLimitMinutes holds each stage's time limit as its script asks
+	// Slurm for it (whole minutes, as Slurm keeps it): a job whose limit
+	// differs was changed by someone else.
+	TimeLimitMinutes map[string]int `json:"time_limit_minutes,omitempty"`
 	// Jobs holds the submissions, by stage: each stage's current attempt.
 	Jobs map[string]*Submission `json:"jobs"`
 	// Retried holds, by stage, the earlier attempts of the stages that
 	// were run again (retry.go), oldest first.
-	Retried map[string][]Attempt `json:"retried,omitempty"`
+	Retried map[string][]rules.Attempt `json:"retried,omitempty"`
 	// CancelRequested names why the episode's jobs were cancelled (by
 	// cancel, a deadline or an interrupt): nothing more is submitted.
 	CancelRequested string `json:"cancel_requested,omitempty"`
@@ -94,7 +99,7 @@ type Entry struct {
 	// Cleaned is when clean removed the episode's directory on the cluster.
 	Cleaned time.Time `json:"cleaned,omitzero"`
 	// Outcome is set once, when the episode is final.
-	Outcome *Outcome `json:"outcome,omitempty"`
+	Outcome *rules.Outcome `json:"outcome,omitempty"`
 	// Seal is the HMAC-SHA256 of the rest of the entry under the ledger's
 	// seal key (seal.go), written with every save; Load checks it.
 	Seal string `json:"seal,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	}
 	e.Jobs[stages.Author] = &Submission{Intent: time.Now().UTC(), JobID: "101"}
 	e.Author = &record.Author{PatchSHA256: record.EmptySHA256}
-	e.Outcome = &Outcome{Episode: ids[0], Outcome: PolicyFailure, Reward: ptr(0.0), FailureReason: ReasonNoPatch}
+	e.Outcome = &rules.Outcome{Episode: ids[0], Outcome: rules.PolicyFailure, Reward: ptr(0.0), FailureReason: rules.ReasonNoPatch}
 	if err := l.Save(e); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.JobID(stages.Author) != "101" || !got.Final() || got.Outcome.FailureReason != ReasonNoPatch || *got.Outcome.Reward != 0 || got.Author.PatchSHA256 != record.EmptySHA256 {
+	if got.JobID(stages.Author) != "101" || !got.Final() || got.Outcome.FailureReason != rules.ReasonNoPatch || *got.Outcome.Reward != 0 || got.Author.PatchSHA256 != record.EmptySHA256 {
 		t.Fatalf("reloaded entry differs: %+v", got)
 	}
 	if p, _ := os.ReadFile(l.PromptPath(ids[1])); string(p) != "prompt of "+ids[1] {
@@ -118,8 +119,8 @@ func TestLedgerLock(t *testing.T) {
 }
 
 func TestOutcomeExitCodes(t *testing.T) {
-	for kind, want := range map[Kind]int{Scored: 0, PolicyFailure: 0, InfraFailure: 3, IntegrityViolation: 4} {
-		if got := (&Outcome{Outcome: kind}).ExitCode(); got != want {
+	for kind, want := range map[rules.Kind]int{rules.Scored: 0, rules.PolicyFailure: 0, rules.InfraFailure: 3, rules.IntegrityViolation: 4} {
+		if got := (&rules.Outcome{Outcome: kind}).ExitCode(); got != want {
 			t.Errorf("%s: exit %d, want %d", kind, got, want)
 		}
 	}
@@ -171,10 +172,10 @@ func TestOutcomeSeal(t *testing.T) {
 			if err := l.Create(e, []byte("p")); err != nil {
 				t.Fatal(err)
 			}
-			e.Outcome = &Outcome{Episode: e.Episode, Outcome: Scored, Reward: ptr(0.25), Jobs: map[string]JobSummary{"eval": {ID: "7", State: "COMPLETED"}},
+			e.Outcome = &rules.Outcome{Episode: e.Episode, Outcome: rules.Scored, Reward: ptr(0.25), Jobs: map[string]rules.JobSummary{"eval": {ID: "7", State: "COMPLETED"}},
 				Decided: time.Now().UTC()}
 			if strings.Contains(name, "outcome") {
-				e.Outcome.fail(PolicyFailure, stages.Train, ReasonTrainFailed, "x")
+				failed(e.Outcome, rules.PolicyFailure, stages.Train, rules.ReasonTrainFailed, "x")
 				e.Outcome.Reward = ptr(0.25) // so the reward edit is not needed
 			}
 			if err := l.Save(e); err != nil {
@@ -184,7 +185,7 @@ func TestOutcomeSeal(t *testing.T) {
 				t.Fatalf("seal key: %v %v, want a 0600 file", fi, err)
 			}
 			got, err := l.Load(e.Episode)
-			if err != nil || got.Outcome.Outcome != e.Outcome.Outcome || got.Outcome.FailureReason == ReasonLedgerTampered {
+			if err != nil || got.Outcome.Outcome != e.Outcome.Outcome || got.Outcome.FailureReason == rules.ReasonLedgerTampered {
 				t.Fatalf("untouched entry: %+v, %v", got.Outcome, err)
 			}
 			edit(t, l, l.Path(e.Episode))
@@ -193,7 +194,7 @@ func TestOutcomeSeal(t *testing.T) {
 				t.Fatal(err)
 			}
 			o := got.Outcome
-			if o.Outcome != IntegrityViolation || o.FailureReason != ReasonLedgerTampered || o.Reward != nil || !o.MaskSample || !o.Tampering || o.ExitCode() != 4 {
+			if o.Outcome != rules.IntegrityViolation || o.FailureReason != rules.ReasonLedgerTampered || o.Reward != nil || !o.MaskSample || !o.Tampering || o.ExitCode() != 4 {
 				t.Fatalf("edited entry loads as %+v, want integrity_violation/ledger_tampered, no reward, exit 4", o)
 			}
 		})
@@ -221,7 +222,7 @@ func TestCancelMarkerSeal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := l.RequestCancel("ep-a", ReasonCancelled); err != nil || got != ReasonCancelled || l.CancelRequest("ep-a") != ReasonCancelled {
+	if got, err := l.RequestCancel("ep-a", rules.ReasonCancelled); err != nil || got != rules.ReasonCancelled || l.CancelRequest("ep-a") != rules.ReasonCancelled {
 		t.Fatalf("RequestCancel: %q %v; CancelRequest %q", got, err, l.CancelRequest("ep-a"))
 	}
 	for name, data := range map[string]string{
@@ -281,4 +282,12 @@ func TestSealKeyConcurrent(t *testing.T) {
 			t.Fatalf("key file: %v %v", fi, err)
 		}
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// failed is o with a failure written in, as the rules write a verdict.
+func failed(o *rules.Outcome, k rules.Kind, stage, reason, detail string) *rules.Outcome {
+	(&rules.Verdict{Kind: k, Stage: stage, Reason: reason, Detail: detail}).Apply(o)
+	return o
 }

@@ -2,6 +2,7 @@ package episode
 
 import (
 	"context"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"slices"
 	"strings"
@@ -44,18 +45,18 @@ func TestLostNeedsContinuousEvidence(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	step(0, unknown(slurm.SourceNone))                              // the count starts
-	step(JobLostAfter-time.Minute, unknown(slurm.SourceUnanswered)) // sacct failed: no evidence, the count restarts
-	step(2*time.Minute, unknown(slurm.SourceNone))                  // starts again here
-	step(JobLostAfter-time.Minute, map[string]slurm.JobInfo{"41": {ID: "41", State: slurm.State{Raw: "RUNNING", Class: slurm.Running}, Source: slurm.SourceSqueue}})
+	step(0, unknown(slurm.SourceNone))                                    // the count starts
+	step(rules.JobLostAfter-time.Minute, unknown(slurm.SourceUnanswered)) // sacct failed: no evidence, the count restarts
+	step(2*time.Minute, unknown(slurm.SourceNone))                        // starts again here
+	step(rules.JobLostAfter-time.Minute, map[string]slurm.JobInfo{"41": {ID: "41", State: slurm.State{Raw: "RUNNING", Class: slurm.Running}, Source: slurm.SourceSqueue}})
 	step(time.Minute, unknown(slurm.SourceNone))
-	step(JobLostAfter-time.Second, unknown(slurm.SourceNone))
+	step(rules.JobLostAfter-time.Second, unknown(slurm.SourceNone))
 	if e.Final() {
 		t.Fatalf("lost after interrupted evidence: %+v", e.Outcome)
 	}
 	step(2*time.Second, unknown(slurm.SourceNone))
-	if !e.Final() || e.Outcome.FailureReason != ReasonJobLost {
-		t.Fatalf("after %s of continuous evidence: %+v", JobLostAfter, e.Outcome)
+	if !e.Final() || e.Outcome.FailureReason != rules.ReasonJobLost {
+		t.Fatalf("after %s of continuous evidence: %+v", rules.JobLostAfter, e.Outcome)
 	}
 }
 
@@ -91,8 +92,8 @@ func TestFinishCancelsLiveJobs(t *testing.T) {
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
-	o := (&Outcome{Episode: e.Episode, Jobs: map[string]JobSummary{
-		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "RUNNING"}, stages.Eval: {ID: "3", State: "PENDING"}}}).fail(InfraFailure, stages.Author, ReasonJobLost, "x")
+	o := failed(&rules.Outcome{Episode: e.Episode, Jobs: map[string]rules.JobSummary{
+		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "RUNNING"}, stages.Eval: {ID: "3", State: "PENDING"}}}, rules.InfraFailure, stages.Author, rules.ReasonJobLost, "x")
 	if err := d.finish(context.Background(), e, o); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestPollSkipsEndedStages(t *testing.T) {
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	e := &Entry{Episode: "ep-ended", Staged: true, Jobs: map[string]*Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
-		Ended: map[string]JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
+		Ended: map[string]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestNodeFailSettles(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	rec := &recordRunner{}
 	d := &Driver{Config: cfg, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger, Now: func() time.Time { return now }}
-	e := &Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{}, Jobs: map[string]*Submission{
+	e := &Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{PatchBytes: 1}, Jobs: map[string]*Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
@@ -180,26 +181,26 @@ func TestNodeFailSettles(t *testing.T) {
 	if _, ok := st.since[e.Episode+"/requeue-2"]; !ok || e.Final() {
 		t.Fatalf("NODE_FAIL did not start the grace: %+v %v", e.Outcome, st.since)
 	}
-	step(RequeueGrace/2, "PENDING") // requeued by Slurm: the grace ends
+	step(rules.RequeueGrace/2, "PENDING") // requeued by Slurm: the grace ends
 	if _, ok := st.since[e.Episode+"/requeue-2"]; ok {
 		t.Fatalf("a requeue did not end the grace: %v", st.since)
 	}
-	step(RequeueGrace, "NODE_FAIL") // its second run failed: a new grace
+	step(rules.RequeueGrace, "NODE_FAIL") // its second run failed: a new grace
 	if e.Final() {
 		t.Fatalf("final %v after a requeue and a second NODE_FAIL just now", e.Outcome)
 	}
-	step(RequeueGrace/2, "NODE_FAIL")
+	step(rules.RequeueGrace/2, "NODE_FAIL")
 	if e.Final() {
 		t.Fatalf("final within the grace: %+v", e.Outcome)
 	}
-	if _, ok := st.since[e.Episode+"/dependent-3"]; ok {
+	if e.Final() || len(e.Retried) > 0 {
 		t.Fatal("advance went past train's NODE_FAIL within the grace")
 	}
-	step(RequeueGrace, "NODE_FAIL") // not requeued within the grace: its end counts
-	// advance went on to train's end: eval's wait for Slurm to cancel it
-	// (its dependency failed) has begun.
-	if _, ok := st.since[e.Episode+"/dependent-3"]; !ok {
-		t.Fatalf("after the grace, advance did not go past train's NODE_FAIL: %v (outcome %+v)", st.since, e.Outcome)
+	step(rules.RequeueGrace, "NODE_FAIL") // not requeued within the grace: its end counts
+	// advance went on to train's end: the cluster's failure is retried
+	// (or, with no attempts left, the episode ends).
+	if _, ok := st.since[e.Episode+"/requeue-2"]; ok || (len(e.Retried[stages.Train]) != 1 && !e.Final()) {
+		t.Fatalf("after the grace, advance did not go past train's NODE_FAIL: %v (retried %v, outcome %+v)", st.since, e.Retried, e.Outcome)
 	}
 }
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"path"
 	"strings"
 
-	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 )
@@ -25,44 +25,6 @@ import (
 // failure or a preemption of a job submitted with --requeue, or scontrol
 // requeue); the tool follows the job's latest run, and each run counts as
 // an attempt.
-
-// Attempt is an earlier attempt of a stage, retired when the stage was run
-// again.
-type Attempt struct {
-	// Attempt numbers it: 1 is the stage's first.
-	Attempt int    `json:"attempt"`
-	JobID   string `json:"job_id"`
-	// Job is the job as sacct last showed it before it was retired.
-	Job JobSummary `json:"job"`
-	// Reason is why it was retired: its stage's failure reason, or, for an
-	// eval retired with the train it waited for, "train_retried".
-	Reason string `json:"reason"`
-	Detail string `json:"detail,omitempty"`
-	// Output is where its output file was moved ("" if it had none).
-	Output string `json:"output,omitempty"`
-}
-
-// ReasonTrainRetried retires an eval job with the train attempt it waited
-// for.
-const ReasonTrainRetried = "train_retried"
-
-// retryable reports whether o is a failure of the cluster's in train or
-// eval that running the stage again may cure.
-func retryable(o *Outcome) bool {
-	if o.Outcome != InfraFailure || (o.FailureStage != stages.Train && o.FailureStage != stages.Eval) {
-		return false
-	}
-	switch o.FailureReason {
-	case string(slurm.FailureNodeFailure), string(slurm.FailurePreempted), string(slurm.FailureBootFailure),
-		string(slurm.FailureLaunch), ReasonJobLost, ReasonNoGPU, ReasonRolloutsRejected:
-		return true
-	case string(record.ReasonMissingRecord):
-		// The trusted evaluator died before its record (its vLLM, its
-		// node); a missing train record is the policy's.
-		return o.FailureStage == stages.Eval
-	}
-	return false
-}
 
 // attempts is how many times stage has run or been queued to run: every
 // run of its retired attempts and of its current job (a job Slurm
@@ -90,16 +52,16 @@ func (e *Entry) retiredJobs(stage string) []string {
 	return ids
 }
 
-// retry runs o's stage again instead of ending the episode with o, when o
-// is a failure of the cluster's and attempts are left. It retires the
+// retry runs o's stage again instead of ending the episode with o (a
+// failure rules.Decide called retryable), when attempts are left. It retires the
 // stage's job and the stages after it (their ids, states and why, in the
 // ledger first, with the cancels this issues), scancels those jobs (Slurm
 // could still rerun a NODE_FAIL job; an eval waits on the retired train)
 // and moves their output files aside; the next advance submits the stage
 // again. It reports whether it did; when not, o's detail says why when the
 // attempts ran out.
-func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[string]slurm.JobInfo) (bool, error) {
-	if !retryable(o) || e.CancelRequested != "" || ctx.Err() != nil {
+func (d *Driver) retry(ctx context.Context, e *Entry, o *rules.Outcome, infos map[string]slurm.JobInfo) (bool, error) {
+	if e.CancelRequested != "" || ctx.Err() != nil {
 		return false, nil
 	}
 	stage := o.FailureStage
@@ -124,7 +86,7 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[stri
 		if sub == nil {
 			continue
 		}
-		a := Attempt{Attempt: e.attemptNumber(s), JobID: sub.JobID, Job: o.Jobs[s], Reason: ReasonTrainRetried}
+		a := rules.Attempt{Attempt: e.attemptNumber(s), JobID: sub.JobID, Job: o.Jobs[s], Reason: rules.ReasonTrainRetried}
 		if s == stage {
 			a.Reason, a.Detail = o.FailureReason, o.Detail
 		}
@@ -135,7 +97,7 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *Outcome, infos map[stri
 			moves[out] = a.Output
 		}
 		if e.Retried == nil {
-			e.Retried = map[string][]Attempt{}
+			e.Retried = map[string][]rules.Attempt{}
 		}
 		e.Retried[s] = append(e.Retried[s], a)
 		delete(e.Jobs, s)

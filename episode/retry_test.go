@@ -2,6 +2,7 @@ package episode
 
 import (
 	"context"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
@@ -27,43 +28,6 @@ func (h *recordHost) Run(_ context.Context, c remote.Command) (*remote.Result, e
 	return &remote.Result{}, nil
 }
 
-// Which outcomes are retried: the cluster's failures of train and eval,
-// never the author's, the policy's, an integrity violation, a cancel.
-func TestRetryable(t *testing.T) {
-	for _, c := range []struct {
-		kind          Kind
-		stage, reason string
-		want          bool
-	}{
-		{InfraFailure, stages.Train, string(slurm.FailureNodeFailure), true},
-		{InfraFailure, stages.Eval, string(slurm.FailurePreempted), true},
-		{InfraFailure, stages.Train, string(slurm.FailureBootFailure), true},
-		{InfraFailure, stages.Train, string(slurm.FailureLaunch), true},
-		{InfraFailure, stages.Train, ReasonJobLost, true},
-		{InfraFailure, stages.Eval, ReasonNoGPU, true},
-		{InfraFailure, stages.Eval, string(record.ReasonMissingRecord), true},
-		{InfraFailure, stages.Eval, ReasonRolloutsRejected, true},
-		{InfraFailure, stages.Author, string(slurm.FailureNodeFailure), false}, // the author is never run twice
-		{InfraFailure, stages.Author, ReasonPolicyEndpointFailed, false},
-		{InfraFailure, stages.Train, ReasonCancelled, false},       // an administrator's cancel
-		{InfraFailure, stages.Train, ReasonDeadline, false},        // the operator's
-		{InfraFailure, stages.Train, ReasonInterrupted, false},     // the operator's
-		{InfraFailure, stages.Train, ReasonSubmitRefused, false},   // sbatch will refuse again
-		{InfraFailure, stages.Train, ReasonIsolationBreach, false}, // the site's setup: again
-		{InfraFailure, stages.Eval, ReasonTimesUnknown, false},     // accounting, not the job
-		{PolicyFailure, stages.Train, ReasonTrainFailed, false},    // the policy's 0
-		{PolicyFailure, stages.Train, string(record.ReasonMissingRecord), false},
-		{PolicyFailure, stages.Eval, ReasonBadWeights, false},
-		{IntegrityViolation, stages.Eval, string(record.ReasonDuplicateRecord), false},
-		{IntegrityViolation, stages.Eval, ReasonEvalOutputTampered, false},
-	} {
-		o := (&Outcome{}).fail(c.kind, c.stage, c.reason, "")
-		if got := retryable(o); got != c.want {
-			t.Errorf("%s %s %s: retryable %v, want %v", c.kind, c.stage, c.reason, got, c.want)
-		}
-	}
-}
-
 // A train that ended NODE_FAIL (submitted --no-requeue: Slurm will not
 // rerun it) is retired with the eval that waited on it, on record with the
 // cancels first; both are submitted again as attempt 2, tagged so; the
@@ -83,7 +47,7 @@ func TestRetryTrain(t *testing.T) {
 	dir := "/work/nemorl/ep-retry"
 	e := &Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[string]*Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
-		Ended: map[string]JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
+		Ended: map[string]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
 	if err := ledger.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +72,7 @@ func TestRetryTrain(t *testing.T) {
 	if len(tr) != 1 || tr[0].JobID != "2" || tr[0].Attempt != 1 || tr[0].Reason != string(slurm.FailureNodeFailure) || tr[0].Job.State != "NODE_FAIL" {
 		t.Errorf("ledger's retired train: %+v", tr)
 	}
-	if len(ev) != 1 || ev[0].JobID != "3" || ev[0].Reason != ReasonTrainRetried {
+	if len(ev) != 1 || ev[0].JobID != "3" || ev[0].Reason != rules.ReasonTrainRetried {
 		t.Errorf("ledger's retired eval: %+v", ev)
 	}
 	if got.Jobs[stages.Train] != nil || got.Jobs[stages.Eval] != nil || !slices.Contains(got.CancelsIssued, "2") || !slices.Contains(got.CancelsIssued, "3") {
@@ -175,7 +139,7 @@ func TestRetryTrain(t *testing.T) {
 // twice has used up one retry.
 func TestRequeueRunsCount(t *testing.T) {
 	e := &Entry{Jobs: map[string]*Submission{stages.Train: {JobID: "7"}},
-		Retried: map[string][]Attempt{stages.Train: {{Attempt: 1, JobID: "6", Job: JobSummary{ID: "6", Runs: 2}}}}}
+		Retried: map[string][]rules.Attempt{stages.Train: {{Attempt: 1, JobID: "6", Job: rules.JobSummary{ID: "6", Runs: 2}}}}}
 	infos := map[string]slurm.JobInfo{"7": {ID: "7", Runs: 2}}
 	if n := e.attempts(stages.Train, infos); n != 4 {
 		t.Errorf("attempts %d, want 4 (2 runs of each job)", n)
@@ -196,8 +160,8 @@ func TestNoRetryAfterCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &Driver{Config: cfg, Host: &recordHost{Host: remote.NewLocal()}, Slurm: slurm.New(&recordRunner{}), Ledger: ledger}
-	e := &Entry{Episode: "ep-c", Jobs: map[string]*Submission{stages.Train: {JobID: "2"}}, CancelRequested: ReasonDeadline}
-	o := (&Outcome{Jobs: map[string]JobSummary{}}).fail(InfraFailure, stages.Train, string(slurm.FailureNodeFailure), "")
+	e := &Entry{Episode: "ep-c", Jobs: map[string]*Submission{stages.Train: {JobID: "2"}}, CancelRequested: rules.ReasonDeadline}
+	o := failed(&rules.Outcome{Jobs: map[string]rules.JobSummary{}}, rules.InfraFailure, stages.Train, string(slurm.FailureNodeFailure), "")
 	if ok, err := d.retry(context.Background(), e, o, nil); ok || err != nil || e.Retried != nil {
 		t.Errorf("retried after a cancel: %v %v %+v", ok, err, e.Retried)
 	}

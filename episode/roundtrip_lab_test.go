@@ -2,6 +2,7 @@ package episode
 
 import (
 	"context"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ func TestRoundTripsFar(t *testing.T) {
 		t.Fatal(err)
 	}
 	lock.Unlock()
-	t.Cleanup(func() { _, _ = d.Cancel(context.Background(), e, ReasonCancelled, true) })
+	t.Cleanup(func() { _, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true) })
 	if ops := host.Counts(); len(ops) != 1 || ops["run stage+sbatch"] != 1 {
 		t.Errorf("submit made %v on the cluster, want one command (two round trips)", ops)
 	}
@@ -73,10 +74,11 @@ func TestRoundTripsFar(t *testing.T) {
 		}
 	}
 	before, got0 := host.Counts(), host.Received()
-	rec, fi, err := d.scan(ctx, e, stages.Author)
-	if err != nil {
-		t.Fatalf("scan: %v", err)
+	out, err := d.scan(ctx, e, stages.Author)
+	if err != nil || out.RecordErr != nil {
+		t.Fatalf("scan: %v %v", err, out.RecordErr)
 	}
+	rec, fi := out.Record, out.File
 	if _, ok := rec.(*record.Author); !ok || fi.Size < 1<<20 {
 		t.Fatalf("record %T from a %d-byte log", rec, fi.Size)
 	}

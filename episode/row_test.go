@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestRowOf(t *testing.T) {
 		t.Errorf("a job not reported yet: %+v", r)
 	}
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	e.Outcome = &Outcome{Outcome: Scored, Jobs: map[string]JobSummary{
+	e.Outcome = &rules.Outcome{Outcome: rules.Scored, Jobs: map[string]rules.JobSummary{
 		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "COMPLETED"},
 		stages.Eval: {ID: "3", State: "COMPLETED", Start: start, End: start.Add(97 * time.Second)}}}
 	if r := rowOf(e, map[string]slurm.JobInfo{}); r.Stage != stages.Eval || r.State != "COMPLETED" || r.Elapsed != 97*time.Second {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 // an unfinished entry's eval job id at an impostor job, or plant a cancel
 // marker to turn its 0 into a masked sample. Load replaces an entry whose
 // seal does not verify with an integrity_violation outcome
-// (ReasonLedgerTampered), so every view of the episode shows the alarm; a
+// (rules.ReasonLedgerTampered), so every view of the episode shows the alarm; a
 // cancel marker whose seal does not verify is ignored.
 //
 // What this does not stop: a process that can read the key (same user, no
@@ -30,10 +31,6 @@ import (
 
 // OutcomeKeyFile is the seal key's file name in the ledger directory.
 const OutcomeKeyFile = "outcome.key"
-
-// ReasonLedgerTampered: a ledger entry does not match its seal (edited by
-// something other than nemorl-slurm, or its key replaced).
-const ReasonLedgerTampered = "ledger_tampered"
 
 const sealContext = "nemorl-slurm ledger seal v1\n"
 
@@ -137,15 +134,14 @@ func (l *Ledger) checkSeal(e *Entry) error {
 }
 
 // tamperedOutcome is what Load shows instead of an outcome whose seal
-// failed: no reward, masked, an alarm for the operator.
-func tamperedOutcome(e *Entry, why error, path string) *Outcome {
-	o := &Outcome{
-		Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]JobSummary{},
-		Tampering: true,
-	}
+// failed (the rules' ledger-seal row): no reward, masked, an alarm for the
+// operator.
+func tamperedOutcome(e *Entry, why error, path string) *rules.Outcome {
+	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]rules.JobSummary{}}
 	if e.Outcome != nil && e.Outcome.Jobs != nil {
 		o.Jobs, o.Decided = e.Outcome.Jobs, e.Outcome.Decided
 	}
-	return o.fail(IntegrityViolation, "", ReasonLedgerTampered,
-		fmt.Sprintf("ledger entry %s: %v; the recorded outcome is not trusted", path, why))
+	dec := rules.Decide(&rules.Facts{Episode: e.Episode, SealBroken: fmt.Sprintf("ledger entry %s: %v; the recorded outcome is not trusted", path, why)})
+	dec.Verdict.Apply(o)
+	return o
 }

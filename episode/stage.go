@@ -120,6 +120,28 @@ func scriptHashes(tree *templates.Tree) map[string]string {
 	return out
 }
 
+// scriptTimeLimits are the stages' time limits as their scripts ask for
+// them (#SBATCH --time=HH:MM:SS), in the whole minutes Slurm keeps
+// (rounded up); a stage whose script gives none is left out.
+func scriptTimeLimits(tree *templates.Tree) map[string]int {
+	out := map[string]int{}
+	for _, s := range stages.All {
+		f, _ := tree.Lookup(stages.Script(s))
+		for line := range strings.SplitSeq(string(f.Data), "\n") {
+			v, ok := strings.CutPrefix(line, "#SBATCH --time=")
+			if !ok {
+				continue
+			}
+			var h, m, sec int
+			if n, err := fmt.Sscanf(v, "%d:%d:%d", &h, &m, &sec); err == nil && n == 3 {
+				out[s] = h*60 + m + (sec+59)/60
+			}
+			break
+		}
+	}
+	return out
+}
+
 // secretsData is secrets.env: the only place the policy API key is written.
 func (d *Driver) secretsData(e *Entry) ([]byte, error) {
 	key := d.Config.PolicyModel.APIKey.Reveal()
@@ -342,7 +364,7 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 	e := &Entry{
 		Episode: id, Created: now, ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
 		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{stages.Author: {Intent: now}},
-		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree),
+		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree), TimeLimitMinutes: scriptTimeLimits(tree),
 	}
 	if len(d.Labels) > 0 {
 		e.Labels = maps.Clone(d.Labels)

@@ -6,32 +6,14 @@ import (
 	"fmt"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
-	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
-)
-
-// Limits of patience with Slurm's account of a job.
-const (
-	// JobLostAfter: a submitted job that neither sacct nor squeue knows
-	// for this long is lost (infra_failure job_lost). Unknown is not
-	// failed: sacct lags submissions and ends by seconds.
-	JobLostAfter = 10 * time.Minute
-	// RequeueGrace is how long a job ended NODE_FAIL, PREEMPTED or
-	// BOOT_FAIL is given to be requeued by Slurm (it does so within
-	// seconds) before its end counts.
-	RequeueGrace = 2 * time.Minute
-	// TimesUnknownAfter: an ended eval whose start (or train's end) sacct
-	// has not reported for this long cannot be checked (times_unknown).
-	TimesUnknownAfter = 5 * time.Minute
-	// DependentCancelWait: after train failed, how long to wait for Slurm to
-	// cancel the eval job waiting on it before classifying without it.
-	DependentCancelWait = 2 * time.Minute
 )
 
 // ErrConnectionLost is matched by Watch's error when the cluster could not
@@ -55,7 +37,7 @@ type Row struct {
 	// this job's runs included (retries, requeues): 1 normally.
 	Attempt int
 	// Outcome is set once the episode is final.
-	Outcome *Outcome
+	Outcome *rules.Outcome
 }
 
 // WatchOptions tune Watch.
@@ -83,37 +65,54 @@ type watchState struct {
 	since   map[string]time.Time // first time a wait began, by key
 }
 
-func (st *watchState) waited(key string, now time.Time) time.Duration {
-	t, ok := st.since[key]
-	if !ok {
-		st.since[key] = now
-		return 0
-	}
-	return now.Sub(t)
-}
-
-// waits are advance's timers: waited reports how long a named wait has
-// lasted, counted from its first call; forget ends it (the next waited
-// starts again from zero).
-type waits struct {
-	waited func(key string) time.Duration
-	forget func(key string)
-}
-
-// waitsFor are episode ep's timers in st, at the clock now; mu guards
-// st.since (advanceAll advances episodes concurrently).
+// waitsFor are episode ep's wait clocks in st, at the clock now, as
+// rules.Facts.Waited gives them; mu guards st.since (advanceAll advances
+// episodes concurrently).
 func (st *watchState) waitsFor(ep string, now func() time.Time, mu *sync.Mutex) waits {
-	return waits{
-		waited: func(key string) time.Duration {
-			mu.Lock()
-			defer mu.Unlock()
-			return st.waited(ep+"/"+key, now())
-		},
-		forget: func(key string) {
-			mu.Lock()
-			defer mu.Unlock()
-			delete(st.since, ep+"/"+key)
-		},
+	return waits{st: st, ep: ep, now: now, mu: mu}
+}
+
+// waits are one episode's wait clocks: how long each wait Decide asked
+// for has lasted, counted from the first poll that asked.
+type waits struct {
+	st  *watchState
+	ep  string
+	now func() time.Time
+	mu  *sync.Mutex
+}
+
+func (w waits) prefix() string { return w.ep + "/" }
+
+// durations are the waits under way.
+func (w waits) durations() map[string]time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]time.Duration{}
+	now := w.now()
+	for k, t := range w.st.since {
+		if key, ok := strings.CutPrefix(k, w.prefix()); ok {
+			out[key] = now.Sub(t)
+		}
+	}
+	return out
+}
+
+// keep starts the clocks of the keys not yet under way and stops every
+// other of the episode's.
+func (w waits) keep(keys []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[w.prefix()+k] = true
+		if _, ok := w.st.since[w.prefix()+k]; !ok {
+			w.st.since[w.prefix()+k] = w.now()
+		}
+	}
+	for k := range w.st.since {
+		if strings.HasPrefix(k, w.prefix()) && !want[k] {
+			delete(w.st.since, k)
+		}
 	}
 }
 
@@ -254,7 +253,7 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 		e := st.entries[ep]
 		for s, js := range e.Ended {
 			if id := e.JobID(s); id != "" && js.ID == id {
-				infos[id] = js.info()
+				infos[id] = js.Info()
 			}
 		}
 	}
@@ -307,185 +306,84 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 	wg.Wait()
 }
 
-// advance takes one episode as far as the jobs' states allow; w times the
-// waits that end it (a job unknown, times unknown).
+// advance takes one episode as far as the jobs' states allow: it gathers
+// the facts rules.Decide asks for and does what it says (submit the next
+// stage, record the author's verified patch, end the episode), until
+// Decide has nothing more to say before the next poll; w times the waits
+// Decide asks for (a job unknown, a requeue, times unknown).
 func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo, w waits) error {
 	if e.Final() {
 		return nil
 	}
-	waited := w.waited
-	// finish ends the episode with o, unless o is a failure of the
-	// cluster's that a retry of its stage may cure (retry.go).
-	finish := func(o *Outcome) error {
-		if retried, err := d.retry(ctx, e, o, infos); retried || err != nil {
+	f := d.facts(e, infos, w.durations())
+	var impostors []string
+	for range 32 {
+		dec, err := d.decide(ctx, e, f)
+		if err != nil {
 			return err
 		}
-		return d.finish(ctx, e, o)
-	}
-	// submit submits stage; a refusal sbatch will repeat for ever (a wrong
-	// partition, a script that is gone) ends the episode, anything else is
-	// tried again at the next poll.
-	submit := func(stage, after string) error {
-		err := d.submit(ctx, e, stage, after)
-		var imp *ImpostorError
-		if errors.As(err, &imp) {
-			// The episode ends here, the impostors with it.
-			return d.finish(ctx, e, d.base(e, infos).fail(IntegrityViolation, stage, ReasonImpostorJob, imp.Error()+"; cancelled").tampered(), imp.IDs...)
-		}
-		if why, refused := slurm.SubmitRefused(err); refused {
-			return finish(d.base(e, infos).fail(InfraFailure, stage, ReasonSubmitRefused,
-				fmt.Sprintf("sbatch refused the %s job: %s", stage, why)))
-		}
-		return err
-	}
-	cancelled := func() error {
-		return finish(d.base(e, infos).fail(InfraFailure, stageOfCancel(e, infos), e.CancelRequested, "the episode was cancelled: "+e.CancelRequested))
-	}
-	// lost finalizes a job Slurm forgot, after JobLostAfter of continuous
-	// evidence: every poll in between answered and did not know it. A poll
-	// that sees it, or one where sacct or squeue failed (its absence then
-	// proves nothing), starts the count again.
-	lost := func(stage string) error {
-		id := e.JobID(stage)
-		j := infos[id]
-		if j.State.Class != slurm.Unknown || j.Source != slurm.SourceNone {
-			w.forget("unknown-" + id)
-			return nil
-		}
-		if w := waited("unknown-" + id); w > JobLostAfter {
-			return finish(d.base(e, infos).fail(InfraFailure, stage, ReasonJobLost,
-				fmt.Sprintf("%s job %s: neither sacct nor squeue has known it for %s", stage, id, w.Round(time.Second))))
-		}
-		return nil
-	}
-
-	// settling: a job that ended for the cluster's reasons (its node
-	// failed, it was preempted, its node did not boot) may be requeued by
-	// Slurm itself, same job id, a new run (the scripts allow it): its end
-	// is final only once RequeueGrace has passed without a new run.
-	settling := func(stage string, j slurm.JobInfo) bool {
-		switch j.State.Failure {
-		case slurm.FailureNodeFailure, slurm.FailurePreempted, slurm.FailureBootFailure:
-			// The author, and train and eval under episodes.no_requeue,
-			// are submitted --no-requeue: Slurm will not run them again.
-			requeues := stage != stages.Author && !d.Config.Episodes.NoRequeue
-			return requeues && e.CancelRequested == "" && waited("requeue-"+j.ID) < RequeueGrace
-		}
-		w.forget("requeue-" + j.ID)
-		return false
-	}
-
-	if !e.Staged {
-		if e.CancelRequested != "" {
-			return cancelled()
-		}
-		if err := d.restage(ctx, e); err != nil {
-			return err
-		}
-	}
-	// Once a cancel is on record nothing is submitted (an interrupted
-	// submission was already looked up and adopted by Cancel).
-	if e.JobID(stages.Author) == "" {
-		if e.CancelRequested != "" {
-			return cancelled()
-		}
-		return submit(stages.Author, "")
-	}
-	ai := infos[e.JobID(stages.Author)]
-	if settling(stages.Author, ai) {
-		return nil
-	}
-	if !ai.State.Terminal() {
-		return lost(stages.Author)
-	}
-	if e.Jobs[stages.Train] == nil {
-		switch {
-		case e.CancelRequested != "":
-			return cancelled()
-		case ai.State.Class != slurm.Succeeded:
-			o, err := d.authorFailed(ctx, e, d.base(e, infos), ai)
-			if err != nil {
-				return err
-			}
-			// A record of another stage in the author's output is
-			// tampering, whatever the job's state.
-			if _, _, err := d.scan(ctx, e, stages.Author); record.ReasonOf(err) == record.ReasonForeignRecord {
-				o = d.base(e, infos).policyRecord(stages.Author, err)
-			}
-			return finish(o)
-		}
-		if e.Author == nil {
-			o, err := d.collectAuthor(ctx, e, infos)
-			if err != nil {
-				return err
-			}
-			if o != nil {
-				return finish(o)
-			}
-			e.markEnded(stages.Author, ai)
+		w.keep(dec.Waits)
+		if a := dec.AuthorVerified; a != nil && e.Author == nil {
+			e.Author, f.Author = a, a
+			e.markEnded(stages.Author, f.Jobs[stages.Author])
 			if err := d.Ledger.Save(e); err != nil {
 				return err
 			}
 		}
-	}
-	if e.JobID(stages.Train) == "" {
-		if e.CancelRequested != "" {
-			return cancelled()
-		}
-		if err := submit(stages.Train, ai.ID); err != nil || e.Final() {
-			return err
-		}
-	}
-	ti := infos[e.JobID(stages.Train)]
-	if e.JobID(stages.Eval) == "" {
-		switch {
-		case e.CancelRequested != "":
-			// Nothing more is submitted; classify once train has ended.
-		case ti.State.Terminal() && ti.State.Class != slurm.Succeeded && e.Jobs[stages.Eval] == nil:
-			// Train failed before eval was submitted: eval would never run.
-		default:
-			return submit(stages.Eval, e.JobID(stages.Train))
-		}
-	}
-	if settling(stages.Train, ti) {
-		return nil
-	}
-	if !ti.State.Terminal() {
-		return lost(stages.Train)
-	}
-	if id := e.JobID(stages.Eval); id != "" && !infos[id].State.Terminal() && !e.EvalOutputChecked {
-		// Eval's output is opened by slurmstepd when eval starts: a FIFO
-		// planted there (without isolation the train job can) would stall
-		// it until its time limit. Look once, as soon as train has ended.
-		if o, err := d.checkEvalOutput(ctx, e, infos); err != nil {
-			return err
-		} else if o != nil {
-			return d.finish(ctx, e, o)
-		}
-	}
-	if id := e.JobID(stages.Eval); id != "" {
-		ei := infos[id]
-		if settling(stages.Eval, ei) {
-			return nil
-		}
-		if !ei.State.Terminal() {
-			if ti.State.Class == slurm.Succeeded || waited("dependent-"+id) < DependentCancelWait {
-				return lost(stages.Eval)
+		if dec.EvalOutputChecked && !e.EvalOutputChecked {
+			e.EvalOutputChecked, f.EvalOutputChecked = true, true
+			if err := d.Ledger.Save(e); err != nil {
+				return err
 			}
 		}
-	}
-	o, err := d.classify(ctx, e, infos)
-	if err != nil {
-		return err
-	}
-	if o == nil {
-		if w := waited("times"); w > TimesUnknownAfter {
-			return finish(d.base(e, infos).fail(InfraFailure, stages.Eval, ReasonTimesUnknown,
-				fmt.Sprintf("sacct has not reported train's end and eval's start for %s: the order of the jobs cannot be checked", w.Round(time.Second))))
+		if v := dec.Verdict; v != nil {
+			w.keep(nil) // a retry's attempt starts its waits afresh
+			o := d.outcome(e, infos, v)
+			if v.Retryable {
+				if retried, err := d.retry(ctx, e, o, infos); retried || err != nil {
+					return err
+				}
+			}
+			// The episode ends here, any impostors with it.
+			return d.finish(ctx, e, o, impostors...)
 		}
-		return nil
+		switch dec.Next {
+		case rules.Restage:
+			if err := d.restage(ctx, e); err != nil {
+				return err
+			}
+			f.Staged = e.Staged
+		case rules.SubmitStage:
+			stage, after := dec.Stage, ""
+			if i := slices.Index(stages.All, stage); i > 0 {
+				after = e.JobID(stages.All[i-1])
+			}
+			err := d.submit(ctx, e, stage, after)
+			var imp *ImpostorError
+			if errors.As(err, &imp) {
+				f.Submit[stage] = rules.Submit{Impostor: imp.Error()}
+				impostors = imp.IDs
+				continue
+			}
+			if why, refused := slurm.SubmitRefused(err); refused {
+				f.Submit[stage] = rules.Submit{Refused: why}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			// Submitted: Slurm reports it at the next poll.
+			id := e.JobID(stage)
+			j, ok := infos[id]
+			if !ok {
+				j = slurm.JobInfo{ID: id}
+			}
+			f.Jobs[stage] = j
+		default:
+			return nil
+		}
 	}
-	return finish(o)
+	return fmt.Errorf("episode %s: the rules did not settle", e.Episode)
 }
 
 // finish records the outcome in the ledger, then removes the episode's
@@ -496,7 +394,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 // eval left pending, a train whose episode was judged lost), and extra
 // (impostor jobs found under its name): on record first, in the same save
 // as the outcome, so their CANCELLED is never read as the policy's.
-func (d *Driver) finish(ctx context.Context, e *Entry, o *Outcome, extra ...string) error {
+func (d *Driver) finish(ctx context.Context, e *Entry, o *rules.Outcome, extra ...string) error {
 	live := append(liveJobs(e, o), extra...)
 	e.recordCancels(live)
 	e.Outcome = o
@@ -564,7 +462,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 			}
 		case e.Outcome != nil && e.Outcome.Jobs[s].State != "":
 			js := e.Outcome.Jobs[s]
-			r.State, r.Elapsed = js.State, js.info().Elapsed
+			r.State, r.Elapsed = js.State, js.Info().Elapsed
 		default:
 			// Submitted, not yet in sacct or squeue (they lag): it waits.
 			r.State = "PENDING"
@@ -596,25 +494,9 @@ func (d *Driver) Result(ctx context.Context, ep string) (*Entry, Row, error) {
 // ErrNotFinished is returned by Result for an episode still running.
 var ErrNotFinished = errors.New("episode not finished")
 
-// checkEvalOutput looks at eval's out.log once train has ended: anything
-// there but a regular file is the planted output it is (the caller aborts
-// the episode); otherwise the check is recorded and not made again.
-func (d *Driver) checkEvalOutput(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo) (*Outcome, error) {
-	p := path.Join(e.Dir, stages.Output(stages.Eval))
-	fi, err := d.lstat(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("episode %s: %w", e.Episode, err)
-	}
-	if !fi.Exists || fi.Regular() {
-		e.EvalOutputChecked = true
-		return nil, d.Ledger.Save(e)
-	}
-	return d.base(e, infos).planted(e, &plantedError{Stage: stages.Eval, Path: p, Type: fi.Type}), nil
-}
-
 // liveJobs are the episode's jobs that the outcome does not show ended:
 // running, pending, or not seen by the last poll.
-func liveJobs(e *Entry, o *Outcome) []string {
+func liveJobs(e *Entry, o *rules.Outcome) []string {
 	var out []string
 	for _, s := range stages.All {
 		id := e.JobID(s)
@@ -633,7 +515,7 @@ func liveJobs(e *Entry, o *Outcome) []string {
 // again.
 func (e *Entry) markEnded(stage string, j slurm.JobInfo) {
 	if e.Ended == nil {
-		e.Ended = map[string]JobSummary{}
+		e.Ended = map[string]rules.JobSummary{}
 	}
-	e.Ended[stage] = summarize(j)
+	e.Ended[stage] = rules.Summarize(j)
 }

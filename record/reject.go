@@ -43,6 +43,14 @@ const (
 	ReasonTrainNotOK      Reason = "train_not_ok"     // an eval record exists although train did not succeed
 )
 
+// Reasons lists every rejection reason.
+var Reasons = []Reason{
+	ReasonMissingRecord, ReasonDuplicateRecord, ReasonForeignRecord, ReasonOversizedRecord,
+	ReasonMalformedJSON, ReasonTrailingData, ReasonUnknownField, ReasonMissingField, ReasonDuplicateField, ReasonWrongType, ReasonNonFinite,
+	ReasonInvalidValue, ReasonNotCompleted, ReasonBadCounts, ReasonCountOutOfRange, ReasonCountSumMismatch, ReasonRewardOutOfRange, ReasonRewardMismatch,
+	ReasonJobIDMismatch, ReasonWeightsMismatch, ReasonPatchMismatch, ReasonTrainNotOK,
+}
+
 // Rejection is the error every check of this package returns.
 type Rejection struct {
 	Stage  Stage

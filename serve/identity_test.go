@@ -4,6 +4,7 @@ package serve
 // ("Rollout identity").
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -108,7 +109,7 @@ func TestIdentityRule(t *testing.T) {
 	s.slots.force() // every new run waits: nothing is submitted
 
 	n := 0
-	final := func(o episode.Outcome) (*row, string, *episode.Entry) {
+	final := func(o rules.Outcome) (*row, string, *episode.Entry) {
 		n++
 		rw, k := keyOf(t, gymRow(100+n, 0, ""))
 		e := finalEntry(t, d, o, `{"id":"r"}`, "diff --git a/recipe.yaml b/recipe.yaml\n")
@@ -121,7 +122,7 @@ func TestIdentityRule(t *testing.T) {
 		}
 		return rw, k, e
 	}
-	scored := episode.Outcome{Outcome: episode.Scored, Reward: f64(0.25), AIME25AvgAt8: f64(0.25), AIME25Exact: f64(0.25), Completed: 1}
+	scored := rules.Outcome{Outcome: rules.Scored, Reward: f64(0.25), AIME25AvgAt8: f64(0.25), AIME25Exact: f64(0.25), Completed: 1}
 	claim := func(rw *row, k string) (*run, *episode.Entry) {
 		t.Helper()
 		ru, st, err := s.claim(rw, k)
@@ -192,13 +193,13 @@ func TestIdentityRule(t *testing.T) {
 		}
 	})
 	t.Run("an infrastructure failure: a new attempt", func(t *testing.T) {
-		rw, k, _ := final(episode.Outcome{Outcome: episode.InfraFailure, MaskSample: true, FailureReason: "node_failure"})
+		rw, k, _ := final(rules.Outcome{Outcome: rules.InfraFailure, MaskSample: true, FailureReason: "node_failure"})
 		if ru, st := claim(rw, k); st != nil || ru == nil {
 			t.Fatalf("after an infra failure: stored %v, want a new run", st)
 		}
 	})
 	t.Run("an integrity violation never delivered: the re-send gets it", func(t *testing.T) {
-		rw, k, e := final(episode.Outcome{Outcome: episode.IntegrityViolation, MaskSample: true, FailureReason: "job_id_mismatch", Tampering: true})
+		rw, k, e := final(rules.Outcome{Outcome: rules.IntegrityViolation, MaskSample: true, FailureReason: "job_id_mismatch", Tampering: true})
 		if _, st := claim(rw, k); st == nil || st.Episode != e.Episode {
 			t.Fatalf("stored %v, want %s", st, e.Episode)
 		}
@@ -227,8 +228,8 @@ func TestAggregateLargeAndServed(t *testing.T) {
 	s, d := newTestServer(t, Options{})
 	h := s.Handler()
 	// Answers on record: one scored, one masked, one malformed row.
-	ok := finalEntry(t, d, episode.Outcome{Outcome: episode.Scored, Reward: f64(0.5), AIME25AvgAt8: f64(0.5), AIME25Exact: f64(0.5), Completed: 1}, `{"id":"r"}`, "diff\n")
-	infra := finalEntry(t, d, episode.Outcome{Outcome: episode.InfraFailure, MaskSample: true, FailureReason: "node_failure"}, `{"id":"r"}`, "")
+	ok := finalEntry(t, d, rules.Outcome{Outcome: rules.Scored, Reward: f64(0.5), AIME25AvgAt8: f64(0.5), AIME25Exact: f64(0.5), Completed: 1}, `{"id":"r"}`, "diff\n")
+	infra := finalEntry(t, d, rules.Outcome{Outcome: rules.InfraFailure, MaskSample: true, FailureReason: "node_failure"}, `{"id":"r"}`, "")
 	rw, _ := parseRow([]byte(`{"responses_create_params": {"input": "x"}}`))
 	for _, e := range []*episode.Entry{ok, infra} {
 		s.answer(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)

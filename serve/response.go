@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -41,7 +42,7 @@ type RunResponse struct {
 	Outcome      string                        `json:"outcome"`
 	FailureStage string                        `json:"failure_stage"`
 	MaskSample   bool                          `json:"mask_sample"`
-	Jobs         map[string]episode.JobSummary `json:"jobs"`
+	Jobs         map[string]rules.JobSummary `json:"jobs"`
 	Isolation    string                        `json:"isolation"`
 	Detail       string                        `json:"detail,omitempty"`
 	Tampering    bool                          `json:"tampering,omitempty"`
@@ -84,7 +85,7 @@ type InstanceConfig struct {
 // answer writes the row's answer: the episode's outcome (final), or a
 // failure before any episode existed (err).
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key string, final *episode.Entry, err error, stored bool) {
-	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[string]episode.JobSummary{}, Stored: stored}
+	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[string]rules.JobSummary{}, Stored: stored}
 	switch {
 	case errors.Is(err, errClosed):
 		s.count(http.StatusServiceUnavailable)
@@ -93,7 +94,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key str
 		_ = s.writeJSON(w, http.StatusServiceUnavailable, resp)
 		return
 	case err != nil:
-		resp.Outcome = string(episode.InfraFailure)
+		resp.Outcome = string(rules.InfraFailure)
 		resp.FailureReason, resp.FailureStage = "submit_failed", "submit"
 		resp.MaskSample, resp.Detail = true, err.Error()
 		resp.Isolation = s.isolation()
@@ -129,12 +130,12 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key str
 		resp.Response = s.placeholderResponse(resp.Episode)
 	}
 	status := http.StatusOK
-	masked := resp.Outcome == string(episode.InfraFailure) || resp.Outcome == string(episode.IntegrityViolation)
+	masked := resp.Outcome == string(rules.InfraFailure) || resp.Outcome == string(rules.IntegrityViolation)
 	if masked {
 		resp.Reward = 0
 		resp.MaskSample = true
 		resp.FailureClass = resp.Outcome + "/" + resp.FailureReason
-		resp.FailureTerminal = resp.Outcome == string(episode.IntegrityViolation)
+		resp.FailureTerminal = resp.Outcome == string(rules.IntegrityViolation)
 		resp.InstanceConfig = &InstanceConfig{MaskSample: true}
 		if s.opt.Failures == configs.ServeFailuresError {
 			resp.Error = resp.FailureClass + ": no reward (" + resp.Detail + ")"
@@ -184,7 +185,7 @@ func (s *Server) deliver(w http.ResponseWriter, key string, status int, resp *Ru
 // masked, with the terminal failure class data_error/<field> so that Gym
 // files it with its failures and never retries it, and NeMo RL drops it.
 func (s *Server) dataError(w http.ResponseWriter, body []byte, rw *row, rerr *requestError) {
-	resp := RunResponse{Jobs: map[string]episode.JobSummary{}, Outcome: OutcomeDataError,
+	resp := RunResponse{Jobs: map[string]rules.JobSummary{}, Outcome: OutcomeDataError,
 		FailureReason: OutcomeDataError, FailureStage: "request", MaskSample: true,
 		Detail: rerr.Error(), Error: rerr.Error(), Field: rerr.field, Isolation: s.isolation(),
 		FailureClass: OutcomeDataError + "/" + rerr.field, FailureTerminal: true, InstanceConfig: &InstanceConfig{MaskSample: true}}

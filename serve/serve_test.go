@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -241,7 +242,7 @@ func TestIdempotencyKey(t *testing.T) {
 
 // finalEntry writes a final episode into the ledger, with its author files
 // in a local directory.
-func finalEntry(t *testing.T, d *episode.Driver, o episode.Outcome, response, patch string) *episode.Entry {
+func finalEntry(t *testing.T, d *episode.Driver, o rules.Outcome, response, patch string) *episode.Entry {
 	t.Helper()
 	ep := episode.NewID(time.Now())
 	dir := t.TempDir()
@@ -276,19 +277,19 @@ func TestAnswers(t *testing.T) {
 	resp := `{"id":"resp_1","object":"response","output":[],"metadata":{"leak":"` + testKey + `"}}`
 	cases := []struct {
 		name     string
-		o        episode.Outcome
+		o        rules.Outcome
 		failures string
 		status   int
 		class    string
 		terminal bool
 		reward   float64
 	}{
-		{"scored", episode.Outcome{Outcome: episode.Scored, Reward: f64(0.25), AIME25AvgAt8: f64(0.25), AIME25Exact: f64(0.25), TrainReward: f64(0.5), Completed: 1}, "", 200, "", false, 0.25},
-		{"no_patch", episode.Outcome{Outcome: episode.PolicyFailure, Reward: f64(0), FailureReason: episode.ReasonNoPatch, FailureStage: "author"}, "", 200, "", false, 0},
-		{"infra", episode.Outcome{Outcome: episode.InfraFailure, MaskSample: true, FailureReason: "missing_record", FailureStage: "eval", Detail: "no record; key " + testKey}, "", 200, "infra_failure/missing_record", false, 0},
-		{"integrity", episode.Outcome{Outcome: episode.IntegrityViolation, MaskSample: true, FailureReason: "job_id_mismatch", FailureStage: "eval", Tampering: true}, "", 200, "integrity_violation/job_id_mismatch", true, 0},
-		{"infra as error", episode.Outcome{Outcome: episode.InfraFailure, MaskSample: true, FailureReason: "node_failure", FailureStage: "train"}, configs.ServeFailuresError, 500, "infra_failure/node_failure", false, 0},
-		{"policy with errors", episode.Outcome{Outcome: episode.PolicyFailure, Reward: f64(0), FailureReason: episode.ReasonTrainFailed, FailureStage: "train"}, configs.ServeFailuresError, 200, "", false, 0},
+		{"scored", rules.Outcome{Outcome: rules.Scored, Reward: f64(0.25), AIME25AvgAt8: f64(0.25), AIME25Exact: f64(0.25), TrainReward: f64(0.5), Completed: 1}, "", 200, "", false, 0.25},
+		{"no_patch", rules.Outcome{Outcome: rules.PolicyFailure, Reward: f64(0), FailureReason: rules.ReasonNoPatch, FailureStage: "author"}, "", 200, "", false, 0},
+		{"infra", rules.Outcome{Outcome: rules.InfraFailure, MaskSample: true, FailureReason: "missing_record", FailureStage: "eval", Detail: "no record; key " + testKey}, "", 200, "infra_failure/missing_record", false, 0},
+		{"integrity", rules.Outcome{Outcome: rules.IntegrityViolation, MaskSample: true, FailureReason: "job_id_mismatch", FailureStage: "eval", Tampering: true}, "", 200, "integrity_violation/job_id_mismatch", true, 0},
+		{"infra as error", rules.Outcome{Outcome: rules.InfraFailure, MaskSample: true, FailureReason: "node_failure", FailureStage: "train"}, configs.ServeFailuresError, 500, "infra_failure/node_failure", false, 0},
+		{"policy with errors", rules.Outcome{Outcome: rules.PolicyFailure, Reward: f64(0), FailureReason: rules.ReasonTrainFailed, FailureStage: "train"}, configs.ServeFailuresError, 200, "", false, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -347,7 +348,7 @@ func TestAnswers(t *testing.T) {
 // A response.json that is not what the author record names is not sent.
 func TestAnswerChecksAuthorFiles(t *testing.T) {
 	s, d := newTestServer(t, Options{})
-	e := finalEntry(t, d, episode.Outcome{Outcome: episode.PolicyFailure, Reward: f64(0), FailureReason: "train_failed"}, `{"id":"resp_1"}`, "diff\n")
+	e := finalEntry(t, d, rules.Outcome{Outcome: rules.PolicyFailure, Reward: f64(0), FailureReason: "train_failed"}, `{"id":"resp_1"}`, "diff\n")
 	if err := os.WriteFile(filepath.Join(e.Dir, episode.ResponseFile), []byte(`{"id":"forged"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func TestClaim(t *testing.T) {
 
 	// Stored outcomes.
 	rw2, k2 := row(5, 0)
-	done := finalEntry(t, d, episode.Outcome{Outcome: episode.PolicyFailure, Reward: f64(0), FailureReason: "no_patch"}, `{"id":"r"}`, "")
+	done := finalEntry(t, d, rules.Outcome{Outcome: rules.PolicyFailure, Reward: f64(0), FailureReason: "no_patch"}, `{"id":"r"}`, "")
 	if err := s.keys.put(k2, done.Episode); err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +394,7 @@ func TestClaim(t *testing.T) {
 		t.Errorf("claim of a finished rollout: stored %v, %v; want %s", st, err, done.Episode)
 	}
 	rw3, k3 := row(6, 0)
-	infra := finalEntry(t, d, episode.Outcome{Outcome: episode.InfraFailure, MaskSample: true, FailureReason: "node_failure"}, `{"id":"r"}`, "")
+	infra := finalEntry(t, d, rules.Outcome{Outcome: rules.InfraFailure, MaskSample: true, FailureReason: "node_failure"}, `{"id":"r"}`, "")
 	if err := s.keys.put(k3, infra.Episode); err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +521,7 @@ func TestMetrics(t *testing.T) {
 	s, d := newTestServer(t, Options{RemoteOps: func() map[string]int64 {
 		return map[string]int64{"run sacct": 7, "run sbatch": 3, "stat": 2}
 	}})
-	e := finalEntry(t, d, episode.Outcome{Outcome: episode.PolicyFailure, Reward: f64(0), FailureReason: "no_patch"}, `{"id":"r"}`, "")
+	e := finalEntry(t, d, rules.Outcome{Outcome: rules.PolicyFailure, Reward: f64(0), FailureReason: "no_patch"}, `{"id":"r"}`, "")
 	ru := &run{done: make(chan struct{})}
 	s.live[ru] = true
 	s.end(ru, e, nil)

@@ -7,6 +7,7 @@
 package serve
 
 import (
+	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -369,7 +370,7 @@ func (s *Server) reuse(rec *keyRecord, e *episode.Entry) string {
 	switch {
 	case !rec.Delivered.IsZero():
 		return "delivered at " + rec.Delivered.UTC().Format(time.RFC3339)
-	case e.Outcome.Outcome == episode.InfraFailure:
+	case e.Outcome.Outcome == rules.InfraFailure:
 		return "an infrastructure failure: a new attempt"
 	}
 	from := e.Outcome.Decided
@@ -564,7 +565,7 @@ type rowJSON struct {
 	JobID          string           `json:"job_id"`
 	State          string           `json:"state"`
 	ElapsedSeconds int64            `json:"elapsed_seconds"`
-	Outcome        *episode.Outcome `json:"outcome,omitempty"`
+	Outcome        *rules.Outcome `json:"outcome,omitempty"`
 }
 
 // Redact removes the policy API key and the serve token from a line.

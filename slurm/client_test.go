@@ -182,11 +182,11 @@ func TestSbatchArgsRejects(t *testing.T) {
 func TestQueryOneSacctThenSqueueForMissing(t *testing.T) {
 	f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){
 		"sacct": func(argv []string) (string, string, int) {
-			return sacctLine("10", "10", "a", "COMPLETED", "0:0", "None", "1700000000", "1700000001", "1700000002", "00:00:01", "vm", "nemorl", "c") +
-				sacctLine("10.batch", "10.batch", "batch", "COMPLETED", "0:0", "", "1700000001", "1700000001", "1700000002", "00:00:01", "vm", "", ""), "", 0
+			return sacctLine("10", "10", "a", "COMPLETED", "0:0", "None", "1700000000", "1700000001", "1700000002", "00:00:01", "vm", "nemorl", "60", "c") +
+				sacctLine("10.batch", "10.batch", "batch", "COMPLETED", "0:0", "", "1700000001", "1700000001", "1700000002", "00:00:01", "vm", "", "", ""), "", 0
 		},
 		"squeue": func(argv []string) (string, string, int) {
-			return strings.Join([]string{"11", "b", "PENDING", "Dependency", "1700000000", "N/A", "N/A", "0:00", "", "nemorl", "(null)"}, Sep) + "\n", "", 0
+			return strings.Join([]string{"11", "b", "PENDING", "Dependency", "1700000000", "N/A", "N/A", "0:00", "", "nemorl", "1:00:00", "(null)"}, Sep) + "\n", "", 0
 		},
 	}}
 	ids := []string{"10", "11", "12", "10"}
@@ -211,10 +211,10 @@ func TestQueryOneSacctThenSqueueForMissing(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("got %d jobs", len(got))
 	}
-	if j := got["10"]; j.Class() != Succeeded || j.Source != SourceSacct || len(j.Steps) != 1 || j.Comment != "c" {
+	if j := got["10"]; j.Class() != Succeeded || j.Source != SourceSacct || len(j.Steps) != 1 || j.Comment != "c" || j.TimeLimit != time.Hour {
 		t.Errorf("10: %+v", j)
 	}
-	if j := got["11"]; j.Class() != Pending || j.Source != SourceSqueue || j.Reason != "Dependency" || j.Comment != "" {
+	if j := got["11"]; j.Class() != Pending || j.Source != SourceSqueue || j.Reason != "Dependency" || j.Comment != "" || j.TimeLimit != time.Hour {
 		t.Errorf("11: %+v", j)
 	}
 	if j := got["12"]; j.Class() != Unknown || j.Source != SourceNone || j.Terminal() {
@@ -228,7 +228,7 @@ func TestQuerySacctDownFallsBackToSqueue(t *testing.T) {
 			return "", "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to host:localhost:6819: Connection refused\nsacct: error: Problem talking to the database: Connection refused\n", 1
 		},
 		"squeue": func([]string) (string, string, int) {
-			return strings.Join([]string{"7", "a", "RUNNING", "None", "1700000000", "1700000005", "1700003605", "1:00", "vm", "nemorl", "tag"}, Sep) + "\n", "", 0
+			return strings.Join([]string{"7", "a", "RUNNING", "None", "1700000000", "1700000005", "1700003605", "1:00", "vm", "nemorl", "1:00:00", "tag"}, Sep) + "\n", "", 0
 		},
 	}}
 	got, err := New(f).Query(context.Background(), []string{"7", "8"})
@@ -238,7 +238,7 @@ func TestQuerySacctDownFallsBackToSqueue(t *testing.T) {
 	if v, _ := flagValue(f.last("squeue").Argv, "--jobs"); v != "7,8" {
 		t.Errorf("squeue --jobs=%s", v)
 	}
-	if j := got["7"]; j.Class() != Running || !j.End.IsZero() || j.Start.Unix() != 1700000005 || j.Comment != "tag" {
+	if j := got["7"]; j.Class() != Running || !j.End.IsZero() || j.Start.Unix() != 1700000005 || j.Comment != "tag" || j.TimeLimit != time.Hour {
 		t.Errorf("7: %+v", j)
 	}
 	// Unknown, but sacct did not answer: its absence proves nothing.
@@ -355,13 +355,13 @@ func TestRelease(t *testing.T) {
 func TestFindByComment(t *testing.T) {
 	f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){
 		"sacct": func(argv []string) (string, string, int) {
-			return sacctLine("20", "20", "nemorl-author-ep", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "nemorl:ep:author") +
-				sacctLine("21", "21", "nemorl-train-ep", "RUNNING", "0:0", "None", "1", "2", "Unknown", "00:00:01", "vm", "nemorl", "nemorl:ep:train") +
-				sacctLine("22", "22", "other", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "nemorl:ep:author2"), "", 0
+			return sacctLine("20", "20", "nemorl-author-ep", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "60", "nemorl:ep:author") +
+				sacctLine("21", "21", "nemorl-train-ep", "RUNNING", "0:0", "None", "1", "2", "Unknown", "00:00:01", "vm", "nemorl", "60", "nemorl:ep:train") +
+				sacctLine("22", "22", "other", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "60", "nemorl:ep:author2"), "", 0
 		},
 		"squeue": func(argv []string) (string, string, int) {
 			row := func(id, st, c string) string {
-				return strings.Join([]string{id, "n", st, "None", "1", "2", "3", "0:01", "vm", "nemorl", c}, Sep) + "\n"
+				return strings.Join([]string{id, "n", st, "None", "1", "2", "3", "0:01", "vm", "nemorl", "30:00", c}, Sep) + "\n"
 			}
 			return row("21", "COMPLETED", "nemorl:ep:train") + row("23", "PENDING", "nemorl:ep:train") + row("24", "PENDING", "x"), "", 0
 		},
@@ -374,8 +374,8 @@ func TestFindByComment(t *testing.T) {
 	if len(got) != 2 || got[0].ID != "21" || got[1].ID != "23" {
 		t.Fatalf("%+v", got)
 	}
-	if got[0].Source != SourceSqueue || got[0].Class() != Succeeded {
-		t.Errorf("21 should take squeue's fresher end: %+v", got[0])
+	if got[0].Source != SourceSqueue || got[0].Class() != Succeeded || got[0].TimeLimit != 30*time.Minute {
+		t.Errorf("21 should take squeue's fresher end (and time limit): %+v", got[0])
 	}
 	sa := f.last("sacct").Argv
 	if v, _ := flagValue(sa, "--starttime"); v != "now-10080minutes" {

@@ -1,8 +1,10 @@
 package slurm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,9 @@ func checkJobs(t *testing.T, jobs []JobInfo) {
 		if j.Elapsed < 0 {
 			t.Fatalf("negative elapsed %v", j.Elapsed)
 		}
+		if j.TimeLimit < 0 && j.TimeLimit != Unlimited {
+			t.Fatalf("time limit %v", j.TimeLimit)
+		}
 		if strings.Contains(j.NodeList, "\n") {
 			t.Fatalf("newline in nodelist")
 		}
@@ -46,7 +51,9 @@ func checkJobs(t *testing.T, jobs []JobInfo) {
 
 func FuzzParseSacct(f *testing.F) {
 	addCaptures(f, "sacct_*.txt")
-	f.Add([]byte(sacctLine("1", "1", "n", "CANCELLED by 0", "0:15", "None", "Unknown", "None", "1", "1-00:00:01", "None assigned", "nemorl", "c")))
+	f.Add([]byte(sacctLine("1", "1", "n", "CANCELLED by 0", "0:15", "None", "Unknown", "None", "1", "1-00:00:01", "None assigned", "nemorl", "UNLIMITED", "c")))
+	f.Add([]byte(sacctLine("2", "2", "n", "PENDING", "0:0", "JobHeldAdmin", "1", "Unknown", "Unknown", "00:00:00", "None assigned", "nemorl", "Partition_Limit", "") +
+		sacctLine("2.batch", "2.batch", "batch", "COMPLETED", "0:0", "", "1", "2", "3", "00:00:01", "vm", "", "", "")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		jobs, _ := ParseSacct(b)
 		checkJobs(t, jobs)
@@ -60,6 +67,7 @@ func FuzzParseSacct(f *testing.F) {
 
 func FuzzParseSqueue(f *testing.F) {
 	addCaptures(f, "squeue_*.txt")
+	f.Add([]byte(strings.Join([]string{"3", "n", "PENDING", "JobHeldUser", "1", "N/A", "N/A", "0:00", "", "nemorl", "1-02:03:00", "(null)"}, Sep) + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		jobs, _ := ParseSqueue(b)
 		checkJobs(t, jobs)
@@ -108,5 +116,57 @@ func FuzzParseElapsed(f *testing.F) {
 		_ = ParseTime(s, time.UTC)
 		_ = ParseExitCode(s)
 		_ = ParseState(s, s)
+	})
+}
+
+// formatSqueueLimit formats a time limit as squeue %l (and sacct
+// Timelimit) prints it: Slurm's secs2time_str.
+func formatSqueueLimit(d time.Duration) string {
+	secs := int64(d / time.Second)
+	days, h, m, s := secs/86400, secs/3600%24, secs/60%60, secs%60
+	switch {
+	case days > 0:
+		return fmt.Sprintf("%d-%02d:%02d:%02d", days, h, m, s)
+	case h > 0:
+		return fmt.Sprintf("%d:%02d:%02d", h, m, s)
+	}
+	return fmt.Sprintf("%d:%02d", m, s)
+}
+
+func FuzzParseTimeLimit(f *testing.F) {
+	for _, s := range []string{"1:00", "30:00", "1:00:00", "1-00:00:00", "1-02:03:00", "60", "1563",
+		"UNLIMITED", "NOT_SET", "INVALID", "Partition_Limit", "2-12", "2-12:30", "", "-1", "1:2:3:4"} {
+		f.Add(s, int64(len(s))*60)
+	}
+	f.Add("0:45", int64(45))
+	f.Add("36500-00:00:00", int64(maxTimeLimit/time.Second))
+	f.Fuzz(func(t *testing.T, s string, secs int64) {
+		d, err := ParseTimeLimit(s)
+		switch {
+		case err != nil && d != 0:
+			t.Fatalf("%q → %v with error %v", s, d, err)
+		case d < 0 && d != Unlimited:
+			t.Fatalf("%q → %v", s, d)
+		case d > maxTimeLimit:
+			t.Fatalf("%q → %v, over the bound", s, d)
+		case d > 0 && d%time.Second != 0:
+			t.Fatalf("%q → %v: not whole seconds", s, d)
+		}
+
+		// Round trip of a limit in whole seconds within the bound, as
+		// squeue prints it, and in whole minutes, as sacct TimelimitRaw does.
+		if secs < 0 {
+			secs = -(secs + 1)
+		}
+		secs %= int64(maxTimeLimit/time.Second) + 1
+		lim := time.Duration(secs) * time.Second
+		if got, err := ParseTimeLimit(formatSqueueLimit(lim)); err != nil || got != lim {
+			t.Fatalf("%v → %q → %v, %v", lim, formatSqueueLimit(lim), got, err)
+		}
+		min := lim.Truncate(time.Minute)
+		raw := strconv.FormatInt(int64(min/time.Minute), 10)
+		if got, err := ParseTimeLimit(raw); err != nil || got != min {
+			t.Fatalf("%v → %q → %v, %v", min, raw, got, err)
+		}
 	})
 }

@@ -51,12 +51,14 @@ type JobInfo struct {
 	User string `json:"user,omitempty"`
 	// TimeLimit is the job's current time limit as Slurm reports it
 	// (sacct TimelimitRaw, squeue %l): 0 when unknown or not reported
-	// (no such column, a job known from its step lines only, sacct's
-	// Partition_Limit, squeue's NOT_SET or INVALID); Unlimited (negative)
-	// for UNLIMITED. Slurm keeps limits in whole minutes. It follows
-	// `scontrol update jobid=N TimeLimit=…`: compare it with the limit
-	// the job was submitted with to see that someone changed it. Step
-	// lines never set it.
+	// (no such column, a job known from its step lines only, squeue's
+	// NOT_SET or INVALID, sacct's Partition_Limit); Unlimited (negative)
+	// for UNLIMITED. Slurm keeps limits in whole minutes. Both sources
+	// follow `scontrol update jobid=N TimeLimit=…` at once (lab, 22.05.8):
+	// compare it with the limit the job was submitted with to see that
+	// someone changed it. A job submitted without --time reads
+	// Partition_Limit (0) in sacct but the partition's limit in squeue
+	// (UNLIMITED in the lab). Step lines never set it.
 	TimeLimit time.Duration `json:"time_limit,omitempty"`
 	Comment   string        `json:"comment,omitempty"`
 	Steps     []Step        `json:"steps,omitempty"` // sacct only
@@ -85,14 +87,26 @@ func (j JobInfo) Terminal() bool { return j.State.Terminal() }
 // Class is shorthand for j.State.Class.
 func (j JobInfo) Class() Class { return j.State.Class }
 
-// HeldBy says who holds a pending job, from its reason: "user" for
-// JobHeldUser (sbatch --hold, or scontrol hold by the job's owner), "admin"
-// for JobHeldAdmin (scontrol hold by root or an operator), "" otherwise
-// (not held, or a reason this package does not know). squeue has it at
-// once; sacct's Reason follows a hold a little later (lab, 22.05.8: a root
-// scontrol hold of a job held by its user read JobHeldUser in sacct for
-// seconds after squeue said JobHeldAdmin).
+// HeldBy says who holds a pending job, from its Reason: "user" for
+// JobHeldUser (sbatch --hold, scontrol uhold, or scontrol hold by the
+// job's owner), "admin" for JobHeldAdmin (scontrol hold by root or an
+// operator), "" otherwise: not held, a reason this package does not know,
+// or a job that is not pending — sacct keeps the reason of a job that was
+// held, released and ran (lab, 22.05.8: COMPLETED, reason JobHeldUser).
+//
+// Only squeue follows holds put on later. sacct's Reason is what slurmdbd
+// recorded with the job's latest record (lab, 22.05.8): the JobHeldUser
+// of a job submitted with --hold, yes (after reason None for its first
+// seconds, with the lab busy), but a later scontrol hold left
+// sacct at JobHeldUser (or BeginTime) for minutes while squeue said
+// JobHeldAdmin at once; a later change to the job (scontrol update
+// TimeLimit=…) carried the new reason into sacct in some trials, not in
+// others. Query takes a job sacct shows from sacct, so a hold put on
+// after submission is not reliably seen through it.
 func (j JobInfo) HeldBy() string {
+	if j.State.Class != Pending {
+		return ""
+	}
 	switch reasonWord(j.Reason) {
 	case "JobHeldUser":
 		return "user"

@@ -342,3 +342,80 @@ func TestLabSubmitFailure(t *testing.T) {
 		}
 	}
 }
+
+// scontrol runs scontrol on the lab with args, failing t if it fails.
+func scontrol(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "scontrol", args...).CombinedOutput(); err != nil {
+		t.Fatalf("scontrol %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestLabTimeLimitAndHold: a job changed behind the tool's back. Its time
+// limit (sacct TimelimitRaw, squeue %l) follows scontrol update at once in
+// both sources; its hold (Reason) is JobHeldUser from sbatch --hold in
+// both. As root, a later scontrol hold (an admin hold) shows in squeue at
+// once; sacct does not follow it (JobInfo.HeldBy), so Query's reason is
+// only logged.
+func TestLabTimeLimitAndHold(t *testing.T) {
+	l := needLab(t)
+	t.Parallel()
+	c, _ := l.client(t)
+	ctx := context.Background()
+	id := submit(t, c, SubmitRequest{Wrap: "true", Name: "nemorl-timelimit-t", Comment: uniqueTag("timelimit"), Hold: true, Args: l.jobArgs(t)}) // --time=5
+	live := func() JobInfo {
+		t.Helper()
+		jobs, err := c.squeue(ctx, "--jobs="+id)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("squeue: %+v %v", jobs, err)
+		}
+		return jobs[0]
+	}
+	if j := live(); j.TimeLimit != 5*time.Minute || j.HeldBy() != "user" || j.Class() != Pending {
+		t.Errorf("squeue after sbatch --time=5 --hold: time limit %v, held by %q: %+v", j.TimeLimit, j.HeldBy(), j)
+	}
+	// sacct may first record the job with reason None (seen with the lab
+	// busy), then JobHeldUser.
+	got := waitFor(t, c, []string{id}, time.Minute, func(j JobInfo) bool { return j.Source == SourceSacct && j.Reason != "None" })
+	if j := got[id]; j.TimeLimit != 5*time.Minute || j.HeldBy() != "user" || j.Class() != Pending {
+		t.Errorf("Query after sbatch --time=5 --hold: time limit %v, held by %q: %+v", j.TimeLimit, j.HeldBy(), j)
+	}
+
+	scontrol(t, "update", "jobid="+id, "TimeLimit=1")
+	got = waitFor(t, c, []string{id}, time.Minute, func(j JobInfo) bool { return j.TimeLimit != 5*time.Minute })
+	if j := got[id]; j.TimeLimit != time.Minute || j.Source != SourceSacct || j.HeldBy() != "user" {
+		t.Errorf("Query after scontrol update TimeLimit=1: time limit %v, held by %q: %+v", j.TimeLimit, j.HeldBy(), j)
+	}
+	if j := live(); j.TimeLimit != time.Minute {
+		t.Errorf("squeue after scontrol update TimeLimit=1: %v", j.TimeLimit)
+	}
+
+	if os.Getuid() == 0 {
+		// root's hold is an admin hold; only root may lift a limit.
+		scontrol(t, "hold", id)
+		if j := live(); j.HeldBy() != "admin" {
+			t.Errorf("squeue after scontrol hold as root: held by %q (reason %q)", j.HeldBy(), j.Reason)
+		}
+		got, _ = c.Query(ctx, []string{id})
+		t.Logf("Query after scontrol hold as root: reason %q (%s)", got[id].Reason, got[id].Source)
+		scontrol(t, "update", "jobid="+id, "TimeLimit=UNLIMITED")
+		got = waitFor(t, c, []string{id}, time.Minute, func(j JobInfo) bool { return j.TimeLimit != time.Minute })
+		if j := got[id]; j.TimeLimit != Unlimited {
+			t.Errorf("Query after scontrol update TimeLimit=UNLIMITED: %v: %+v", j.TimeLimit, j)
+		}
+		t.Logf("Query after scontrol update TimeLimit=UNLIMITED: reason %q (%s)", got[id].Reason, got[id].Source)
+		if j := live(); j.TimeLimit != Unlimited || j.HeldBy() != "admin" {
+			t.Errorf("squeue after TimeLimit=UNLIMITED: %v, held by %q", j.TimeLimit, j.HeldBy())
+		}
+	}
+
+	if err := c.Cancel(ctx, []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	got = waitFor(t, c, []string{id}, labWait, terminalInSacct)
+	if j := got[id]; j.State.Failure != FailureCancelled || j.HeldBy() != "" {
+		t.Errorf("after scancel: %+v", j)
+	}
+}

@@ -36,38 +36,55 @@ func labIDs(t *testing.T) map[string]string {
 // scancels read "CANCELLED by 0").
 const legacyCaptureUser = "root"
 
-// readCapture reads a captured or synthetic sacct/squeue output file. The
-// lab captures made before the User column existed (sacct 12 columns,
-// squeue 10) get it inserted before the comment — the job's user on job
-// lines, empty on sacct step lines, as sacct prints it — so that they
-// parse in today's layout; files already in today's layout are returned
-// as they are.
+// Columns that joined SacctFields and SqueueFields after lab captures were
+// made, oldest first; each went in just before the comment.
+var (
+	addedSacct  = []string{"User", "TimelimitRaw"}
+	addedSqueue = []string{"%u", "%l"}
+)
+
+// readCapture reads a captured or synthetic sacct/squeue output file. Real
+// lab captures made before a column existed get it inserted before the
+// comment, so that they parse in today's layout: User (sacct User, squeue
+// %u) as the job's user on job lines, empty on sacct step lines, as sacct
+// prints it; the time limit (TimelimitRaw, %l) empty: not captured, so
+// TimeLimit 0. Files already in today's layout are returned as they are.
 func readCapture(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	base := filepath.Base(path)
-	var legacy int
+	var (
+		width int
+		added []string
+	)
 	switch {
 	case strings.HasPrefix(base, "sacct_"):
-		legacy = len(SacctFields) - 1
+		width, added = len(SacctFields), addedSacct
 	case strings.HasPrefix(base, "squeue_"):
-		legacy = len(SqueueFields) - 1
+		width, added = len(SqueueFields), addedSqueue
 	default:
 		return b, nil
 	}
 	lines := strings.Split(string(b), "\n")
 	for i, l := range lines {
 		f := strings.Split(l, Sep)
-		if len(f) != legacy {
+		missing := width - len(f)
+		if l == "" || missing <= 0 || missing > len(added) {
 			continue
 		}
-		user := legacyCaptureUser
-		if strings.HasPrefix(base, "sacct_") && strings.Contains(f[0], ".") {
-			user = ""
+		step := strings.HasPrefix(base, "sacct_") && strings.Contains(f[0], ".")
+		var ins []string
+		for _, col := range added[len(added)-missing:] {
+			v := ""
+			if (col == "User" && !step) || col == "%u" {
+				v = legacyCaptureUser
+			}
+			ins = append(ins, v)
 		}
-		f = append(f[:legacy-1], user, f[legacy-1])
+		last := len(f) - 1
+		f = append(append(f[:last:last], ins...), f[last])
 		lines[i] = strings.Join(f, Sep)
 	}
 	return []byte(strings.Join(lines, "\n")), nil
@@ -266,29 +283,35 @@ func TestParseSynthetic(t *testing.T) {
 }
 
 func TestParseSacctMalformed(t *testing.T) {
-	in := sacctLine("1", "1", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "c") +
+	in := sacctLine("1", "1", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "60", "c") +
 		"sacct: error: something on stdout\n" +
-		sacctLine("x1", "x1", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "c") +
-		sacctLine("2.", "2.", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "", "c") +
-		sacctLine("3", "3", "a", "RUNNING", "0:0", "None", "1", "2", "Unknown", "00:00:01", "vm", "nemorl", "has"+Sep+"sep")
+		sacctLine("x1", "x1", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "60", "c") +
+		sacctLine("2.", "2.", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "", "", "c") +
+		sacctLine("3", "3", "a", "RUNNING", "0:0", "None", "1", "2", "Unknown", "00:00:01", "vm", "nemorl", "60:00:00:00", "has"+Sep+"sep") +
+		// a line from before TimelimitRaw joined SacctFields: one column short
+		sacctLine("4", "4", "a", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "c")
 	jobs, err := ParseSacct([]byte(in))
-	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "line 4") {
+	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "line 4") ||
+		!strings.Contains(err.Error(), "line 6: 13 fields, want 14") {
 		t.Errorf("err %v", err)
 	}
-	if len(jobs) != 2 || jobs[0].ID != "1" || jobs[1].Comment != "has"+Sep+"sep" {
+	// A malformed time limit is unknown (0); the line still counts.
+	if len(jobs) != 2 || jobs[0].ID != "1" || jobs[0].TimeLimit != time.Hour || jobs[1].Comment != "has"+Sep+"sep" || jobs[1].TimeLimit != 0 {
 		t.Errorf("jobs %+v", jobs)
 	}
 	// steps before (or without) their job line
-	jobs, err = ParseSacct([]byte(sacctLine("9.batch", "9.batch", "batch", "FAILED", "2:0", "", "1", "2", "3", "00:00:01", "vm", "", "")))
-	if err != nil || len(jobs) != 1 || jobs[0].Class() != Failed || jobs[0].ExitCode.Code != 2 {
+	jobs, err = ParseSacct([]byte(sacctLine("9.batch", "9.batch", "batch", "FAILED", "2:0", "", "1", "2", "3", "00:00:01", "vm", "", "", "")))
+	if err != nil || len(jobs) != 1 || jobs[0].Class() != Failed || jobs[0].ExitCode.Code != 2 || jobs[0].TimeLimit != 0 {
 		t.Errorf("steps only: %+v %v", jobs, err)
 	}
 }
 
 func TestParseSqueueMalformed(t *testing.T) {
 	jobs, err := ParseSqueue([]byte("slurm_load_jobs error: Invalid job id specified\n\n" +
-		strings.Join([]string{"5", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "nemorl", "(null)"}, Sep) + "\r\n"))
-	if err == nil || len(jobs) != 1 || jobs[0].ID != "5" || jobs[0].Comment != "" {
+		strings.Join([]string{"5", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "nemorl", "INVALID", "(null)"}, Sep) + "\r\n" +
+		// from before %l joined SqueueFields: one column short
+		strings.Join([]string{"6", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "nemorl", "(null)"}, Sep) + "\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 4: 11 fields, want 12") || len(jobs) != 1 || jobs[0].ID != "5" || jobs[0].Comment != "" || jobs[0].TimeLimit != 0 {
 		t.Errorf("%+v %v", jobs, err)
 	}
 }
@@ -415,21 +438,126 @@ func TestParseUser(t *testing.T) {
 	if j := final[ids["steps"]]; j.User != legacyCaptureUser || len(j.Steps) != 3 {
 		t.Errorf("sacct user %q", j.User)
 	}
-	jobs, err := ParseSacct([]byte(sacctLine("5.batch", "5.batch", "batch", "COMPLETED", "0:0", "", "1", "2", "3", "00:00:01", "vm", "", "")))
+	jobs, err := ParseSacct([]byte(sacctLine("5.batch", "5.batch", "batch", "COMPLETED", "0:0", "", "1", "2", "3", "00:00:01", "vm", "", "", "")))
 	if err != nil || len(jobs) != 1 || jobs[0].User != "" {
 		t.Errorf("steps only: %+v %v", jobs, err)
 	}
-	jobs, err = ParseSacct([]byte(sacctLine("6", "6", "n", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", " alice ", "c"+Sep+"d")))
+	jobs, err = ParseSacct([]byte(sacctLine("6", "6", "n", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", " alice ", "60", "c"+Sep+"d")))
 	if err != nil || len(jobs) != 1 || jobs[0].User != "alice" || jobs[0].Comment != "c"+Sep+"d" {
 		t.Errorf("sacct user with a separator in the comment: %+v %v", jobs, err)
 	}
-	sq, err := ParseSqueue([]byte(strings.Join([]string{"5", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "bob", "(null)"}, Sep) + "\n" +
-		strings.Join([]string{"6", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "(null)", "x"}, Sep) + "\n"))
+	sq, err := ParseSqueue([]byte(strings.Join([]string{"5", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "bob", "UNLIMITED", "(null)"}, Sep) + "\n" +
+		strings.Join([]string{"6", "n", "PENDING", "None", "1", "N/A", "N/A", "0:00", "", "(null)", "5:00", "x"}, Sep) + "\n"))
 	if err != nil || len(sq) != 2 || sq[0].User != "bob" || sq[1].User != "" || sq[1].Comment != "x" {
 		t.Errorf("squeue users: %+v %v", sq, err)
 	}
 	run := parseFile(t, ParseSqueue, "testdata/lab/squeue_running.txt")
 	if j := run[ids["sleeper"]]; j.User != legacyCaptureUser {
 		t.Errorf("squeue user %q", j.User)
+	}
+}
+
+// TestParseTimeLimitLab: real sacct and squeue output (lab, 22.05.8,
+// today's layout, as root) of jobs whose time limit and hold were changed
+// after submission:
+//   - 1: --time=5 --hold, then scontrol update TimeLimit=1;
+//   - 2: --hold without --time, then scontrol hold (admin) and scontrol
+//     update TimeLimit=UNLIMITED;
+//   - 3: --time=1-02:03:00 --hold, released, ran (sacct keeps its reason);
+//   - 4: --time=30 --hold, then scontrol hold (admin): sacct still says
+//     JobHeldUser, squeue JobHeldAdmin;
+//   - 5: --time=0:45 (rounded up to 1 minute) --hold, then scontrol update
+//     TimeLimit=1-02:03:00;
+//   - 28: --time=5 --begin=now+1hour, held by root and released;
+//   - 36: --hold without --time: sacct Partition_Limit, squeue the
+//     partition's UNLIMITED;
+//   - 37: --time=90 --hold.
+func TestParseTimeLimitLab(t *testing.T) {
+	const (
+		m = time.Minute
+		d = 24 * time.Hour
+	)
+	type tl struct {
+		limit  time.Duration
+		heldBy string
+	}
+	acct := parseFile(t, ParseSacct, "testdata/lab/sacct_timelimit.txt")
+	for id, w := range map[string]tl{
+		"1": {m, "user"}, "2": {Unlimited, "admin"}, "3": {d + 123*m, ""}, "4": {30 * m, "user"},
+		"5": {d + 123*m, "user"}, "28": {5 * m, ""}, "36": {0, "user"}, "37": {90 * m, "user"},
+	} {
+		if j := acct[id]; j.TimeLimit != w.limit || j.HeldBy() != w.heldBy || j.User != "root" {
+			t.Errorf("sacct %s: time limit %v, held by %q; want %v, %q (%+v)", id, j.TimeLimit, j.HeldBy(), w.limit, w.heldBy, j)
+		}
+	}
+	if j := acct["3"]; j.Class() != Succeeded || len(j.Steps) != 1 || j.Steps[0].ID != "batch" || j.Reason != "JobHeldUser" {
+		t.Errorf("sacct 3: %+v", j)
+	}
+	live := parseFile(t, ParseSqueue, "testdata/lab/squeue_timelimit.txt")
+	for id, w := range map[string]tl{
+		"1": {m, "user"}, "2": {Unlimited, "admin"}, "4": {30 * m, "admin"},
+		"5": {d + 123*m, "user"}, "28": {5 * m, ""}, "36": {Unlimited, "user"}, "37": {90 * m, "user"},
+	} {
+		if j := live[id]; j.TimeLimit != w.limit || j.HeldBy() != w.heldBy || j.Class() != Pending {
+			t.Errorf("squeue %s: time limit %v, held by %q; want %v, %q (%+v)", id, j.TimeLimit, j.HeldBy(), w.limit, w.heldBy, j)
+		}
+	}
+	if len(live) != 7 {
+		t.Errorf("squeue: %d jobs, want 7 (3 had left slurmctld)", len(live))
+	}
+}
+
+// TestParseTimeLimitFiles: the time limit of the synthetic files (today's
+// layout) comes from the job line, never a step line; the lab captures
+// made before the column existed have none (0).
+func TestParseTimeLimitFiles(t *testing.T) {
+	oom := parseFile(t, ParseSacct, "testdata/synthetic/sacct_oom.txt")
+	if j := oom["501"]; j.TimeLimit != time.Hour || len(j.Steps) != 2 {
+		t.Errorf("501: %v, %d steps", j.TimeLimit, len(j.Steps))
+	}
+	if j := oom["502"]; j.TimeLimit != 0 { // Partition_Limit
+		t.Errorf("502: %v", j.TimeLimit)
+	}
+	if j := parseFile(t, ParseSacct, "testdata/synthetic/sacct_requeue_duplicates.txt")["601"]; j.TimeLimit != 12*time.Hour || j.Runs != 2 {
+		t.Errorf("601: %v, %d runs", j.TimeLimit, j.Runs)
+	}
+	if j := parseFile(t, ParseSacct, "testdata/synthetic/sacct_id_reused.txt")["602"]; j.TimeLimit != 12*time.Hour {
+		t.Errorf("602: %v, want the latest job's", j.TimeLimit)
+	}
+	sq := parseFile(t, ParseSqueue, "testdata/synthetic/squeue_states.txt")
+	for id, want := range map[string]time.Duration{
+		"701": 2 * time.Hour, "702": 30 * time.Minute, "704": 48 * time.Hour, "705": Unlimited, "706": 5 * time.Minute,
+	} {
+		if got := sq[id].TimeLimit; got != want {
+			t.Errorf("squeue %s: %v, want %v", id, got, want)
+		}
+	}
+	for _, f := range []string{"sacct_final.txt", "squeue_running.txt", "sacct_cancel_uid.txt"} {
+		parse := ParseSacct
+		if strings.HasPrefix(f, "squeue_") {
+			parse = ParseSqueue
+		}
+		for id, j := range parseFile(t, parse, "testdata/lab/"+f) {
+			if j.TimeLimit != 0 {
+				t.Errorf("%s %s: time limit %v from a capture without the column", f, id, j.TimeLimit)
+			}
+		}
+	}
+
+	// A step line never sets the job's limit, whatever it holds; a job
+	// known from its steps only has none.
+	in := sacctLine("9", "9", "n", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "60", "c") +
+		sacctLine("9.batch", "9.batch", "batch", "COMPLETED", "0:0", "", "1", "2", "3", "00:00:01", "vm", "", "5", "") +
+		sacctLine("10.batch", "10.batch", "batch", "COMPLETED", "0:0", "", "1", "2", "3", "00:00:01", "vm", "", "5", "") +
+		sacctLine("10", "10", "n", "COMPLETED", "0:0", "None", "1", "2", "3", "00:00:01", "vm", "nemorl", "UNLIMITED", "c") +
+		sacctLine("11.batch", "11.batch", "batch", "COMPLETED", "0:0", "", "1", "2", "3", "00:00:01", "vm", "", "5", "")
+	jobs, err := ParseSacct([]byte(in))
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("%+v %v", jobs, err)
+	}
+	for i, want := range []time.Duration{time.Hour, Unlimited, 0} {
+		if jobs[i].TimeLimit != want {
+			t.Errorf("job %s: %v, want %v", jobs[i].ID, jobs[i].TimeLimit, want)
+		}
 	}
 }

@@ -16,10 +16,12 @@ const Sep = "\x1f"
 // SacctFields is the --format list the Client passes to sacct, in order.
 // ParseSacct expects exactly these columns. Comment is last: it is the only
 // free-text field a user sets freely, and a stray separator in it is kept.
-// User is the job's user name (empty on step lines).
+// User is the job's user name and TimelimitRaw its time limit in minutes
+// (UNLIMITED, Partition_Limit; both empty on step lines).
 var SacctFields = []string{
 	"JobIDRaw", "JobID", "JobName", "State", "ExitCode", "Reason",
-	"Submit", "Start", "End", "Elapsed", "NodeList", "User", "Comment",
+	"Submit", "Start", "End", "Elapsed", "NodeList", "User", "TimelimitRaw",
+	"Comment",
 }
 
 const (
@@ -35,6 +37,7 @@ const (
 	saElapsed
 	saNodes
 	saUser
+	saTimeLimit
 	saComment
 	saNumFields
 )
@@ -104,6 +107,7 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 			Source:   SourceSacct,
 		}
 		j.Elapsed, _ = ParseElapsed(f[saElapsed])
+		j.TimeLimit, _ = ParseTimeLimit(f[saTimeLimit]) // malformed: 0, unknown
 		if len(rs) == 1 && !rs[0].haveJob {
 			// steps came before their job line: adopt them
 			rs[0].job, rs[0].haveJob = j, true

@@ -10,8 +10,8 @@ import (
 // SqueueFields is what the Client asks squeue for (with --format), in
 // order, joined by Sep: job id (unique per array task), name, long state,
 // reason, submit time, start time, end time, time used, nodes, user name,
-// comment (last: free text).
-var SqueueFields = []string{"%A", "%j", "%T", "%r", "%V", "%S", "%e", "%M", "%N", "%u", "%k"}
+// time limit, comment (last: free text).
+var SqueueFields = []string{"%A", "%j", "%T", "%r", "%V", "%S", "%e", "%M", "%N", "%u", "%l", "%k"}
 
 const (
 	sqID = iota
@@ -24,6 +24,7 @@ const (
 	sqElapsed
 	sqNodes
 	sqUser
+	sqTimeLimit
 	sqComment
 	sqNumFields
 )
@@ -74,6 +75,7 @@ func parseSqueue(out []byte, loc *time.Location) ([]JobInfo, error) {
 			j.End = ParseTime(f[sqEnd], loc)
 		}
 		j.Elapsed, _ = ParseElapsed(f[sqElapsed])
+		j.TimeLimit, _ = ParseTimeLimit(f[sqTimeLimit]) // malformed: 0, unknown
 		if i, dup := seen[id]; dup {
 			jobs[i] = j
 			continue

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -289,6 +290,87 @@ func ParseElapsed(s string) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(total)*time.Second + frac, true
+}
+
+// maxTimeLimit bounds what ParseTimeLimit accepts: 100 years, far above
+// any real limit, far below time.Duration's range (Slurm's own bound,
+// 2^32-2 minutes, is beyond it).
+const maxTimeLimit = 100 * 365 * 24 * time.Hour
+
+// ParseTimeLimit parses a job's time limit as Slurm prints it:
+//   - squeue %l and sacct Timelimit: [days-]hours:minutes:seconds,
+//     minutes:seconds ("1-00:00:00", "1:00:00", "30:00");
+//   - sacct TimelimitRaw: whole minutes ("60");
+//   - the other forms Slurm reads for --time: days-hours,
+//     days-hours:minutes;
+//   - "UNLIMITED" (or "INFINITE", any case): Unlimited;
+//   - "NOT_SET", "INVALID", "Partition_Limit" (sacct, for a job submitted
+//     without --time: the partition's limit applies, which sacct does not
+//     say; squeue prints that limit instead), "N/A" and "": 0, no error.
+//
+// Anything else is an error, with 0. A finite limit is never negative
+// (nor above 100 years).
+func ParseTimeLimit(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	switch strings.ToUpper(s) {
+	case "", "NOT_SET", "INVALID", "PARTITION_LIMIT", "N/A":
+		return 0, nil
+	case "UNLIMITED", "INFINITE":
+		return Unlimited, nil
+	}
+	bad := func() (time.Duration, error) {
+		return 0, fmt.Errorf("slurm: bad time limit %.40q", s)
+	}
+	num := func(p string) (int64, bool) {
+		if !isDigits(p) || len(p) > 10 {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(p, 10, 64)
+		return n, err == nil
+	}
+	var secs int64
+	days, rest, hasDays := strings.Cut(s, "-")
+	parts := strings.Split(rest, ":")
+	if !hasDays {
+		parts = strings.Split(s, ":")
+	}
+	if len(parts) > 3 {
+		return bad()
+	}
+	ns := make([]int64, len(parts))
+	for i, p := range parts {
+		n, ok := num(p)
+		if !ok {
+			return bad()
+		}
+		ns[i] = n
+	}
+	if hasDays {
+		d, ok := num(days)
+		if !ok {
+			return bad()
+		}
+		// days-hours[:minutes[:seconds]]
+		secs = d * 86400
+		for i, unit := range []int64{3600, 60, 1}[:len(ns)] {
+			secs += ns[i] * unit
+		}
+	} else {
+		// minutes, minutes:seconds, hours:minutes:seconds
+		switch len(ns) {
+		case 1:
+			secs = ns[0] * 60
+		case 2:
+			secs = ns[0]*60 + ns[1]
+		case 3:
+			secs = ns[0]*3600 + ns[1]*60 + ns[2]
+		}
+	}
+	// Each number has at most 10 digits, so secs cannot overflow first.
+	if secs < 0 || time.Duration(secs) > maxTimeLimit/time.Second {
+		return bad()
+	}
+	return time.Duration(secs) * time.Second, nil
 }
 
 // TimeLayout is Slurm's default time format (SLURM_TIME_FORMAT=standard),

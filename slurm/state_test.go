@@ -155,3 +155,98 @@ func TestParseTime(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTimeLimit(t *testing.T) {
+	const (
+		m = time.Minute
+		h = time.Hour
+		d = 24 * time.Hour
+	)
+	cases := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		// squeue %l (lab, 22.05.8) and sacct Timelimit
+		{"1:00", m, true},
+		{"5:00", 5 * m, true},
+		{"30:00", 30 * m, true},
+		{"1:00:00", h, true},
+		{"1:30:00", 90 * m, true},
+		{"1-00:00:00", d, true},
+		{"1-02:03:00", d + 2*h + 3*m, true},
+		{"00:05:00", 5 * m, true},
+		{"365-00:00:00", 365 * d, true},
+		{"0:45", 45 * time.Second, true},
+		// sacct TimelimitRaw: whole minutes
+		{"1", m, true},
+		{"5", 5 * m, true},
+		{"60", h, true},
+		{"1563", d + 2*h + 3*m, true},
+		{"0", 0, true},
+		{" 60 ", h, true},
+		// the other forms --time takes
+		{"2-12", 2*d + 12*h, true},
+		{"2-12:30", 2*d + 12*h + 30*m, true},
+		// no limit, or none known
+		{"UNLIMITED", Unlimited, true},
+		{"unlimited", Unlimited, true},
+		{"INFINITE", Unlimited, true},
+		{"Partition_Limit", 0, true},
+		{"NOT_SET", 0, true},
+		{"INVALID", 0, true},
+		{"N/A", 0, true},
+		{"", 0, true},
+		// malformed
+		{"-1", 0, false},
+		{"-5:00", 0, false},
+		{"1-", 0, false},
+		{"1--2", 0, false},
+		{"1:2:3:4", 0, false},
+		{"1-1:2:3:4", 0, false},
+		{":30", 0, false},
+		{"30:", 0, false},
+		{"1.5", 0, false},
+		{"+5", 0, false},
+		{"5m", 0, false},
+		{"1 00:00:00", 0, false},
+		{"Partition", 0, false},
+		{"99999999999", 0, false},    // 11 digits
+		{"60000000", 0, false},       // minutes: over 100 years
+		{"36500-00:00:01", 0, false}, // over 100 years
+		{"36500-00:00:00", 36500 * d, true},
+	}
+	for _, c := range cases {
+		got, err := ParseTimeLimit(c.in)
+		if got != c.want || (err == nil) != c.ok {
+			t.Errorf("ParseTimeLimit(%q) = %v, %v; want %v, ok %v", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func TestHeldBy(t *testing.T) {
+	cases := []struct {
+		state, reason, want string
+	}{
+		{"PENDING", "JobHeldUser", "user"},
+		{"PENDING", "JobHeldAdmin", "admin"},
+		{"PENDING", "(JobHeldUser)", "user"},
+		{"REQUEUE_HOLD", "JobHeldAdmin", "admin"},
+		{"PENDING", "None", ""},
+		{"PENDING", "", ""},
+		{"PENDING", "BeginTime", ""},
+		{"PENDING", "Dependency", ""},
+		{"PENDING", "jobhelduser", ""},
+		// sacct keeps the reason of a job held, released and run
+		{"COMPLETED", "JobHeldUser", ""},
+		{"RUNNING", "JobHeldAdmin", ""},
+		{"CANCELLED by 0", "JobHeldUser", ""},
+		{"", "JobHeldUser", ""},
+	}
+	for _, c := range cases {
+		j := JobInfo{Reason: c.reason, State: ParseState(c.state, c.reason)}
+		if got := j.HeldBy(); got != c.want {
+			t.Errorf("HeldBy() of a %s job with reason %q = %q, want %q", c.state, c.reason, got, c.want)
+		}
+	}
+}

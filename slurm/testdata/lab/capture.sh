@@ -8,10 +8,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d /tmp/slurmcap.XXXXXX)"; chmod 755 "$work"
 SEP=$'\x1f'
 # The client's layout (SacctFields, SqueueFields). The sacct_*/squeue_*
-# files here were captured (as root) before User/%u joined it; the tests
-# insert that column when they read them (readCapture in parse_test.go).
-SACCT_FMT=JobIDRaw,JobID,JobName,State,ExitCode,Reason,Submit,Start,End,Elapsed,NodeList,User,Comment
-SQUEUE_FMT="%A${SEP}%j${SEP}%T${SEP}%r${SEP}%V${SEP}%S${SEP}%e${SEP}%M${SEP}%N${SEP}%u${SEP}%k"
+# files this script wrote were captured (as root) before User/%u and
+# TimelimitRaw/%l joined it; the tests insert those columns when they read
+# them (readCapture in parse_test.go).
+SACCT_FMT=JobIDRaw,JobID,JobName,State,ExitCode,Reason,Submit,Start,End,Elapsed,NodeList,User,TimelimitRaw,Comment
+SQUEUE_FMT="%A${SEP}%j${SEP}%T${SEP}%r${SEP}%V${SEP}%S${SEP}%e${SEP}%M${SEP}%N${SEP}%u${SEP}%l${SEP}%k"
 O=(--output="$work/%j.out" --comment=capture)
 
 sb() { # name, args… → prints the job id

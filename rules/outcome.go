@@ -1,4 +1,4 @@
-package episode
+package rules
 
 import (
 	"time"
@@ -23,81 +23,6 @@ const (
 	// IntegrityViolation: a record was rejected (forged, duplicated,
 	// inconsistent, bound to other weights or another job); no reward.
 	IntegrityViolation Kind = "integrity_violation"
-)
-
-// Policy failure reasons (reward 0, never masked), besides the record
-// reasons of a rejected author or train record (record.Reason: missing_record,
-// foreign_record, duplicate_record, …).
-const (
-	ReasonNoPatch       = "no_patch"
-	ReasonPatchRejected = "patch_rejected"
-	ReasonTrainFailed   = "train_failed"
-	// ReasonAuthorFailed: the author job failed by its own exit status
-	// (not a verdict of its batch script).
-	ReasonAuthorFailed = "author_failed"
-	// ReasonTrainTimeout: the train job ran into its Slurm time limit (the
-	// launcher stops the trainer well before it).
-	ReasonTrainTimeout = "train_timeout"
-	// ReasonTrainOutOfMemory: the train job ran out of memory.
-	ReasonTrainOutOfMemory = "train_out_of_memory"
-	// ReasonBadPatch: change.diff is not a regular file, is larger than
-	// the author record says, or larger than MaxPatchBytes.
-	ReasonBadPatch = "bad_patch"
-	// ReasonBadWeights: the trusted check rejected the weights train
-	// exported, or they are missing or not a regular file.
-	ReasonBadWeights = "bad_weights"
-	// ReasonForeignCancel: a job of the episode was cancelled by the
-	// user's own uid, and not by this tool (tampering).
-	ReasonForeignCancel = "foreign_cancel"
-	// ReasonPlantedOutput: a stage's output file is a FIFO, a symlink or
-	// anything but a regular file (tampering).
-	ReasonPlantedOutput = "planted_output"
-)
-
-// Infrastructure failure reasons besides the Slurm failures
-// (slurm.Failure: node_failure, timeout, cancelled, …) and the record
-// reason missing_record.
-const (
-	ReasonDeadline       = "deadline"        // run --deadline passed: the jobs were cancelled
-	ReasonInterrupted    = "interrupted"     // run got SIGINT or SIGTERM: the jobs were cancelled
-	ReasonCancelled      = "cancelled"       // nemorl-slurm cancel
-	ReasonConnectionLost = "connection_lost" // the cluster could not be reached beyond retries
-	ReasonJobLost        = "job_lost"        // Slurm forgot a job before reporting its end
-	ReasonTimesUnknown   = "times_unknown"   // sacct never reported the start and end times needed
-	ReasonSubmitRefused  = "submit_refused"  // sbatch refused a stage for good (partition, account, GRES, a missing script)
-	// ReasonIsolationBreach: a job's guard found Slurm reachable from its
-	// container (a munge socket, a Slurm config, a network interface): the
-	// site's setup, not the policy; the payload never ran.
-	ReasonIsolationBreach = "isolation_breach"
-	// ReasonNoGPU: a train or eval job found no GPU where Slurm gave one.
-	ReasonNoGPU = "no_gpu"
-	// ReasonPolicyEndpointFailed: the policy's model endpoint failed the
-	// author stage (unreachable, 5xx, rate limited): the policy never got
-	// its chance.
-	ReasonPolicyEndpointFailed = "policy_endpoint_failed"
-	// ReasonScriptRefused: a stage's batch script refused to start its
-	// payload (an input it must find was missing).
-	ReasonScriptRefused = "script_refused"
-	// ReasonRolloutsRejected: the evaluator's score step rejected the
-	// rollouts (failed rollouts, wrong counts): eval infrastructure.
-	ReasonRolloutsRejected = "rollouts_rejected"
-)
-
-// Integrity reasons besides the record.Reason values.
-const (
-	ReasonEvalInputsTampered = "eval_inputs_tampered" // the eval job refused its image or inputs (exit 65)
-	ReasonEvalBeforeTrainEnd = "eval_started_before_train_ended"
-	// ReasonEvalOutputRedirected: the eval script found its standard
-	// output was not its own out.log (exit 67): someone changed the job's
-	// StdOut or replaced the file.
-	ReasonEvalOutputRedirected = "eval_output_redirected"
-	// ReasonEvalOutputTampered: eval's out.log was changed outside the eval
-	// job's run, or is not the file the job wrote.
-	ReasonEvalOutputTampered = "eval_output_tampered"
-	// ReasonImpostorJob: a job found on the cluster under a stage's name
-	// or tag is not the one the tool submitted (its batch script, user or
-	// submit time differ); it is cancelled.
-	ReasonImpostorJob = "impostor_job"
 )
 
 // Outcome is an episode's verified result (result, run --json).
@@ -156,8 +81,8 @@ type JobSummary struct {
 	EarlierRuns []string `json:"earlier_runs,omitempty"`
 }
 
-// info is the job as the summary keeps it.
-func (s JobSummary) info() slurm.JobInfo {
+// Info is the job as the summary keeps it.
+func (s JobSummary) Info() slurm.JobInfo {
 	j := slurm.JobInfo{ID: s.ID, State: slurm.ParseState(s.State, ""), ExitCode: slurm.ParseExitCode(s.ExitCode),
 		Start: s.Start, End: s.End, NodeList: s.NodeList, Source: slurm.SourceSacct, Runs: s.Runs, EarlierRuns: s.EarlierRuns}
 	if !s.Start.IsZero() && s.End.After(s.Start) {
@@ -166,7 +91,8 @@ func (s JobSummary) info() slurm.JobInfo {
 	return j
 }
 
-func summarize(j slurm.JobInfo) JobSummary {
+// Summarize is the job as an outcome and the ledger keep it.
+func Summarize(j slurm.JobInfo) JobSummary {
 	s := JobSummary{ID: j.ID, State: j.State.Raw, ExitCode: j.ExitCode.Raw, Start: j.Start, End: j.End, NodeList: j.NodeList, EarlierRuns: j.EarlierRuns}
 	if j.Runs > 1 {
 		s.Runs = j.Runs
@@ -191,6 +117,50 @@ func (o *Outcome) ExitCode() int {
 		return 4
 	}
 	return 3
+}
+
+// Attempt is an earlier attempt of a stage, retired when the stage was run
+// again.
+type Attempt struct {
+	// Attempt numbers it: 1 is the stage's first.
+	Attempt int    `json:"attempt"`
+	JobID   string `json:"job_id"`
+	// Job is the job as sacct last showed it before it was retired.
+	Job JobSummary `json:"job"`
+	// Reason is why it was retired: its stage's failure reason, or, for an
+	// eval retired with the train it waited for, "train_retried".
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+	// Output is where its output file was moved ("" if it had none).
+	Output string `json:"output,omitempty"`
+}
+
+// ReasonTrainRetried retires an eval job with the train attempt it waited
+// for.
+const ReasonTrainRetried = "train_retried"
+
+// Apply writes the verdict into o, which carries the episode's jobs and
+// paths: the outcome, its reward and mask, and the scores behind a score.
+func (v *Verdict) Apply(o *Outcome) {
+	o.Outcome, o.FailureStage, o.FailureReason, o.Detail, o.Tampering = v.Kind, v.Stage, v.Reason, v.Detail, v.Tampering
+	switch v.Kind {
+	case Scored, PolicyFailure:
+		o.Reward, o.MaskSample = ptr(0.0), false
+	default:
+		o.Reward, o.MaskSample = nil, true
+	}
+	if tr := v.Train; tr != nil {
+		o.TrainReward, o.InnerSteps = ptr(tr.TrainReward), ptr(tr.InnerSteps)
+		if !tr.Status.PolicyFailure() {
+			o.CheckpointSHA256 = tr.WeightsSHA256
+		}
+	}
+	if ev := v.Eval; v.Kind == Scored && ev != nil {
+		o.Reward = ptr(ev.Reward)
+		o.AIME25Exact, o.AIME25AvgAt8 = ptr(ev.AIME25Exact), ptr(ev.AIME25AvgAt8)
+		o.Completed, o.WandbURL = ev.Completed, ev.WandbURL
+		o.Correct, o.Samples = ptr(ev.Correct), ev.Problems*ev.SamplesPerProblem
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
