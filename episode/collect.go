@@ -89,6 +89,22 @@ func (d *Driver) gather(ctx context.Context, e *Entry, f *rules.Facts, need rule
 		}
 		f.EvalFiles = ef
 	}
+	if need&rules.NeedQueue != 0 {
+		var ids []string
+		for _, j := range f.Jobs {
+			ids = append(ids, j.ID)
+		}
+		q, err := d.Slurm.Queue(ctx, ids)
+		if err != nil {
+			return fmt.Errorf("episode %s: %w", e.Episode, err)
+		}
+		f.Queue = map[string]slurm.JobInfo{}
+		for s, j := range f.Jobs {
+			if qj, ok := q[j.ID]; ok {
+				f.Queue[s] = qj
+			}
+		}
+	}
 	if need&rules.NeedUID != 0 {
 		_, uid, err := d.clusterUser(ctx)
 		if err != nil {

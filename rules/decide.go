@@ -71,9 +71,11 @@ type Rule struct {
 // Decide is the attribution rule: from the facts the engine gathered, the
 // episode's outcome (a Verdict), or the facts still needed, or the
 // engine's next step. It does no I/O and keeps no state.
-func Decide(f *Facts) Decision {
+func Decide(f *Facts) Decision { return decide(f, Table) }
+
+func decide(f *Facts, table []Rule) Decision {
 	d := &decider{f: f}
-	for _, r := range Table {
+	for _, r := range table {
 		v := r.Match(d)
 		if d.need != 0 {
 			return Decision{Need: d.need}
@@ -404,13 +406,13 @@ func (d *decider) evalFilesModified(ef *EvalFiles) *Verdict {
 		return d.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s is gone", ef.DirPath))
 	case ef.Dir.Type != "directory":
 		return d.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s is a %s", ef.DirPath, ef.Dir.Type))
-	case ef.Dir.Perm != 0 && ef.Dir.Perm&0o700 != 0o700:
+	case ef.Dir.Perm&0o700 != 0o700:
 		return d.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s has mode %04o: its owner cannot write it (the tool makes it 0700)", ef.DirPath, ef.Dir.Perm))
 	case !ef.Out.Exists:
 		return nil
 	case !ef.Out.Regular():
 		return d.plantedVerdict(stages.Eval, fmt.Sprintf("the eval output %s is a %s, not a regular file", ef.OutPath, ef.Out.Type))
-	case ef.Out.Perm != 0 && ef.Out.Perm&0o600 != 0o600:
+	case ef.Out.Perm&0o600 != 0o600:
 		return d.plantedVerdict(stages.Eval, fmt.Sprintf("the eval output %s has mode %04o: its owner cannot write it (the eval job writes it 0600)", ef.OutPath, ef.Out.Perm))
 	}
 	return nil

@@ -61,6 +61,10 @@ type Facts struct {
 	// EvalFiles are eval's output directory and out.log as lstat sees them
 	// (NeedEvalFiles); nil: not looked at.
 	EvalFiles *EvalFiles
+	// Queue is, by stage, the job as squeue shows it (NeedQueue): a
+	// pending job's live reason; nil: not looked at; a stage absent:
+	// squeue does not know its job.
+	Queue map[string]slurm.JobInfo
 }
 
 // Submit is what sbatch said of a stage for good.
@@ -80,7 +84,8 @@ type File struct {
 	// "symbolic link", "directory", …
 	Type string
 	Size int64
-	// Perm is the file's permission bits (0 when not known).
+	// Perm is the file's permission bits (lstat over SFTP; not set by
+	// readOutput).
 	Perm fs.FileMode
 	// Ctime is the last change of the file (readOutput only): no user can
 	// set it.
@@ -133,6 +138,7 @@ const (
 	NeedPatch                         // Patch (after the author's record)
 	NeedEvalFiles                     // EvalFiles
 	NeedUID                           // UID
+	NeedQueue                         // Queue
 )
 
 // NeedOutput is the Need of a stage's output.

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/record"
@@ -54,11 +55,30 @@ var Table = []Rule{
 	// Slurm's account of a change to an episode job the tool never makes:
 	// without isolation the policy's code (run as the user) can make it.
 	{"job-held", ThePolicy, func(d *decider) *Verdict {
+		// Once the stage before it has ended (sacct may not show a hold:
+		// squeue, slurmctld's live view, does).
 		if d.f.Isolated {
 			return nil
 		}
 		for _, s := range []string{stages.Train, stages.Eval} {
-			if j, ok := d.job(s); ok && j.State.Class == slurm.Pending && j.HeldBy() == "user" {
+			j, ok := d.job(s)
+			if !ok || j.State.Class != slurm.Pending {
+				continue
+			}
+			if _, before := d.ended(stages.All[slices.Index(stages.All, s)-1]); !before {
+				continue
+			}
+			held := j.HeldBy() == "user"
+			if !held {
+				if d.f.Queue == nil {
+					d.need |= NeedQueue
+					return nil
+				}
+				if q, ok := d.f.Queue[s]; ok && q.HeldBy() == "user" {
+					held, j.Reason = true, q.Reason
+				}
+			}
+			if held {
 				return fail(PolicyFailure, s, ReasonJobHeld, fmt.Sprintf("%s job %s is held by this user (reason %s), and nemorl-slurm never holds a job: without isolation the policy's code can (scontrol hold)", s, j.ID, j.Reason)).tampered()
 			}
 		}

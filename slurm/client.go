@@ -91,6 +91,33 @@ func (c *Client) Query(ctx context.Context, ids []string) (map[string]JobInfo, e
 	return out, nil
 }
 
+// Queue reports the jobs as squeue, slurmctld's live view, shows them: a
+// pending job's current reason (a hold that sacct does not yet report).
+// Jobs squeue does not know are absent.
+func (c *Client) Queue(ctx context.Context, ids []string) (map[string]JobInfo, error) {
+	ids, err := cleanIDs(ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]JobInfo, len(ids))
+	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
+		want := map[string]bool{}
+		for _, id := range chunk {
+			want[id] = true
+		}
+		jobs, err := c.squeue(ctx, "--jobs="+strings.Join(chunk, ","))
+		if err != nil {
+			return out, err
+		}
+		for _, j := range jobs {
+			if want[j.ID] {
+				out[j.ID] = j
+			}
+		}
+	}
+	return out, nil
+}
+
 func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo) error {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
