@@ -1132,6 +1132,58 @@ func TestStandInAttacks(t *testing.T) {
 		wantNotMounted(t, e2.run(t, record.StageTrain, e2.trainEnv(""), "--plant-eval-fifo"), "no eval directory")
 	})
 
+	t.Run("train/chmod-eval-out", func(t *testing.T) {
+		t.Parallel()
+		// out.log there (as the eval job would leave it) or not yet.
+		for i, old := range []string{"old\n", ""} {
+			e := attackEpisode(t, "lab-chmod-out-"+strconv.Itoa(i), 5220+10*i)
+			log := e.path("eval/out.log")
+			if old != "" {
+				if err := os.WriteFile(log, []byte(old), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := e.run(t, record.StageTrain, e.trainEnv(""), "--chmod-eval-out")
+			wantExit(t, r, 0)
+			trainRecord(t, e, r)
+			fi, err := os.Lstat(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o400 {
+				t.Errorf("eval/out.log is %v, want a regular file of mode 0400", fi.Mode())
+			}
+			if b, err := os.ReadFile(log); err != nil || string(b) != old {
+				t.Errorf("eval/out.log holds %q (%v), want %q", b, err, old)
+			}
+		}
+		e2 := attackEpisode(t, "lab-chmod-out-noeval", 5240)
+		if err := os.RemoveAll(e2.path("eval")); err != nil {
+			t.Fatal(err)
+		}
+		wantNotMounted(t, e2.run(t, record.StageTrain, e2.trainEnv(""), "--chmod-eval-out"), "no eval directory")
+	})
+
+	t.Run("train/chmod-eval-dir", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-chmod-dir", 5250)
+		dir := e.path("eval")
+		t.Cleanup(func() { _ = os.Chmod(dir, 0o700) }) // for t.TempDir's removal
+		r := e.run(t, record.StageTrain, e.trainEnv(""), "--chmod-eval-dir")
+		wantExit(t, r, 0)
+		trainRecord(t, e, r)
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.IsDir() || fi.Mode().Perm() != 0o500 {
+			t.Errorf("eval/ is %v, want a directory of mode 0500", fi.Mode())
+		}
+		if _, err := os.Lstat(e.path("eval/out.log")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("eval/out.log: %v, want none", err)
+		}
+	})
+
 	t.Run("train/redirect-eval-stdout", func(t *testing.T) {
 		t.Parallel()
 		e := attackEpisode(t, "lab-redirect", 5300)
@@ -1267,6 +1319,26 @@ func TestStandInAttacks(t *testing.T) {
 		wantCalls(t, f, "squeue --me -h -o %i -n nemorl-eval-"+e.name, "scancel "+e.evalJob)
 	})
 
+	t.Run("train/eval-timelimit", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-eval-timelimit", 5650)
+		f := newFakeSlurm(t, e.evalJob+"\n")
+		r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), "--eval-timelimit")
+		wantExit(t, r, 0)
+		trainRecord(t, e, r)
+		wantCalls(t, f, "squeue --me -h -o %i -n nemorl-eval-"+e.name, "scontrol update jobid="+e.evalJob+" TimeLimit=1")
+	})
+
+	t.Run("train/hold-eval", func(t *testing.T) {
+		t.Parallel()
+		e := attackEpisode(t, "lab-hold-eval", 5660)
+		f := newFakeSlurm(t, e.evalJob+"\n")
+		r := e.run(t, record.StageTrain, append(e.trainEnv(""), f.env()...), "--hold-eval")
+		wantExit(t, r, 0)
+		trainRecord(t, e, r)
+		wantCalls(t, f, "squeue --me -h -o %i -n nemorl-eval-"+e.name, "scontrol hold "+e.evalJob)
+	})
+
 	t.Run("train/cancel-self", func(t *testing.T) {
 		t.Parallel()
 		e := attackEpisode(t, "lab-cancel-self", 5700)
@@ -1287,7 +1359,7 @@ func TestStandInAttacks(t *testing.T) {
 
 	// No eval job in the queue: each attack on it fails cleanly and touches
 	// nothing.
-	for _, mode := range []string{"--redirect-eval-stdout", "--helper-rewrites-eval", "--impostor-eval", "--cancel-eval"} {
+	for _, mode := range []string{"--redirect-eval-stdout", "--helper-rewrites-eval", "--impostor-eval", "--cancel-eval", "--eval-timelimit", "--hold-eval"} {
 		t.Run("train/no-eval-job"+mode[1:], func(t *testing.T) {
 			t.Parallel()
 			e := attackEpisode(t, "lab-noeval"+mode[1:], 5800)
@@ -1306,7 +1378,7 @@ func TestStandInAttacks(t *testing.T) {
 	}
 
 	// The same against the lab's real Slurm: no job of that name exists.
-	for _, mode := range []string{"--redirect-eval-stdout", "--helper-rewrites-eval", "--impostor-eval", "--cancel-eval"} {
+	for _, mode := range []string{"--redirect-eval-stdout", "--helper-rewrites-eval", "--impostor-eval", "--cancel-eval", "--eval-timelimit", "--hold-eval"} {
 		t.Run("train/no-eval-job-real-slurm"+mode[1:], func(t *testing.T) {
 			t.Parallel()
 			labtest.Env(t)

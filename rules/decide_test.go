@@ -171,6 +171,7 @@ func TestTableRows(t *testing.T) {
 		{"train-cancelled", "train cancelled by the user's uid", true, func(f *Facts) { set(f, stages.Train, "CANCELLED by 1001", "0:15") }, policy(stages.Train, ReasonForeignCancel, true)},
 		{"train-timeout", "train ran into its limit", true, func(f *Facts) { set(f, stages.Train, "TIMEOUT", "0:0") }, policy(stages.Train, ReasonTrainTimeout, false)},
 		{"train-out-of-memory", "train OOM", true, func(f *Facts) { set(f, stages.Train, "OUT_OF_MEMORY", "0:125") }, policy(stages.Train, ReasonTrainOutOfMemory, false)},
+		{"train-output-bound", "weights past the architecture's size", true, func(f *Facts) { set(f, stages.Train, "FAILED", "71:0") }, policy(stages.Train, ReasonOutputTooLarge, false)},
 		{"train-script-verdict", "no GPU on the train node", true, func(f *Facts) { set(f, stages.Train, "FAILED", "70:0") }, infra(stages.Train, ReasonNoGPU)},
 		{"train-slurm-failure", "train preempted", true, func(f *Facts) { f.Requeues = false; set(f, stages.Train, "PREEMPTED", "0:0") }, infra(stages.Train, "preempted")},
 		{"train-planted-output", "train out.log a symlink", true, func(f *Facts) {
@@ -383,6 +384,12 @@ func (g gen) policyFacts(isolated bool) *Facts {
 	f := healthy(isolated)
 	f.Jobs[stages.Author] = g.policyJob(f.Jobs[stages.Author], isolated)
 	f.Jobs[stages.Train] = g.policyJob(f.Jobs[stages.Train], isolated)
+	if isolated && g.chance(0.05) {
+		// Weights past the bound: the script's verdict on the payload's output.
+		j := f.Jobs[stages.Train]
+		j.State, j.ExitCode = slurm.ParseState("FAILED", ""), slurm.ParseExitCode("71:0")
+		f.Jobs[stages.Train] = j
+	}
 	p := patch
 	if g.chance(0.2) {
 		p = nil
@@ -589,7 +596,7 @@ func TestClusterFaultNeverRewarded(t *testing.T) {
 // purpose: without each of these rules some random policy facts end
 // masked.
 func TestPropertyCatchesRemovedRules(t *testing.T) {
-	for _, id := range []string{"author-failed", "train-timeout", "train-out-of-memory", "train-planted-output", "train-record", "eval-bad-weights", "job-held", "job-modified", "eval-files", "weights-mismatch"} {
+	for _, id := range []string{"author-failed", "train-output-bound", "train-timeout", "train-out-of-memory", "train-planted-output", "train-record", "eval-bad-weights", "job-held", "job-modified", "eval-files", "weights-mismatch"} {
 		table := slices.DeleteFunc(slices.Clone(Table), func(r Rule) bool { return r.ID == id })
 		if len(table) == len(Table) {
 			t.Fatalf("no rule %s", id)

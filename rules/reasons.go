@@ -31,6 +31,10 @@ const (
 	// its script asked for (scontrol update), after the policy's code ran
 	// with Slurm within reach (runtime none).
 	ReasonJobModified = "job_modified"
+	// ReasonOutputTooLarge: the weights train's payload left in its
+	// node-local output are larger than the pinned architecture can be:
+	// the trusted script copied nothing out (exit 71).
+	ReasonOutputTooLarge = "output_too_large"
 
 	// The cluster's or the operator's (no reward, masked).
 	ReasonDeadline             = "deadline"               // run --deadline passed: the jobs were cancelled
@@ -63,7 +67,7 @@ var Vocabulary = func() map[string][]Kind {
 	m := map[string][]Kind{
 		ReasonNoPatch: {p}, ReasonPatchRejected: {p}, ReasonTrainFailed: {p}, ReasonAuthorFailed: {p},
 		ReasonTrainTimeout: {p}, ReasonTrainOutOfMemory: {p}, ReasonBadPatch: {p}, ReasonBadWeights: {p},
-		ReasonForeignCancel: {p}, ReasonPlantedOutput: {p}, ReasonJobHeld: {p}, ReasonJobModified: {p},
+		ReasonForeignCancel: {p}, ReasonPlantedOutput: {p}, ReasonJobHeld: {p}, ReasonJobModified: {p}, ReasonOutputTooLarge: {p},
 
 		ReasonDeadline: {i}, ReasonInterrupted: {i}, ReasonCancelled: {i}, ReasonConnectionLost: {i},
 		ReasonJobLost: {i}, ReasonTimesUnknown: {i}, ReasonSubmitRefused: {i}, ReasonIsolationBreach: {i},

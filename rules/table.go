@@ -245,6 +245,13 @@ var Table = []Rule{
 		}
 		return nil
 	}},
+	{"train-output-bound", ThePolicy, func(d *decider) *Verdict {
+		if t, ended := d.trainEnded(); ended && scriptVerdict(t) && t.ExitCode.Code == stages.ExitOutputBound {
+			return fail(PolicyFailure, stages.Train, ReasonOutputTooLarge,
+				fmt.Sprintf("train job %s: the weights its payload left are larger than the pinned architecture can be (exit %d): nothing was copied out; see nemorl-slurm logs --stage train", t.ID, stages.ExitOutputBound))
+		}
+		return nil
+	}},
 	{"train-script-verdict", TheCluster, func(d *decider) *Verdict {
 		if t, ended := d.trainEnded(); ended && scriptVerdict(t) {
 			return d.verdictFailed(stages.Train, t)

@@ -45,6 +45,12 @@ const (
 	// SINGULARITY_* variable could not be cleared. The payload never ran.
 	ExitIsolation = 69
 
+	// ExitOutputBound (train, isolated): the weights the payload left in its
+	// node-local output are larger than the pinned architecture can be (or
+	// grew while copied): nothing was copied out (policy_failure
+	// output_too_large).
+	ExitOutputBound = 71
+
 	ExitNoGPU = 70 // train, eval: the job's GPU is not visible (node fault: infra_failure/no_gpu)
 
 	// ExitPolicyEndpoint (author): the policy endpoint failed, not the

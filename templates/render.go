@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/nemorl/nemorl-slurm/evaluate"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"path"
@@ -157,9 +158,17 @@ type scriptData struct {
 	ScratchDirs  []string
 	Exit         exitCodes
 	WatchSeconds int // eval: stages.EvalOutputWatchSeconds
+	// author, train: the payload's stdout and stderr reach out.log through
+	// a cap: the first OutputHeadBytes as they come, then the last
+	// OutputTailBytes (the record's window).
+	OutputHeadBytes, OutputTailBytes int64
 	// train
 	InnerDeadlineSeconds int
 	PatchFile            string
+	// train, isolated: the node-local output directory (TrainOutVar) and
+	// the bound of the one file copied out of it.
+	TrainOutVar     string
+	MaxWeightsBytes int64
 	// eval
 	Image, EvalDigest, WeightsFile, ImageVar string
 	BundleVar                                string
@@ -329,6 +338,11 @@ func (r *renderer) stage(stage string) ([]File, error) {
 			if stage == stages.Eval && m.rel == "eval/bundle" {
 				b.Host, b.HostVar = "", EvalBundleVar
 			}
+			if stage == stages.Train && m.rel == "train/checkpoint" {
+				// Node-local: the trusted script copies out the weights alone,
+				// within their bound (MaxWeightsBytes).
+				b.Host, b.HostVar = "", TrainOutVar
+			}
 			spec.Binds = append(spec.Binds, b)
 		}
 	}
@@ -373,13 +387,18 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		Isolated: isolated, ScratchVar: ScratchVar, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
 		GuardExec: guardLine, Exit: scriptExits, WatchSeconds: stages.EvalOutputWatchSeconds,
 		NoNetwork: noNet, GPU: gpu, GPUDevices: cfg.Cluster.GPUDevices, GPUCheckExec: gpuLine, NoGPUExit: stages.ExitNoGPU,
-		ScratchDirs: scratchDirs,
-		Sbatch:      r.sbatchOptions(stage, res, seconds, gpu),
+		ScratchDirs:     scratchDirs,
+		Sbatch:          r.sbatchOptions(stage, res, seconds, gpu),
+		OutputHeadBytes: OutputHeadBytes, OutputTailBytes: OutputTailBytes,
 	}
 	switch stage {
 	case stages.Train:
 		data.InnerDeadlineSeconds = configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds)
 		data.PatchFile = r.host("author/change.diff")
+		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
+		if isolated {
+			data.TrainOutVar, data.MaxWeightsBytes = TrainOutVar, MaxWeightsBytes()
+		}
 	case stages.Eval:
 		data.Image, data.EvalDigest, data.ImageVar = image, cfg.Runtime.Digests.Eval, EvalImageVar
 		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
@@ -508,6 +527,36 @@ func ScratchEnv(stage string) map[string]string {
 // the eval image: the copy is what is hashed and what runs, so replacing or
 // rewriting the shared image after the check changes nothing.
 const EvalImageVar = "NEMORL_EVAL_IMAGE"
+
+// TrainOutVar is the train script's variable holding the node-local
+// directory bound as the container's /nemorl/out: the policy's code writes
+// its checkpoints there, not on the shared file system, and the script
+// copies out model.safetensors alone, within MaxWeightsBytes.
+const TrainOutVar = "NEMORL_TRAIN_OUT"
+
+// The cap on the policy's stdout and stderr (author, train) in out.log: the
+// first OutputHeadBytes as they come, then only the last OutputTailBytes,
+// where the record is (the collector reads that window).
+const (
+	OutputHeadBytes = 16 << 20
+	OutputTailBytes = 1 << 20
+)
+
+// MaxWeightsBytes bounds the weights train may copy out: every tensor of
+// the pinned architecture (Qwen2.5-1.5B-Instruct, the optional tied
+// lm_head included) in float32, the widest dtype the trusted check
+// accepts, and 16 MiB for the safetensors header.
+func MaxWeightsBytes() int64 {
+	var n int64
+	for _, t := range evaluate.Qwen25_1_5B_Instruct().Tensors {
+		e := int64(1)
+		for _, d := range t.Shape {
+			e *= d
+		}
+		n += e
+	}
+	return 4*n + 16<<20
+}
 
 // EvalBundleVar is the eval script's variable holding the node-local copy of
 // the eval bundle (the evaluator inputs), checked against the sums pinned in

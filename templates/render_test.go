@@ -173,7 +173,8 @@ func TestBinds(t *testing.T) {
 	ep := "/scratch/alice/nemorl/ep-20261129T000000Z-golden"
 	want := map[string][]string{
 		stages.Author: {ep + "/author:/nemorl/author"},
-		stages.Train:  {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", ep + "/train/checkpoint:/nemorl/out"},
+		// Train's output is node-local: only the weights are copied out.
+		stages.Train: {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", `"$NEMORL_TRAIN_OUT:/nemorl/out"`},
 		// The eval bundle is the script's checked node-local copy.
 		stages.Eval: {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", `"$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`, ep + "/eval/work:/nemorl/out"},
 	}

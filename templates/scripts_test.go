@@ -26,8 +26,8 @@ func TestRenderIsolation(t *testing.T) {
 		stages.Eval:   " /bin/bash /nemorl/bundle/guard.sh eval",
 	}
 	payloadArgv := map[string]string{
-		stages.Author: " /bin/bash /nemorl/author/bundle/author.sh &",
-		stages.Train:  " /bin/bash /nemorl/bundle/train.sh &",
+		stages.Author: ` /bin/bash /nemorl/author/bundle/author.sh > "$nemorl_cap_fifo" 2>&1 &`,
+		stages.Train:  ` /bin/bash /nemorl/bundle/train.sh > "$nemorl_cap_fifo" 2>&1 &`,
 		stages.Eval:   ` /bin/bash /nemorl/bundle/eval.sh > "$nemorl_scratch/payload.stdout" &`,
 	}
 	for _, stage := range stages.All {

@@ -1,0 +1,124 @@
+package templates
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nemorl/nemorl-slurm/stages"
+)
+
+// The isolated train payload writes node-local scratch only: the script
+// copies out the weights alone, within MaxWeightsBytes, and the payload's
+// stdout and stderr reach out.log through the cap (the first
+// OutputHeadBytes, then only the last OutputTailBytes, the record's window).
+// A fake apptainer runs the guard for real and plays the payload: it
+// writes FAKE_WEIGHTS bytes of weights (sparse), a junk file and
+// FAKE_STDOUT bytes of output ending in a record line.
+func TestTrainCopyOut(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "apptainer")
+	script := `#!/bin/bash
+shift # exec
+binds=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bind) binds+=("$2"); shift 2 ;;
+    --workdir | --env | --network | --no-mount | --pwd | --home) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+shift # the image
+out=
+for b in "${binds[@]}"; do
+  IFS=: read -r h c _ <<< "$b"
+  case $2 in "$c"/*) [ "$c" != /nemorl/bundle ] || { [[ $2 == */guard.sh ]] && exec bash "$h${2#"$c"}" --root "$FAKE_ROOT" --proc "$FAKE_PROC" "$3"; } ;; esac
+  [ "$c" != /nemorl/out ] || out=$h
+done
+[ -n "$out" ] || { echo "fake apptainer: no /nemorl/out bind" >&2; exit 2; }
+case $2 in
+  */guard.sh) echo "fake apptainer: no guard bind" >&2; exit 2 ;;
+  */train.sh) ;;
+  *) exit 0 ;; # the GPU check
+esac
+truncate -s "$FAKE_WEIGHTS" "$out/model.safetensors"
+head -c 4096 /dev/urandom > "$out/model.safetensors.head"
+dd if=/dev/urandom of="$out/model.safetensors" bs=4096 count=1 conv=notrunc status=none
+head -c $((5 << 20)) /dev/zero > "$out/dcp-shard-0"
+head -c "$FAKE_STDOUT" /dev/zero | tr '\0' x
+echo
+echo "NEMORL_ENV_TRAIN_RESULT=the-record"
+`
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadExample(t, "cluster-example.yaml")
+	cfg.Cluster.Workdir = filepath.Join(dir, "work")
+	cfg.Cluster.GPUDevices = testGPUDevices
+	cfg.Runtime.Binary = fake
+	tr := render(t, cfg)
+	writeTree(t, tr)
+	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := newGuardTree(t, stages.Train)
+	g.writeProc(t)
+	weights := filepath.Join(tr.Dir, "train/checkpoint/model.safetensors")
+	for _, c := range []struct {
+		name            string
+		weights, stdout int64
+		code            int
+	}{
+		{"small output", 1 << 20, 1000, 0},
+		{"output past the cap", 2 << 20, 40 << 20, 0},
+		{"weights past the bound", MaxWeightsBytes() + 1, 1000, stages.ExitOutputBound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_ = os.Remove(weights)
+			out, code := runScript(t, tr, stages.Train, "FAKE_ROOT="+g.root, "FAKE_PROC="+g.proc,
+				fmt.Sprintf("FAKE_WEIGHTS=%d", c.weights), fmt.Sprintf("FAKE_STDOUT=%d", c.stdout))
+			if code != c.code {
+				t.Fatalf("exit %d, want %d\n%.3000s", code, c.code, tail(out, 3000))
+			}
+			if !strings.Contains(tail(out, OutputTailBytes), "NEMORL_ENV_TRAIN_RESULT=the-record\n") {
+				t.Errorf("the record is not in out.log's last %d bytes", OutputTailBytes)
+			}
+			if max := int64(OutputHeadBytes + OutputTailBytes + 64<<10); int64(len(out)) > max {
+				t.Errorf("out.log has %d bytes, more than the cap's %d", len(out), max)
+			}
+			capped := strings.Contains(out, "nemorl: the payload's output went past")
+			if capped != (c.stdout > OutputHeadBytes) {
+				t.Errorf("cap notice %v for %d bytes of output", capped, c.stdout)
+			}
+			// Nothing but the weights reached the shared directory.
+			entries, err := os.ReadDir(filepath.Dir(weights))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			fi, err := os.Stat(weights)
+			if c.code != 0 {
+				if err == nil || len(names) != 0 || !strings.Contains(out, "nemorl: output bound: the payload's weights are") {
+					t.Errorf("weights over the bound: copied %v (%v)\n%s", names, err, tail(out, 2000))
+				}
+				return
+			}
+			if err != nil || fi.Size() != c.weights || len(names) != 1 {
+				t.Errorf("weights copied out: %v %v; the shared directory holds %v", fi, err, names)
+			}
+		})
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
