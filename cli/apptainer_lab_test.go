@@ -10,6 +10,9 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
+	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/templates"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -233,5 +236,30 @@ func TestAttackApptainerLab(t *testing.T) {
 				t.Errorf("sacct shows %d jobs for %s, want its own three at most: %+v", len(jobs), ep, jobs)
 			}
 		})
-	}
+	} // A train payload that writes 8 GiB of output and grows its weights
+	// past any the architecture can have: out.log keeps the cap's bytes
+	// (the record among them), the weights are not copied out, nothing
+	// else reaches the shared file system, and the outcome is the policy's.
+	t.Run("flood-bytes", func(t *testing.T) {
+		const n = int64(8) << 30
+		old := "command: [" + labStandIns + "/train]"
+		p := filepath.Join(t.TempDir(), "flood.yaml")
+		if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, fmt.Sprintf("command: [%s/train, --flood-bytes, \"%d\"]", labStandIns, n), 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ep := newEpisode(t, "ctr-flood")
+		o := outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK))
+		if o.Outcome != "policy_failure" || o.FailureReason != rules.ReasonOutputTooLarge || o.FailureStage != "train" || o.MaskSample {
+			t.Fatalf("outcome %s (%s: %s) mask %v, want policy_failure (train: output_too_large): %s", o.Outcome, o.FailureStage, o.FailureReason, o.MaskSample, o.Detail)
+		}
+		fi, err := os.Stat(filepath.Join(o.Dir, "train", "out.log"))
+		if err != nil || fi.Size() > templates.OutputHeadBytes+templates.OutputTailBytes+64<<10 {
+			t.Errorf("train's out.log: %v, %v: want at most the cap's %d bytes", fi, err, templates.OutputHeadBytes+templates.OutputTailBytes)
+		}
+		left, err := os.ReadDir(filepath.Join(o.Dir, "train", "checkpoint"))
+		if err != nil || len(left) != 0 {
+			t.Errorf("train/checkpoint holds %v (%v): want nothing copied out", left, err)
+		}
+		t.Logf("%d bytes written by the payload; out.log %d bytes; %s", 2*n, fi.Size(), o.Detail)
+	})
 }

@@ -61,6 +61,10 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 			return
 		}
 		fmt.Fprintf(&sb, "%s=$(mktemp -d \"${TMPDIR:-/tmp}/nemorl-doctor.XXXXXX\")\n", templates.ScratchVar)
+		if st == stages.Train {
+			// Train's output directory is node-local, as in its script.
+			fmt.Fprintf(&sb, "%s=$%s/out\nmkdir -- \"$%s\"\n", templates.TrainOutVar, templates.ScratchVar, templates.TrainOutVar)
+		}
 		fmt.Fprintf(&sb, "%s 2>&1 </dev/null | grep -a -e '^nemorl: ' -e 'FATAL' -e 'ERROR'\necho \"nemorl-doctor %s ${PIPESTATUS[0]}\"\nrm -rf -- \"$%s\"\n", line, st, templates.ScratchVar)
 	}
 	argv := []string{"srun", "--partition=" + cfg.Cluster.Partition, "--time=5", "--ntasks=1", "--cpus-per-task=1", "--mem=1G",
