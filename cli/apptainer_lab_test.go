@@ -11,8 +11,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/templates"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 const labApptainer = "/opt/nemorl-lab/apptainer/bin/apptainer"

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 func cancelCommand(e *env) *ucli.Command {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 func listCommand(e *env) *ucli.Command {

@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"errors"
 	"fmt"
 
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 func resultCommand(e *env) *ucli.Command {

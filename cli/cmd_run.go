@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,6 +12,8 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // CancelGrace bounds how long run waits, after cancelling an episode's jobs

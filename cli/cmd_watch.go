@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"errors"
 	"os"
@@ -13,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 func watchCommand(e *env) *ucli.Command {
@@ -138,8 +138,8 @@ func (e *env) watchSessions(ctx context.Context, sessions []*session) ([]*episod
 func (e *env) reportEntries(c *ucli.Context, entries []*episode.Entry, werr error) error {
 	if globalBool(c, "json") {
 		type item struct {
-			Episode string           `json:"episode"`
-			Final   bool             `json:"final"`
+			Episode string         `json:"episode"`
+			Final   bool           `json:"final"`
 			Outcome *rules.Outcome `json:"outcome,omitempty"`
 		}
 		items := []item{}

@@ -12,12 +12,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"path"
 	"strings"
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/shell"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"github.com/nemorl/nemorl-slurm/templates"
 )
 

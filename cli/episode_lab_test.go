@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"io"
 	"io/fs"
 	"math"
@@ -42,6 +41,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/evaluate"
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // labStandIns is where lab/up installs the stand-ins; configs/lab-none.yaml

@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"io"
 	"maps"
 	"os"
@@ -24,7 +22,9 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // session is one config's driver with its open connection.
@@ -365,7 +365,7 @@ type rowJSON struct {
 	Reason         string `json:"reason,omitempty"`
 	ElapsedSeconds int64  `json:"elapsed_seconds"`
 	// Attempt, after the first: the stage's attempt (retries, requeues).
-	Attempt int              `json:"attempt,omitempty"`
+	Attempt int            `json:"attempt,omitempty"`
 	Outcome *rules.Outcome `json:"outcome,omitempty"`
 }
 

@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"bytes"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 // TestProgress: on a terminal the table is redrawn in place (cursor up over

@@ -5,8 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/rules"
 	"path"
+
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 // MaxResponseBytes bounds the response.json AuthorFiles reads.

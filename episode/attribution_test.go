@@ -10,8 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,7 +20,9 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 const (

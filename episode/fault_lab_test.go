@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"os/exec"
 	"strings"
 	"sync"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // replyLost is the lab host with one fault: the first train sbatch runs

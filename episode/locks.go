@@ -61,7 +61,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -69,6 +68,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 const (

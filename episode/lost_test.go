@@ -2,8 +2,6 @@ package episode
 
 import (
 	"context"
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +11,9 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // A job is lost only after JobLostAfter of continuous evidence: polls that

@@ -4,13 +4,13 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"path"
 	"strings"
 
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Retries: a train or eval stage that the cluster failed is run again, as

@@ -2,8 +2,6 @@ package episode
 
 import (
 	"context"
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +12,9 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // recordHost records the commands run on it and runs none.

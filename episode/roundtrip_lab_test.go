@@ -2,8 +2,6 @@ package episode
 
 import (
 	"context"
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +10,9 @@ import (
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // TestRoundTripsFar counts what one submit and one collection cost on the

@@ -1,12 +1,12 @@
 package episode
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"testing"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // rowOf: a pending job shows its reason and no elapsed time; a job Slurm

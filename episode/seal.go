@@ -8,10 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/rules"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 // Every ledger entry is sealed: it carries an HMAC-SHA256 of its whole

@@ -19,9 +19,10 @@ package record
 
 import (
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"reflect"
 	"strings"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Stage names one of the three jobs of an episode.

@@ -4,7 +4,6 @@ package serve
 // ("Rollout identity").
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 // gymRow is a row as Gym's collector sends it; extra is spliced in.

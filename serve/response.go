@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 // Gym's failure-routing keys (nemo_gym/rollout_collection.py): a row with
@@ -38,14 +38,14 @@ type RunResponse struct {
 	Patch         string `json:"patch"`
 	FailureReason string `json:"failure_reason"`
 
-	Episode      string                        `json:"episode"`
-	Outcome      string                        `json:"outcome"`
-	FailureStage string                        `json:"failure_stage"`
-	MaskSample   bool                          `json:"mask_sample"`
+	Episode      string                      `json:"episode"`
+	Outcome      string                      `json:"outcome"`
+	FailureStage string                      `json:"failure_stage"`
+	MaskSample   bool                        `json:"mask_sample"`
 	Jobs         map[string]rules.JobSummary `json:"jobs"`
-	Isolation    string                        `json:"isolation"`
-	Detail       string                        `json:"detail,omitempty"`
-	Tampering    bool                          `json:"tampering,omitempty"`
+	Isolation    string                      `json:"isolation"`
+	Detail       string                      `json:"detail,omitempty"`
+	Tampering    bool                        `json:"tampering,omitempty"`
 	// Stored: the row was answered from an earlier episode of the same
 	// rollout (a re-sent row), not a new one.
 	Stored bool `json:"stored,omitempty"`

@@ -7,13 +7,11 @@
 package serve
 
 import (
-	"github.com/nemorl/nemorl-slurm/rules"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"io"
 	"math"
 	"net/http"
@@ -24,6 +22,8 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Options configure a Server.
@@ -560,11 +560,11 @@ func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
 
 // rowJSON is an episode as status --json shows it.
 type rowJSON struct {
-	Episode        string           `json:"episode"`
-	Stage          string           `json:"stage"`
-	JobID          string           `json:"job_id"`
-	State          string           `json:"state"`
-	ElapsedSeconds int64            `json:"elapsed_seconds"`
+	Episode        string         `json:"episode"`
+	Stage          string         `json:"stage"`
+	JobID          string         `json:"job_id"`
+	State          string         `json:"state"`
+	ElapsedSeconds int64          `json:"elapsed_seconds"`
 	Outcome        *rules.Outcome `json:"outcome,omitempty"`
 }
 

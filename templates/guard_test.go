@@ -1,7 +1,6 @@
 package templates
 
 import (
-	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // guardTree is a fake container for the isolation guard: a filesystem root

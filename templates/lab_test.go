@@ -2,7 +2,6 @@ package templates
 
 import (
 	"context"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // TestLabChain submits the three rendered scripts (runtime.kind none, stand-in

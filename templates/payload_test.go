@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/evaluate"
 	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // imageRoot lays out a stand-in image root as the three images do

@@ -10,8 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/nemorl/nemorl-slurm/evaluate"
-	"github.com/nemorl/nemorl-slurm/stages"
 	"io/fs"
 	"path"
 	"slices"
@@ -21,6 +19,8 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/apptainer"
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/evaluate"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 //go:embed sbatch/*.tmpl

@@ -1,7 +1,6 @@
 package templates
 
 import (
-	"github.com/nemorl/nemorl-slurm/stages"
 	"io"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // TestRenderIsolation asserts the container flags and the guard on the
