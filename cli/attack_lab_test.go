@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 )
 
 // testAttacks runs every attack in parallel.
@@ -504,7 +504,7 @@ func editLedger(t *testing.T, state, ep string, edit func(doc map[string]any)) {
 // written it (through the ledger, sealed): the intent on record, no id.
 func crashWindow(t *testing.T, state, ep, stage, id string) {
 	t.Helper()
-	l, err := episode.OpenLedger(filepath.Join(state, "nemorl-slurm"))
+	l, err := ledger.OpenLedger(filepath.Join(state, "nemorl-slurm"))
 	if err != nil {
 		t.Fatal(err)
 	}

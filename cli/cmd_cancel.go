@@ -7,7 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 )
 
@@ -25,11 +25,11 @@ func (e *env) cancel(c *ucli.Context) error {
 	if c.NArg() == 0 {
 		return usageErr("cancel takes one or more episode ids")
 	}
-	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
+	lg, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}
-	sessions, skipped, err := e.sessionsFor(c.Context, c, ledger, entries)
+	sessions, skipped, err := e.sessionsFor(c.Context, c, lg, entries)
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (e *env) cancel(c *ucli.Context) error {
 	}
 	for _, s := range sessions {
 		for _, ep := range s.episodes {
-			lock, ok, err := ledger.TryLock(ep)
+			lock, ok, err := lg.TryLock(ep)
 			if err != nil {
 				failed = append(failed, err.Error())
 				continue
@@ -52,7 +52,7 @@ func (e *env) cancel(c *ucli.Context) error {
 				// records the outcome.
 				e.logf("%s: another nemorl-slurm process watches it; it will record the cancellation", ep)
 			}
-			en, err := ledger.Load(ep)
+			en, err := lg.Load(ep)
 			if err == nil {
 				if en.Final() {
 					e.logf("%s: already finished (%s); nothing to cancel", ep, en.Outcome.Outcome)
@@ -97,7 +97,7 @@ func (e *env) cancel(c *ucli.Context) error {
 
 // endedJobs are the episode's known jobs that Cancel did not signal: they
 // had ended.
-func endedJobs(en *episode.Entry, signalled []string) []string {
+func endedJobs(en *ledger.Entry, signalled []string) []string {
 	out := []string{}
 	for _, id := range en.JobIDs() {
 		if !slices.Contains(signalled, id) {

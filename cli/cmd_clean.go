@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 )
 
@@ -31,7 +32,7 @@ func (e *env) clean(c *ucli.Context) error {
 	if c.NArg() == 0 {
 		return usageErr("clean takes one or more episode ids")
 	}
-	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
+	lg, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}
@@ -43,7 +44,7 @@ func (e *env) clean(c *ucli.Context) error {
 	}
 	cleaned := []string{}
 	already := []string{}
-	var todo []*episode.Entry
+	var todo []*ledger.Entry
 	for _, en := range entries {
 		if !en.Cleaned.IsZero() {
 			already = append(already, en.Episode)
@@ -55,7 +56,7 @@ func (e *env) clean(c *ucli.Context) error {
 	var sessions []*session
 	skipped := map[string]error{}
 	if len(todo) > 0 {
-		if sessions, skipped, err = e.sessionsFor(c.Context, c, ledger, todo); err != nil {
+		if sessions, skipped, err = e.sessionsFor(c.Context, c, lg, todo); err != nil {
 			return err
 		}
 	}
@@ -65,11 +66,11 @@ func (e *env) clean(c *ucli.Context) error {
 	}
 	for _, s := range sessions {
 		for _, ep := range s.episodes {
-			en, err := ledger.Load(ep)
+			en, err := lg.Load(ep)
 			if err == nil {
 				if err = removeEpisodeDir(c, s, en); err == nil {
 					en.Cleaned = time.Now().UTC()
-					err = ledger.Save(en)
+					err = lg.Save(en)
 				}
 			}
 			if err != nil {
@@ -96,7 +97,7 @@ func (e *env) clean(c *ucli.Context) error {
 	return nil
 }
 
-func removeEpisodeDir(c *ucli.Context, s *session, en *episode.Entry) error {
+func removeEpisodeDir(c *ucli.Context, s *session, en *ledger.Entry) error {
 	want := path.Join(s.Config.Cluster.Workdir, en.Episode)
 	if en.Dir != want {
 		return fmt.Errorf("%s: the ledger names %s, the config's workdir gives %s; remove it by hand", en.Episode, en.Dir, want)

@@ -9,7 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 )
 
@@ -66,15 +66,15 @@ func (e *env) list(c *ucli.Context) error {
 			return usageErr("--config: %v", err)
 		}
 	}
-	ledger, err := openLedger()
+	lg, err := openLedger()
 	if err != nil {
 		return err
 	}
-	all, err := ledger.List()
+	all, err := lg.List()
 	if err != nil {
 		return err
 	}
-	var keep []*episode.Entry
+	var keep []*ledger.Entry
 	for _, en := range all {
 		kind := "unfinished"
 		if en.Outcome != nil {
@@ -96,10 +96,10 @@ func (e *env) list(c *ucli.Context) error {
 		for _, en := range keep {
 			docs = append(docs, listJSON(en))
 		}
-		return e.writeJSON(map[string]any{"episodes": docs, "ledger": ledger.Dir})
+		return e.writeJSON(map[string]any{"episodes": docs, "ledger": lg.Dir})
 	}
 	if len(keep) == 0 {
-		e.logf("no episodes match in %s (%d in all)", ledger.Dir, len(all))
+		e.logf("no episodes match in %s (%d in all)", lg.Dir, len(all))
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
@@ -120,7 +120,7 @@ func (e *env) list(c *ucli.Context) error {
 	return tw.Flush()
 }
 
-func listJSON(en *episode.Entry) map[string]any {
+func listJSON(en *ledger.Entry) map[string]any {
 	doc := map[string]any{"episode": en.Episode, "created": en.Created, "config": en.ConfigPath, "host": en.Host,
 		"dir": en.Dir, "isolation": en.Isolation, "labels": en.Labels, "outcome": en.Outcome, "finished": en.Final()}
 	if en.Labels == nil {

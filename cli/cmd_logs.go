@@ -18,6 +18,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -55,7 +56,7 @@ func (e *env) logs(c *ucli.Context) error {
 	if c.Bool("follow") && globalBool(c, "json") {
 		return usageErr("--follow streams lines; it has no --json form")
 	}
-	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
+	lg, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func (e *env) logs(c *ucli.Context) error {
 	if en.Jobs[stages.Author] == nil {
 		return usageErr("episode %s has no job yet", en.Episode)
 	}
-	sessions, _, err := e.sessionsFor(c.Context, c, ledger, entries)
+	sessions, _, err := e.sessionsFor(c.Context, c, lg, entries)
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func (e *env) logs(c *ucli.Context) error {
 // currentStage is the episode's stage now: the first submitted whose job
 // has not completed (one sacct), or for a finished episode the stage that
 // decided its outcome.
-func currentStage(ctx context.Context, s *session, en *episode.Entry) (string, error) {
+func currentStage(ctx context.Context, s *session, en *ledger.Entry) (string, error) {
 	if o := en.Outcome; o != nil {
 		if o.FailureStage != "" && en.Jobs[o.FailureStage] != nil {
 			return o.FailureStage, nil
@@ -136,7 +137,7 @@ func currentStage(ctx context.Context, s *session, en *episode.Entry) (string, e
 // follow prints the last n lines of the stage's output, then what it
 // writes, until the stage's job has ended and its output is read to the
 // end (or Ctrl-C): one command per second reads the new bytes.
-func (e *env) follow(c *ucli.Context, s *session, en *episode.Entry, stage, p string, n int) error {
+func (e *env) follow(c *ucli.Context, s *session, en *ledger.Entry, stage, p string, n int) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	id := en.JobID(stage)

@@ -11,7 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/configs"
-	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"github.com/nemorl/nemorl-slurm/templates"
 )
 
@@ -58,7 +58,7 @@ func (e *env) render(c *ucli.Context) error {
 	}
 	id := c.String("episode")
 	if id == "" {
-		id = episode.NewID(time.Now())
+		id = stages.NewID(time.Now())
 	}
 	tree, err := templates.Render(cfg, templates.Input{Episode: id, Prompt: prompt, Version: Version})
 	if err != nil {

@@ -24,13 +24,13 @@ func (e *env) result(c *ucli.Context) error {
 	if c.NArg() != 1 {
 		return usageErr("result takes one episode id")
 	}
-	ledger, entries, err := ledgerEntries(c.Args().Slice(), nil)
+	lg, entries, err := ledgerEntries(c.Args().Slice(), nil)
 	if err != nil {
 		return err
 	}
 	en := entries[0]
 	if !en.Final() {
-		sessions, _, err := e.sessionsFor(c.Context, c, ledger, entries)
+		sessions, _, err := e.sessionsFor(c.Context, c, lg, entries)
 		if err != nil {
 			return err
 		}

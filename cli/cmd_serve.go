@@ -88,7 +88,7 @@ func (e *env) serve(c *ucli.Context) error {
 		e.logf("warning: %s: runtime.kind none: the stages run without isolation and can reach Slurm and each other's files; rewards cannot be trusted against an adversarial policy (answers say \"isolation\": \"none\"; use it for the lab only)", path)
 	}
 
-	ledger, err := openLedger()
+	lg, err := openLedger()
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (e *env) serve(c *ucli.Context) error {
 	sum := sha256.Sum256(data)
 	d := &episode.Driver{
 		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
-		Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: Version,
+		Host: host, Slurm: slurm.New(host), Ledger: lg, Version: Version,
 		Logf: func(format string, args ...any) { e.logf(format, args...) },
 	}
 	if err := d.Preflight(c.Context); err != nil {
@@ -169,7 +169,7 @@ func (e *env) serve(c *ucli.Context) error {
 	listening.Store(ln.Addr().String())
 	// No read or write timeout: a /run stays open for the whole episode.
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
-	e.logf("serve: listening on http://%s (config %s, serve.concurrency %d, failures %s, ledger %s)", ln.Addr(), abs, cfg.Serve.Concurrency, cfg.Serve.Failures, ledger.Dir)
+	e.logf("serve: listening on http://%s (config %s, serve.concurrency %d, failures %s, ledger %s)", ln.Addr(), abs, cfg.Serve.Concurrency, cfg.Serve.Failures, lg.Dir)
 	if opt.Head != nil {
 		e.logf("serve: also Gym's head server for agent %s: point Gym at it with +head_server.host=… +head_server.port=%s", cfg.Serve.AgentName, portOf(ln.Addr().String()))
 	}

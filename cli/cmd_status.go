@@ -6,6 +6,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 )
 
 func statusCommand(e *env) *ucli.Command {
@@ -26,13 +27,13 @@ func statusCommand(e *env) *ucli.Command {
 func (e *env) status(c *ucli.Context) error {
 	keep := unfinished
 	if c.Bool("all") {
-		keep = func(*episode.Entry) bool { return true }
+		keep = func(*ledger.Entry) bool { return true }
 	}
-	ledger, entries, err := ledgerEntries(c.Args().Slice(), keep)
+	lg, entries, err := ledgerEntries(c.Args().Slice(), keep)
 	if err != nil {
 		return err
 	}
-	sessions, skipped, err := e.sessionsFor(c.Context, c, ledger, entries)
+	sessions, skipped, err := e.sessionsFor(c.Context, c, lg, entries)
 	if err != nil {
 		return err
 	}
@@ -61,9 +62,9 @@ func (e *env) status(c *ucli.Context) error {
 	}
 	if len(rows) == 0 && len(skipped) == 0 {
 		if c.Bool("all") {
-			e.logf("no episodes in %s", ledger.Dir)
+			e.logf("no episodes in %s", lg.Dir)
 		} else {
-			e.logf("no unfinished episodes in %s (status --all shows the finished too; list shows the ledger)", ledger.Dir)
+			e.logf("no unfinished episodes in %s (status --all shows the finished too; list shows the ledger)", lg.Dir)
 		}
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
@@ -58,7 +59,7 @@ func (e *env) submit(c *ucli.Context) error {
 // MaxSubmitCount bounds submit --count.
 const MaxSubmitCount = 10000
 
-func submittedJSON(en *episode.Entry) map[string]any {
+func submittedJSON(en *ledger.Entry) map[string]any {
 	jobs := map[string]string{}
 	for _, st := range []string{stages.Author, stages.Train, stages.Eval} {
 		if id := en.JobID(st); id != "" {
@@ -78,7 +79,7 @@ func submittedJSON(en *episode.Entry) map[string]any {
 // any other failure is reported and the others go on.
 func (e *env) submitMany(c *ucli.Context, n int) error {
 	path := configPath(c)
-	ledger, err := openLedger()
+	lg, err := openLedger()
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	s, err := e.connect(c.Context, c, ledger, path, true, c.StringSlice("set"))
+	s, err := e.connect(c.Context, c, lg, path, true, c.StringSlice("set"))
 	if err != nil {
 		return err
 	}
@@ -148,9 +149,9 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 //
 // carryOn (run): an episode in the ledger whose author sbatch failed is
 // returned without an error, for the watch to carry on.
-func (e *env) submitEpisode(c *ucli.Context, carryOn bool) (*session, *episode.Entry, error) {
+func (e *env) submitEpisode(c *ucli.Context, carryOn bool) (*session, *ledger.Entry, error) {
 	path := configPath(c)
-	ledger, err := openLedger()
+	lg, err := openLedger()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -158,7 +159,7 @@ func (e *env) submitEpisode(c *ucli.Context, carryOn bool) (*session, *episode.E
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := e.connect(c.Context, c, ledger, path, true, c.StringSlice("set"))
+	s, err := e.connect(c.Context, c, lg, path, true, c.StringSlice("set"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -187,7 +188,7 @@ func (e *env) submitEpisode(c *ucli.Context, carryOn bool) (*session, *episode.E
 			switch {
 			case errors.As(err, &pe):
 				return nil, nil, &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %w", path, err), Hint: "fix the config: nothing was staged or submitted"}
-			case errors.Is(err, episode.ErrEpisodeExists) || errors.Is(err, episode.ErrBadEpisodeID):
+			case errors.Is(err, ledger.ErrEpisodeExists) || errors.Is(err, ledger.ErrBadEpisodeID):
 				return nil, nil, withCode(ExitUsage, err, "pick another --episode, or none for a new id")
 			}
 			return nil, nil, withCode(ExitInfra, err, "")

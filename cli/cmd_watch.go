@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 )
 
@@ -42,13 +43,13 @@ func resumeCommand(e *env) *ucli.Command {
 
 // keepUnfinished selects the unfinished episodes, of the explicit config
 // only when one is named.
-func keepUnfinished(c *ucli.Context) func(*episode.Entry) bool {
+func keepUnfinished(c *ucli.Context) func(*ledger.Entry) bool {
 	explicit := explicitConfig(c)
 	abs := ""
 	if explicit != "" {
 		abs, _ = filepath.Abs(explicit)
 	}
-	return func(en *episode.Entry) bool {
+	return func(en *ledger.Entry) bool {
 		return !en.Final() && (abs == "" || en.ConfigPath == abs)
 	}
 }
@@ -57,7 +58,7 @@ func keepUnfinished(c *ucli.Context) func(*episode.Entry) bool {
 // advancing those no other process holds. SIGINT stops watching; the jobs
 // keep running.
 func (e *env) watchVerb(c *ucli.Context, names []string) error {
-	ledger, entries, err := ledgerEntries(names, keepUnfinished(c))
+	lg, entries, err := ledgerEntries(names, keepUnfinished(c))
 	if err != nil {
 		return err
 	}
@@ -65,12 +66,12 @@ func (e *env) watchVerb(c *ucli.Context, names []string) error {
 		if globalBool(c, "json") {
 			return e.writeJSON(map[string]any{"episodes": []any{}})
 		}
-		e.logf("no unfinished episodes in %s", ledger.Dir)
+		e.logf("no unfinished episodes in %s", lg.Dir)
 		return nil
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sessions, skipped, err := e.sessionsFor(ctx, c, ledger, entries)
+	sessions, skipped, err := e.sessionsFor(ctx, c, lg, entries)
 	if err != nil {
 		return err
 	}
@@ -89,12 +90,12 @@ func (e *env) watchVerb(c *ucli.Context, names []string) error {
 
 // watchSessions watches every session's episodes at once and returns the
 // entries as last seen.
-func (e *env) watchSessions(ctx context.Context, sessions []*session) ([]*episode.Entry, error) {
+func (e *env) watchSessions(ctx context.Context, sessions []*session) ([]*ledger.Entry, error) {
 	p := newProgress(e.stderr)
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
-		out  []*episode.Entry
+		out  []*ledger.Entry
 		errs []error
 		rows = make([][]episode.Row, len(sessions))
 	)
@@ -135,7 +136,7 @@ func (e *env) watchSessions(ctx context.Context, sessions []*session) ([]*episod
 
 // reportEntries prints the episodes' outcomes and returns the worst exit
 // code among them; unfinished episodes count as 3.
-func (e *env) reportEntries(c *ucli.Context, entries []*episode.Entry, werr error) error {
+func (e *env) reportEntries(c *ucli.Context, entries []*ledger.Entry, werr error) error {
 	if globalBool(c, "json") {
 		type item struct {
 			Episode string         `json:"episode"`

@@ -38,9 +38,9 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
-	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/evaluate"
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
@@ -1390,9 +1390,9 @@ func (x *labCLI) testCancelBeforeTrainWhileWatched(t *testing.T) {
 	w := x.start(t, state, episodeTimeout, "watch", "--json", ep)
 
 	// Wait until watch holds the episode's lock, then freeze it.
-	ledger := &episode.Ledger{Dir: filepath.Join(state, "nemorl-slurm")}
+	lg := &ledger.Ledger{Dir: filepath.Join(state, "nemorl-slurm")}
 	eventually(t, quickTimeout, 20*time.Millisecond, func() string {
-		if locked, err := ledger.Locked(ep); err != nil || !locked {
+		if locked, err := lg.Locked(ep); err != nil || !locked {
 			return fmt.Sprintf("watch does not hold %s (%v)", ep, err)
 		}
 		return ""

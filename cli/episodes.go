@@ -22,6 +22,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -39,12 +40,12 @@ func (s *session) close() {
 	}
 }
 
-func openLedger() (*episode.Ledger, error) {
-	dir, err := episode.DefaultLedgerDir()
+func openLedger() (*ledger.Ledger, error) {
+	dir, err := ledger.DefaultLedgerDir()
 	if err != nil {
 		return nil, err
 	}
-	return episode.OpenLedger(dir)
+	return ledger.OpenLedger(dir)
 }
 
 // explicitConfig returns the config path named by --config or
@@ -65,7 +66,7 @@ func explicitConfig(c *ucli.Context) string {
 //
 // sets are --set KEY=VALUE overrides (submit, run), applied to the file as
 // configs.ApplySets does, or those an episode's ledger entry recorded.
-func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, path string, needKey bool, sets []string) (*session, error) {
+func (e *env) connect(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, path string, needKey bool, sets []string) (*session, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
@@ -98,7 +99,7 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledg
 	}
 	d := &episode.Driver{
 		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
-		Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: Version,
+		Host: host, Slurm: slurm.New(host), Ledger: lg, Version: Version,
 		Logf:      func(format string, args ...any) { e.logf(format, args...) },
 		Overrides: sets,
 	}
@@ -110,7 +111,7 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, ledger *episode.Ledg
 // that cannot be opened (moved, broken, its cluster unreachable) does not
 // stop the others: its episodes are returned in skipped, with why, and
 // logged; only when no config opens is that an error.
-func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.Ledger, entries []*episode.Entry) (sessions []*session, skipped map[string]error, err error) {
+func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, entries []*ledger.Entry) (sessions []*session, skipped map[string]error, err error) {
 	// One session per config and --set overrides (the key joins them with
 	// NUL, which neither holds).
 	byConfig := map[string][]string{}
@@ -133,7 +134,7 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, ledger *episode.
 	for _, k := range paths {
 		parts := strings.Split(k, "\x00")
 		p := k
-		s, err := e.connect(ctx, c, ledger, parts[0], false, parts[1:])
+		s, err := e.connect(ctx, c, lg, parts[0], false, parts[1:])
 		if err != nil {
 			if first == nil {
 				first = err
@@ -177,30 +178,30 @@ func skippedError(skipped map[string]error) error {
 
 // ledgerEntries opens the ledger and selects episodes from it
 // (selectEpisodes).
-func ledgerEntries(names []string, keep func(*episode.Entry) bool) (*episode.Ledger, []*episode.Entry, error) {
-	ledger, err := openLedger()
+func ledgerEntries(names []string, keep func(*ledger.Entry) bool) (*ledger.Ledger, []*ledger.Entry, error) {
+	lg, err := openLedger()
 	if err != nil {
 		return nil, nil, err
 	}
-	entries, err := selectEpisodes(ledger, names, keep)
-	return ledger, entries, err
+	entries, err := selectEpisodes(lg, names, keep)
+	return lg, entries, err
 }
 
 // selectEpisodes returns the named episodes, or with none named every
 // episode of the ledger for which keep is true.
-func selectEpisodes(ledger *episode.Ledger, names []string, keep func(*episode.Entry) bool) ([]*episode.Entry, error) {
+func selectEpisodes(lg *ledger.Ledger, names []string, keep func(*ledger.Entry) bool) ([]*ledger.Entry, error) {
 	if len(names) > 0 {
-		var out []*episode.Entry
+		var out []*ledger.Entry
 		seen := map[string]bool{}
 		for _, n := range names {
 			if seen[n] {
 				continue
 			}
 			seen[n] = true
-			en, err := ledger.Load(n)
+			en, err := lg.Load(n)
 			if err != nil {
-				if errors.Is(err, episode.ErrNotInLedger) {
-					return nil, &Error{Code: ExitUsage, Err: err, Hint: "nemorl-slurm list shows the episodes in the ledger (" + ledger.Dir + ")"}
+				if errors.Is(err, ledger.ErrNotInLedger) {
+					return nil, &Error{Code: ExitUsage, Err: err, Hint: "nemorl-slurm list shows the episodes in the ledger (" + lg.Dir + ")"}
 				}
 				return nil, err
 			}
@@ -208,11 +209,11 @@ func selectEpisodes(ledger *episode.Ledger, names []string, keep func(*episode.E
 		}
 		return out, nil
 	}
-	all, err := ledger.List()
+	all, err := lg.List()
 	if err != nil {
 		return nil, err
 	}
-	var out []*episode.Entry
+	var out []*ledger.Entry
 	for _, en := range all {
 		if keep(en) {
 			out = append(out, en)
@@ -221,7 +222,7 @@ func selectEpisodes(ledger *episode.Ledger, names []string, keep func(*episode.E
 	return out, nil
 }
 
-func unfinished(en *episode.Entry) bool { return !en.Final() }
+func unfinished(en *ledger.Entry) bool { return !en.Final() }
 
 // progress shows watch rows: a live table redrawn in place on a terminal,
 // otherwise one line per change. Log lines go through logf, above the
@@ -384,7 +385,7 @@ func rowsJSON(rows []episode.Row) []rowJSON {
 // worstExit is the exit code of several outcomes: 4 if any integrity
 // violation, else 3 if any infrastructure failure or unfinished episode,
 // else 0.
-func worstExit(entries []*episode.Entry) int {
+func worstExit(entries []*ledger.Entry) int {
 	code := ExitOK
 	for _, en := range entries {
 		c := ExitInfra

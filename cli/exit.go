@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 )
 
 // Exit codes (README "Exit codes").
@@ -49,9 +49,9 @@ func report(stderr io.Writer, err error) (int, string) {
 	switch {
 	case errors.As(err, &e):
 		code, hint = e.Code, e.Hint
-	case errors.Is(err, episode.ErrBadEpisodeID):
+	case errors.Is(err, ledger.ErrBadEpisodeID):
 		code, hint = ExitUsage, "episode ids look like ep-20261129T214501Z-3f9a1c2b: nemorl-slurm list shows them"
-	case errors.Is(err, episode.ErrNotInLedger):
+	case errors.Is(err, ledger.ErrNotInLedger):
 		code, hint = ExitUsage, "nemorl-slurm list shows the episodes in the ledger"
 	}
 	msg := err.Error()

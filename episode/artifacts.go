@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 )
 
@@ -25,7 +26,7 @@ const (
 // and, once the author record was verified, only as the record names it
 // (its sha256); a file that is absent or fails a check comes back nil, with
 // why in problems. err is a failure to reach the cluster.
-func (d *Driver) AuthorFiles(ctx context.Context, e *Entry) (response, patch []byte, problems []string, err error) {
+func (d *Driver) AuthorFiles(ctx context.Context, e *ledger.Entry) (response, patch []byte, problems []string, err error) {
 	var wantResp, wantPatch string
 	if e.Author != nil {
 		wantResp, wantPatch = e.Author.ResponseSHA256, e.Author.PatchSHA256

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
@@ -36,7 +37,7 @@ const (
 type fixture struct {
 	t     *testing.T
 	d     *Driver
-	e     *Entry
+	e     *ledger.Entry
 	infos map[string]slurm.JobInfo
 	uid   int
 }
@@ -49,14 +50,14 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	l, err := OpenLedger(t.TempDir())
+	l, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{
 		t: t,
 		d: &Driver{Host: remote.NewLocal(), Ledger: l},
-		e: &Entry{Episode: "ep-test", Dir: dir, Isolation: "none", Staged: true, Jobs: map[string]*Submission{
+		e: &ledger.Entry{Episode: "ep-test", Dir: dir, Isolation: "none", Staged: true, Jobs: map[string]*ledger.Submission{
 			stages.Author: {JobID: authorID}, stages.Train: {JobID: trainID}, stages.Eval: {JobID: evalID},
 		}, Author: &record.Author{PatchSHA256: weightsSHA, PatchBytes: 100}},
 		uid: os.Getuid(),

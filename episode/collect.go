@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
@@ -24,7 +25,7 @@ const TailBytes = 1 << 20
 
 // facts are the episode's facts that need no cluster contact beyond the
 // poll's: the ledger's account and Slurm's account of its jobs.
-func (d *Driver) facts(e *Entry, infos map[string]slurm.JobInfo, waited map[string]time.Duration) *rules.Facts {
+func (d *Driver) facts(e *ledger.Entry, infos map[string]slurm.JobInfo, waited map[string]time.Duration) *rules.Facts {
 	f := &rules.Facts{
 		Episode: e.Episode, Isolated: e.Isolation != configs.RuntimeNone, Requeues: d.Config == nil || !d.Config.Episodes.NoRequeue,
 		Staged: e.Staged, CancelRequested: e.CancelRequested, CancelsIssued: e.CancelsIssued,
@@ -48,7 +49,7 @@ func (d *Driver) facts(e *Entry, infos map[string]slurm.JobInfo, waited map[stri
 
 // decide runs rules.Decide over f, gathering what it asks for, until it
 // decides.
-func (d *Driver) decide(ctx context.Context, e *Entry, f *rules.Facts) (rules.Decision, error) {
+func (d *Driver) decide(ctx context.Context, e *ledger.Entry, f *rules.Facts) (rules.Decision, error) {
 	for {
 		dec := rules.Decide(f)
 		if dec.Need == 0 {
@@ -61,7 +62,7 @@ func (d *Driver) decide(ctx context.Context, e *Entry, f *rules.Facts) (rules.De
 }
 
 // gather adds the facts Decide asked for.
-func (d *Driver) gather(ctx context.Context, e *Entry, f *rules.Facts, need rules.Need) error {
+func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, need rules.Need) error {
 	for _, s := range stages.All {
 		if need&rules.NeedOutput(s) != 0 {
 			o, err := d.scan(ctx, e, s)
@@ -119,7 +120,7 @@ func (d *Driver) gather(ctx context.Context, e *Entry, f *rules.Facts, need rule
 // TailBytes, filtered where it lies (readOutput: one command, the change
 // time included). A missing file is a missing record. An error means the
 // file could not be read (try again later).
-func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rules.Output, error) {
+func (d *Driver) scan(ctx context.Context, e *ledger.Entry, stage string) (rules.Output, error) {
 	p := path.Join(e.Dir, stages.Output(stage))
 	out, err := d.readOutput(ctx, p, TailBytes, true)
 	if err != nil {
@@ -148,7 +149,7 @@ func (d *Driver) scan(ctx context.Context, e *Entry, stage string) (rules.Output
 // regular file of the size the author record gives, within
 // rules.MaxPatchBytes: never more than the size checked (the file could
 // change).
-func (d *Driver) patch(ctx context.Context, e *Entry, f *rules.Facts) (*rules.Patch, error) {
+func (d *Driver) patch(ctx context.Context, e *ledger.Entry, f *rules.Facts) (*rules.Patch, error) {
 	p := &rules.Patch{Path: path.Join(e.Dir, "author/change.diff")}
 	fi, err := d.lstat(ctx, p.Path)
 	if err != nil {
@@ -166,14 +167,14 @@ func (d *Driver) patch(ctx context.Context, e *Entry, f *rules.Facts) (*rules.Pa
 
 // outcome is the outcome of verdict v: what every outcome carries (the
 // jobs, the attempts, the patch), and what v decided.
-func (d *Driver) outcome(e *Entry, infos map[string]slurm.JobInfo, v *rules.Verdict) *rules.Outcome {
+func (d *Driver) outcome(e *ledger.Entry, infos map[string]slurm.JobInfo, v *rules.Verdict) *rules.Outcome {
 	o := d.base(e, infos)
 	v.Apply(o)
 	return o
 }
 
 // base is an outcome with what every outcome carries.
-func (d *Driver) base(e *Entry, infos map[string]slurm.JobInfo) *rules.Outcome {
+func (d *Driver) base(e *ledger.Entry, infos map[string]slurm.JobInfo) *rules.Outcome {
 	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]rules.JobSummary{}, Decided: d.now().UTC()}
 	for _, s := range stages.All {
 		if id := e.JobID(s); id != "" {
@@ -190,7 +191,7 @@ func (d *Driver) base(e *Entry, infos map[string]slurm.JobInfo) *rules.Outcome {
 	if len(e.Retried) > 0 || o.Jobs[stages.Train].Runs > 1 || o.Jobs[stages.Eval].Runs > 1 {
 		o.Attempts, o.Retried = map[string]int{}, e.Retried
 		for s := range o.Jobs {
-			o.Attempts[s] = e.attempts(s, infos)
+			o.Attempts[s] = e.Attempts(s, infos)
 		}
 	}
 	return o

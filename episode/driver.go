@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -40,7 +41,7 @@ type Driver struct {
 	ConfigPath, ConfigSHA256 string
 	Host                     remote.Host
 	Slurm                    *slurm.Client
-	Ledger                   *Ledger
+	Ledger                   *ledger.Ledger
 	// Version of nemorl-slurm, written into scripts and manifests.
 	Version string
 	// Logf receives progress lines (stderr); nil discards them.
@@ -75,15 +76,6 @@ func (d *Driver) now() time.Time {
 	return time.Now()
 }
 
-// ErrEpisodeExists is matched by Submit's error when the episode id is
-// already in the ledger or its directory already exists on the cluster;
-// ErrBadEpisodeID when the id is not a usable one. Neither leaves anything
-// behind.
-var (
-	ErrEpisodeExists = errors.New("already exists")
-	ErrBadEpisodeID  = errors.New("bad episode id")
-)
-
 // Submit creates episode id (a new one when empty): it writes the ledger
 // entry, stages the episode's tree, manifest and secrets.env on the cluster,
 // and submits the author job. Train and eval are submitted by Watch once
@@ -91,7 +83,7 @@ var (
 // submits them. The returned entry is locked by this process until lock is
 // released. An error with a nil entry left nothing behind; with an entry,
 // the ledger has it and resume carries it on.
-func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*Entry, *Lock, error) {
+func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*ledger.Entry, *ledger.Lock, error) {
 	r := d.SubmitBatch(ctx, []Spec{{ID: id, Prompt: prompt}})[0]
 	return r.Entry, r.Lock, r.Err
 }
@@ -155,7 +147,7 @@ func (d *Driver) render(id string, prompt []byte, policyBaseURL string) (*templa
 
 // stage puts the tree on the cluster in one command (stage.go): a
 // complete directory is left as it is; none is staged whole.
-func (d *Driver) stage(ctx context.Context, e *Entry, tree *templates.Tree) error {
+func (d *Driver) stage(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
 	if err := d.stageAgain(ctx, e, tree); err != nil {
 		return err
 	}
@@ -189,7 +181,7 @@ type Manifest struct {
 
 // writeManifest (re)writes the manifest from the entry: at staging and
 // after every submission.
-func (d *Driver) writeManifest(ctx context.Context, e *Entry) error {
+func (d *Driver) writeManifest(ctx context.Context, e *ledger.Entry) error {
 	b, err := d.manifest(e, "")
 	if err != nil {
 		return err
@@ -206,7 +198,7 @@ func (d *Driver) writeManifest(ctx context.Context, e *Entry) error {
 // sbatch) is first looked up on the cluster by its job name and --comment
 // tag, and adopted when found: a stage is never submitted twice. after is
 // the job it waits for (afterok), or "".
-func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) error {
+func (d *Driver) submit(ctx context.Context, e *ledger.Entry, stage, after string) error {
 	sub := e.Jobs[stage]
 	if sub != nil && sub.JobID != "" {
 		return nil
@@ -217,8 +209,8 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 			return err
 		}
 	}
-	sub = &Submission{Intent: d.now().UTC(), Attempt: e.attemptNumber(stage), After: after}
-	if retired := e.retiredJobs(stage); len(retired) > 0 {
+	sub = &ledger.Submission{Intent: d.now().UTC(), Attempt: e.AttemptNumber(stage), After: after}
+	if retired := e.RetiredJobs(stage); len(retired) > 0 {
 		// A crash after a retry was recorded may have kept its scancel
 		// from running, and Slurm could still rerun a retired job: never
 		// two attempts at once.
@@ -262,11 +254,11 @@ func (d *Driver) submit(ctx context.Context, e *Entry, stage, after string) erro
 
 // submitRequest is stage's sbatch: its staged script, job name and
 // --comment tag, after the job it waits for (afterok), if any.
-func (d *Driver) submitRequest(e *Entry, stage, after string) slurm.SubmitRequest {
+func (d *Driver) submitRequest(e *ledger.Entry, stage, after string) slurm.SubmitRequest {
 	req := slurm.SubmitRequest{
 		ScriptPath:       path.Join(e.Dir, stages.Script(stage)),
 		Name:             stages.JobName(e.Episode, stage),
-		Comment:          stages.AttemptComment(e.Episode, stage, e.attemptNumber(stage)),
+		Comment:          stages.AttemptComment(e.Episode, stage, e.AttemptNumber(stage)),
 		KillOnInvalidDep: true,
 	}
 	if after != "" {
@@ -302,10 +294,10 @@ func (e *ImpostorError) Error() string {
 // ledger saved at staging, it is the cluster user's, and it was submitted
 // after the intent. Any other job under the stage's name or tag is an
 // *ImpostorError.
-func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error) {
-	name, tag := stages.JobName(e.Episode, stage), stages.AttemptComment(e.Episode, stage, e.attemptNumber(stage))
+func (d *Driver) adopt(ctx context.Context, e *ledger.Entry, stage string) (bool, error) {
+	name, tag := stages.JobName(e.Episode, stage), stages.AttemptComment(e.Episode, stage, e.AttemptNumber(stage))
 	// The stage's earlier attempts have its job name too: they are known.
-	retired := e.retiredJobs(stage)
+	retired := e.RetiredJobs(stage)
 	// Only jobs that existed since the intent (less the clocks' slack) can
 	// be the submission: sacct reads that window, not a week of history.
 	within := d.now().Sub(e.Jobs[stage].Intent) + AdoptSubmitSlack + time.Minute
@@ -356,7 +348,7 @@ func (d *Driver) adopt(ctx context.Context, e *Entry, stage string) (bool, error
 
 // provenance says why job j is not the stage's job the tool submitted, or
 // "" when it is.
-func (d *Driver) provenance(ctx context.Context, e *Entry, stage string, j slurm.JobInfo) (string, error) {
+func (d *Driver) provenance(ctx context.Context, e *ledger.Entry, stage string, j slurm.JobInfo) (string, error) {
 	want := e.Scripts[stage]
 	if want == "" {
 		return "", fmt.Errorf("episode %s: the ledger has no batch-script sha256 for %s: cannot tell its job from an impostor", e.Episode, stage)
@@ -430,7 +422,7 @@ func dependencyGone(err error) bool {
 // the entry alone: the owner sees the marker at its next poll and cancels
 // what it submitted since. It returns the jobs it signalled: those that
 // had not ended.
-func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool) ([]string, error) {
+func (d *Driver) Cancel(ctx context.Context, e *ledger.Entry, reason string, owner bool) ([]string, error) {
 	if e.Final() {
 		return nil, nil
 	}
@@ -464,7 +456,7 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 		}
 	}
 	if owner {
-		e.recordCancels(ids)
+		e.RecordCancels(ids)
 		if err := d.Ledger.Save(e); err != nil {
 			return nil, err
 		}
@@ -490,35 +482,14 @@ func (d *Driver) Cancel(ctx context.Context, e *Entry, reason string, owner bool
 	return live, nil
 }
 
-// JobIDs returns the episode's known job ids in chain order.
-func (e *Entry) JobIDs() []string {
-	var ids []string
-	for _, s := range stages.All {
-		if id := e.JobID(s); id != "" {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // removeSecrets deletes the episode's secrets.env from the cluster, if it
 // is still there (the author job deletes it when it runs): when the episode
 // ends, whatever its outcome, and when a cancel is recorded. A failure is
 // logged, not fatal: clean removes the directory later.
-func (d *Driver) removeSecrets(ctx context.Context, e *Entry) {
+func (d *Driver) removeSecrets(ctx context.Context, e *ledger.Entry) {
 	p := path.Join(e.Dir, SecretsFile)
 	if err := d.Host.Remove(ctx, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		d.logf("%s: could not remove %s: %v", e.Episode, p, err)
-	}
-}
-
-// recordCancels adds ids to the cancels this tool issued (before the
-// scancel: a CANCELLED job the ledger lists is never the policy's doing).
-func (e *Entry) recordCancels(ids []string) {
-	for _, id := range ids {
-		if !slices.Contains(e.CancelsIssued, id) {
-			e.CancelsIssued = append(e.CancelsIssued, id)
-		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/ledger"
 )
 
 // Engine is a long-lived Watch over a set of episodes that changes while it
@@ -17,8 +19,8 @@ type Engine struct {
 
 	mu      sync.Mutex
 	pending []pendingEpisode
-	waiters map[string][]chan *Entry // by episode: every follower
-	rows    []Row                    // as of the last successful poll
+	waiters map[string][]chan *ledger.Entry // by episode: every follower
+	rows    []Row                           // as of the last successful poll
 	stats   EngineStats
 	wake    chan struct{}
 }
@@ -42,13 +44,13 @@ type EngineStats struct {
 }
 
 type pendingEpisode struct {
-	e    *Entry
-	lock *Lock
+	e    *ledger.Entry
+	lock *ledger.Lock
 }
 
 // NewEngine returns an engine of d; Run drives it.
 func (d *Driver) NewEngine(opt EngineOptions) *Engine {
-	return &Engine{d: d, opt: opt, waiters: map[string][]chan *Entry{}, wake: make(chan struct{}, 1)}
+	return &Engine{d: d, opt: opt, waiters: map[string][]chan *ledger.Entry{}, wake: make(chan struct{}, 1)}
 }
 
 // Follow adds episode e (held by lock, or nil: the engine takes the lock
@@ -56,8 +58,8 @@ func (d *Driver) NewEngine(opt EngineOptions) *Engine {
 // holds it) and returns a channel that receives the final entry once. An
 // episode already followed is not added twice: the channel joins its
 // followers. A final e is sent at once.
-func (g *Engine) Follow(e *Entry, lock *Lock) <-chan *Entry {
-	ch := make(chan *Entry, 1)
+func (g *Engine) Follow(e *ledger.Entry, lock *ledger.Lock) <-chan *ledger.Entry {
+	ch := make(chan *ledger.Entry, 1)
 	if e.Final() {
 		if lock != nil {
 			lock.Unlock()
@@ -74,7 +76,7 @@ func (g *Engine) Follow(e *Entry, lock *Lock) <-chan *Entry {
 		}
 		return ch
 	}
-	g.waiters[e.Episode] = []chan *Entry{ch}
+	g.waiters[e.Episode] = []chan *ledger.Entry{ch}
 	g.pending = append(g.pending, pendingEpisode{e: e, lock: lock})
 	select {
 	case g.wake <- struct{}{}:
@@ -112,7 +114,7 @@ func (g *Engine) Stats() EngineStats {
 // retried (the interval grows to PollMax); the episodes stay followed.
 func (g *Engine) Run(ctx context.Context) error {
 	d := g.d
-	st := &watchState{entries: map[string]*Entry{}, locks: map[string]*Lock{}, since: map[string]time.Time{}}
+	st := &watchState{entries: map[string]*ledger.Entry{}, locks: map[string]*ledger.Lock{}, since: map[string]time.Time{}}
 	defer func() {
 		for _, l := range st.locks {
 			l.Unlock()
@@ -189,7 +191,7 @@ func (g *Engine) Run(ctx context.Context) error {
 // the rows of the others become Rows.
 func (g *Engine) settle(st *watchState, rows []Row) {
 	keep := st.order[:0]
-	var final []*Entry
+	var final []*ledger.Entry
 	for _, ep := range st.order {
 		e := st.entries[ep]
 		if !e.Final() {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -187,7 +188,7 @@ func (c cannedRun) Run(context.Context, remote.Command) (*remote.Result, error) 
 // that a process swapping it could keep going until a deadline masks it.
 func TestScanReplacedIsPlanted(t *testing.T) {
 	d := &Driver{Host: cannedRun{Host: remote.NewLocal(), out: "nemorl-collect lstat regular file|10|1700000000|7|1\nnemorl-collect replaced\n"}}
-	e := &Entry{Episode: "ep-r", Dir: t.TempDir(), Isolation: "apptainer"}
+	e := &ledger.Entry{Episode: "ep-r", Dir: t.TempDir(), Isolation: "apptainer"}
 	o, err := d.scan(context.Background(), e, stages.Train)
 	if err != nil || !o.Replaced || o.Record != nil || o.RecordErr != nil {
 		t.Fatalf("scan of a replaced output: %+v, %v", o, err)
@@ -200,7 +201,7 @@ func TestScanReplacedIsPlanted(t *testing.T) {
 func TestGuardFindingsInDetail(t *testing.T) {
 	d := &Driver{Host: remote.NewLocal()}
 	ctx := context.Background()
-	e := &Entry{Episode: "ep-1", Dir: t.TempDir()}
+	e := &ledger.Entry{Episode: "ep-1", Dir: t.TempDir()}
 	p := filepath.Join(e.Dir, "train", "out.log")
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		t.Fatal(err)

@@ -1,19 +1,7 @@
-// Package episode runs one author → train → eval chain: plan, stage,
-// submit, watch, collect and classify, with a crash-safe local ledger.
+// Package episode is the engine that runs one author → train → eval chain:
+// it stages and submits the jobs, watches them (one poll loop for run,
+// watch and serve), gathers the facts rules.Decide asks for and does what
+// it says (submit the next stage, retry, record the outcome), and adopts
+// jobs after a crash. The ledger (package ledger) keeps its state; the
+// attribution rule is package rules'.
 package episode
-
-import (
-	"crypto/rand"
-	"encoding/hex"
-	"time"
-)
-
-// NewID returns a unique episode id that sorts by creation time:
-// ep-20261129T214501Z-3f9a1c2b.
-func NewID(now time.Time) string {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("episode: crypto/rand failed: " + err.Error())
-	}
-	return "ep-" + now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
@@ -73,13 +74,13 @@ func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *sacctCoun
 		t.Fatalf("ssh to the lab: %v", err)
 	}
 	t.Cleanup(func() { _ = host.Close() })
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	counter := &sacctCounter{inner: host}
 	return &Driver{Config: cfg, ConfigPath: "../configs/lab-none.yaml", Host: host, Slurm: slurm.New(counter),
-		Ledger: ledger, Version: "test", Logf: t.Logf}, counter
+		Ledger: lg, Version: "test", Logf: t.Logf}, counter
 }
 
 var sleepingTrain = []string{"/opt/nemorl-lab/stand-ins/train", "--sleep-forever"}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
@@ -22,15 +23,15 @@ import (
 // ten minutes apart failed every episode as job_lost).
 func TestLostNeedsContinuousEvidence(t *testing.T) {
 	cfg := exampleConfig(t)
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	host := remote.NewLocal()
-	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(host), Ledger: ledger, Now: func() time.Time { return now }}
-	e := &Entry{Episode: "ep-lost", Staged: true, Dir: t.TempDir(), Jobs: map[string]*Submission{stages.Author: {JobID: "41", Intent: now}}}
-	if err := ledger.Create(e, []byte("p")); err != nil {
+	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(host), Ledger: lg, Now: func() time.Time { return now }}
+	e := &ledger.Entry{Episode: "ep-lost", Staged: true, Dir: t.TempDir(), Jobs: map[string]*ledger.Submission{stages.Author: {JobID: "41", Intent: now}}}
+	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
 	st := &watchState{since: map[string]time.Time{}}
@@ -81,15 +82,15 @@ func (r *recordRunner) Run(_ context.Context, c remote.Command) (*remote.Result,
 // An episode that ends cancels its jobs that still run or wait, on record
 // first (bug: a lost author left train and eval running).
 func TestFinishCancelsLiveJobs(t *testing.T) {
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &recordRunner{}
-	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger}
-	e := &Entry{Episode: "ep-fin", Staged: true, Dir: t.TempDir(), Jobs: map[string]*Submission{
+	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: lg}
+	e := &ledger.Entry{Episode: "ep-fin", Staged: true, Dir: t.TempDir(), Jobs: map[string]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
-	if err := ledger.Create(e, []byte("p")); err != nil {
+	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
 	o := failed(&rules.Outcome{Episode: e.Episode, Jobs: map[string]rules.JobSummary{
@@ -101,7 +102,7 @@ func TestFinishCancelsLiveJobs(t *testing.T) {
 	if strings.Join(scancel, " ") != "2 3" {
 		t.Errorf("scancel %v, want the running train and the pending eval (commands %v)", scancel, rec.cmds)
 	}
-	got, err := ledger.Load(e.Episode)
+	got, err := lg.Load(e.Episode)
 	if err != nil || !got.Final() || strings.Join(got.CancelsIssued, " ") != "2 3" {
 		t.Errorf("ledger: %+v %v", got, err)
 	}
@@ -110,20 +111,20 @@ func TestFinishCancelsLiveJobs(t *testing.T) {
 // A stage collected is never queried again: the poll asks sacct for the
 // others only, and the stage's job is as the ledger keeps it.
 func TestPollSkipsEndedStages(t *testing.T) {
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &recordRunner{}
-	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger}
+	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: lg}
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	e := &Entry{Episode: "ep-ended", Staged: true, Jobs: map[string]*Submission{
+	e := &ledger.Entry{Episode: "ep-ended", Staged: true, Jobs: map[string]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
 		Ended: map[string]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
-	if err := ledger.Create(e, []byte("p")); err != nil {
+	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
-	st := &watchState{entries: map[string]*Entry{e.Episode: e}, order: []string{e.Episode}, locks: map[string]*Lock{}, since: map[string]time.Time{}}
+	st := &watchState{entries: map[string]*ledger.Entry{e.Episode: e}, order: []string{e.Episode}, locks: map[string]*ledger.Lock{}, since: map[string]time.Time{}}
 	rows, err := d.poll(context.Background(), st, false)
 	if err != nil {
 		t.Fatal(err)
@@ -149,16 +150,16 @@ func TestPollSkipsEndedStages(t *testing.T) {
 // again for a later failure.
 func TestNodeFailSettles(t *testing.T) {
 	cfg := exampleConfig(t)
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	rec := &recordRunner{}
-	d := &Driver{Config: cfg, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: ledger, Now: func() time.Time { return now }}
-	e := &Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{PatchBytes: 1}, Jobs: map[string]*Submission{
+	d := &Driver{Config: cfg, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: lg, Now: func() time.Time { return now }}
+	e := &ledger.Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{PatchBytes: 1}, Jobs: map[string]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
-	if err := ledger.Create(e, []byte("p")); err != nil {
+	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
 	st := &watchState{since: map[string]time.Time{}}
@@ -217,4 +218,12 @@ func exampleConfig(t *testing.T) *configs.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// failed is o with a failure written in, as the rules write a verdict.
+func failed(o *rules.Outcome, k rules.Kind, stage, reason, detail string) *rules.Outcome {
+	(&rules.Verdict{Kind: k, Stage: stage, Reason: reason, Detail: detail}).Apply(o)
+	return o
 }

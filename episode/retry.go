@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
@@ -26,32 +27,6 @@ import (
 // requeue); the tool follows the job's latest run, and each run counts as
 // an attempt.
 
-// attempts is how many times stage has run or been queued to run: every
-// run of its retired attempts and of its current job (a job Slurm
-// requeued ran more than once).
-func (e *Entry) attempts(stage string, infos map[string]slurm.JobInfo) int {
-	n := 0
-	for _, a := range e.Retried[stage] {
-		n += max(a.Job.Runs, 1)
-	}
-	if id := e.JobID(stage); id != "" {
-		n += max(infos[id].Runs, 1)
-	}
-	return n
-}
-
-// attemptNumber is the number of the stage's next submission.
-func (e *Entry) attemptNumber(stage string) int { return len(e.Retried[stage]) + 1 }
-
-// retiredJobs are the job ids of stage's retired attempts.
-func (e *Entry) retiredJobs(stage string) []string {
-	var ids []string
-	for _, a := range e.Retried[stage] {
-		ids = append(ids, a.JobID)
-	}
-	return ids
-}
-
 // retry runs o's stage again instead of ending the episode with o (a
 // failure rules.Decide called retryable), when attempts are left. It retires the
 // stage's job and the stages after it (their ids, states and why, in the
@@ -60,13 +35,13 @@ func (e *Entry) retiredJobs(stage string) []string {
 // and moves their output files aside; the next advance submits the stage
 // again. It reports whether it did; when not, o's detail says why when the
 // attempts ran out.
-func (d *Driver) retry(ctx context.Context, e *Entry, o *rules.Outcome, infos map[string]slurm.JobInfo) (bool, error) {
+func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, infos map[string]slurm.JobInfo) (bool, error) {
 	if e.CancelRequested != "" || ctx.Err() != nil {
 		return false, nil
 	}
 	stage := o.FailureStage
 	limit := 1 + d.Config.Episodes.Retries
-	n := e.attempts(stage, infos)
+	n := e.Attempts(stage, infos)
 	if n >= limit {
 		if d.Config.Episodes.Retries > 0 {
 			o.Detail += fmt.Sprintf("; %s ran %d times, the last allowed (episodes.retries: %d)", stage, n, d.Config.Episodes.Retries)
@@ -86,7 +61,7 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *rules.Outcome, infos ma
 		if sub == nil {
 			continue
 		}
-		a := rules.Attempt{Attempt: e.attemptNumber(s), JobID: sub.JobID, Job: o.Jobs[s], Reason: rules.ReasonTrainRetried}
+		a := rules.Attempt{Attempt: e.AttemptNumber(s), JobID: sub.JobID, Job: o.Jobs[s], Reason: rules.ReasonTrainRetried}
 		if s == stage {
 			a.Reason, a.Detail = o.FailureReason, o.Detail
 		}
@@ -104,7 +79,7 @@ func (d *Driver) retry(ctx context.Context, e *Entry, o *rules.Outcome, infos ma
 		delete(e.Ended, s)
 	}
 	e.EvalOutputChecked = false
-	e.recordCancels(ids)
+	e.RecordCancels(ids)
 	if err := d.Ledger.Save(e); err != nil {
 		return false, err
 	}
@@ -129,7 +104,7 @@ var moveAsideScript string
 // moveAside keeps the retired attempts' outputs beside the new ones (the
 // new job would truncate them). A failure is logged: the new attempt's
 // job truncates the file anyway.
-func (d *Driver) moveAside(ctx context.Context, e *Entry, moves map[string]string) {
+func (d *Driver) moveAside(ctx context.Context, e *ledger.Entry, moves map[string]string) {
 	if len(moves) == 0 {
 		return
 	}

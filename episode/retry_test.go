@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
@@ -36,19 +37,19 @@ func (h *recordHost) Run(_ context.Context, c remote.Command) (*remote.Result, e
 func TestRetryTrain(t *testing.T) {
 	cfg := exampleConfig(t)
 	cfg.Episodes.Retries, cfg.Episodes.NoRequeue = 1, true
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	sl := &recordRunner{}
 	host := &recordHost{Host: remote.NewLocal()}
-	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(sl), Ledger: ledger, Now: func() time.Time { return now }}
+	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(sl), Ledger: lg, Now: func() time.Time { return now }}
 	dir := "/work/nemorl/ep-retry"
-	e := &Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[string]*Submission{
+	e := &ledger.Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[string]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
 		Ended: map[string]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
-	if err := ledger.Create(e, []byte("p")); err != nil {
+	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
 	st := &watchState{since: map[string]time.Time{}}
@@ -64,7 +65,7 @@ func TestRetryTrain(t *testing.T) {
 	if e.Final() {
 		t.Fatalf("a NODE_FAIL train with a retry left ended the episode: %+v", e.Outcome)
 	}
-	got, err := ledger.Load(e.Episode)
+	got, err := lg.Load(e.Episode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,19 +107,19 @@ func TestRetryTrain(t *testing.T) {
 	if req.Comment != stages.Comment(e.Episode, stages.Train)+":2" || req.Name != stages.JobName(e.Episode, stages.Train) {
 		t.Errorf("attempt 2's sbatch: comment %q, name %q", req.Comment, req.Name)
 	}
-	if n := e.attemptNumber(stages.Train); n != 2 {
+	if n := e.AttemptNumber(stages.Train); n != 2 {
 		t.Errorf("attempt number %d", n)
 	}
 
-	e.Jobs[stages.Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
+	e.Jobs[stages.Train] = &ledger.Submission{JobID: "4", Attempt: 2, After: "1"}
 	infos["4"] = slurm.JobInfo{ID: "4", State: slurm.ParseState("RUNNING", ""), Runs: 1, Source: slurm.SourceSacct}
 	if r := rowOf(e, infos); r.Stage != stages.Train || r.JobID != "4" || r.Attempt != 2 {
 		t.Errorf("row of attempt 2: %+v", r)
 	}
 
 	// Attempt 2 of train failed the same way: no retry is left.
-	e.Jobs[stages.Train] = &Submission{JobID: "4", Attempt: 2, After: "1"}
-	e.Jobs[stages.Eval] = &Submission{JobID: "5", Attempt: 2, After: "4"}
+	e.Jobs[stages.Train] = &ledger.Submission{JobID: "4", Attempt: 2, After: "1"}
+	e.Jobs[stages.Eval] = &ledger.Submission{JobID: "5", Attempt: 2, After: "4"}
 	infos["4"] = slurm.JobInfo{ID: "4", State: slurm.ParseState("NODE_FAIL", ""), Runs: 1, Source: slurm.SourceSacct}
 	infos["5"] = slurm.JobInfo{ID: "5", State: slurm.ParseState("CANCELLED", "DependencyNeverSatisfied"), Runs: 1, Source: slurm.SourceSacct}
 	if err := d.advance(context.Background(), e, infos, w); err != nil {
@@ -138,16 +139,16 @@ func TestRetryTrain(t *testing.T) {
 // Runs Slurm made itself (a requeue) count as attempts: a job that ran
 // twice has used up one retry.
 func TestRequeueRunsCount(t *testing.T) {
-	e := &Entry{Jobs: map[string]*Submission{stages.Train: {JobID: "7"}},
+	e := &ledger.Entry{Jobs: map[string]*ledger.Submission{stages.Train: {JobID: "7"}},
 		Retried: map[string][]rules.Attempt{stages.Train: {{Attempt: 1, JobID: "6", Job: rules.JobSummary{ID: "6", Runs: 2}}}}}
 	infos := map[string]slurm.JobInfo{"7": {ID: "7", Runs: 2}}
-	if n := e.attempts(stages.Train, infos); n != 4 {
+	if n := e.Attempts(stages.Train, infos); n != 4 {
 		t.Errorf("attempts %d, want 4 (2 runs of each job)", n)
 	}
-	if n := e.attempts(stages.Eval, infos); n != 0 {
+	if n := e.Attempts(stages.Eval, infos); n != 0 {
 		t.Errorf("eval never submitted: attempts %d", n)
 	}
-	if n := e.attemptNumber(stages.Train); n != 2 {
+	if n := e.AttemptNumber(stages.Train); n != 2 {
 		t.Errorf("attempt number %d, want 2 (one tool attempt retired)", n)
 	}
 }
@@ -155,12 +156,12 @@ func TestRequeueRunsCount(t *testing.T) {
 // A cancel on record stops retrying: the failure ends the episode.
 func TestNoRetryAfterCancel(t *testing.T) {
 	cfg := exampleConfig(t)
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Driver{Config: cfg, Host: &recordHost{Host: remote.NewLocal()}, Slurm: slurm.New(&recordRunner{}), Ledger: ledger}
-	e := &Entry{Episode: "ep-c", Jobs: map[string]*Submission{stages.Train: {JobID: "2"}}, CancelRequested: rules.ReasonDeadline}
+	d := &Driver{Config: cfg, Host: &recordHost{Host: remote.NewLocal()}, Slurm: slurm.New(&recordRunner{}), Ledger: lg}
+	e := &ledger.Entry{Episode: "ep-c", Jobs: map[string]*ledger.Submission{stages.Train: {JobID: "2"}}, CancelRequested: rules.ReasonDeadline}
 	o := failed(&rules.Outcome{Jobs: map[string]rules.JobSummary{}}, rules.InfraFailure, stages.Train, string(slurm.FailureNodeFailure), "")
 	if ok, err := d.retry(context.Background(), e, o, nil); ok || err != nil || e.Retried != nil {
 		t.Errorf("retried after a cancel: %v %v %+v", ok, err, e.Retried)
@@ -194,7 +195,7 @@ func TestMoveAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("eval/out.log", "eval 1")
-	e := &Entry{Episode: "ep-m", Dir: dir}
+	e := &ledger.Entry{Episode: "ep-m", Dir: dir}
 	d.moveAside(context.Background(), e, map[string]string{
 		filepath.Join(dir, "train/out.log"): filepath.Join(dir, "train/out.attempt-1.log"),
 	})

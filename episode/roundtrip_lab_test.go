@@ -8,6 +8,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
@@ -41,11 +42,11 @@ func TestRoundTripsFar(t *testing.T) {
 	}
 	defer ssh.Close()
 	host := remote.NewCounted(ssh)
-	ledger, err := OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Driver{Config: cfg, ConfigPath: "../configs/lab-none.yaml", Host: host, Slurm: slurm.New(ssh), Ledger: ledger, Version: "test", Logf: t.Logf}
+	d := &Driver{Config: cfg, ConfigPath: "../configs/lab-none.yaml", Host: host, Slurm: slurm.New(ssh), Ledger: lg, Version: "test", Logf: t.Logf}
 
 	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
 	if err != nil {

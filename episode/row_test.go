@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -13,7 +14,7 @@ import (
 // has not reported yet is PENDING (never a made-up state); a finished
 // episode's row has the elapsed time its outcome recorded.
 func TestRowOf(t *testing.T) {
-	e := &Entry{Episode: "ep-r", Staged: true, Jobs: map[string]*Submission{
+	e := &ledger.Entry{Episode: "ep-r", Staged: true, Jobs: map[string]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	infos := map[string]slurm.JobInfo{
 		"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Elapsed: 5 * time.Second},

@@ -37,6 +37,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/shell"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -143,7 +144,7 @@ func scriptTimeLimits(tree *templates.Tree) map[string]int {
 }
 
 // secretsData is secrets.env: the only place the policy API key is written.
-func (d *Driver) secretsData(e *Entry) ([]byte, error) {
+func (d *Driver) secretsData(e *ledger.Entry) ([]byte, error) {
 	key := d.Config.PolicyModel.APIKey.Reveal()
 	if key == "" {
 		return nil, fmt.Errorf("episode %s: policy_model.api_key: %s is not set in the environment: staging the episode needs the key", e.Episode, d.Config.SecretUnset)
@@ -177,7 +178,7 @@ func lastLine(b []byte, prefix string) string {
 
 // manifestAround is the manifest with stage's job id pending, split
 // around where the id goes.
-func (d *Driver) manifestAround(e *Entry, stage string) (pre, post string, err error) {
+func (d *Driver) manifestAround(e *ledger.Entry, stage string) (pre, post string, err error) {
 	b, err := d.manifest(e, stage)
 	if err != nil {
 		return "", "", err
@@ -192,7 +193,7 @@ func (d *Driver) manifestAround(e *Entry, stage string) (pre, post string, err e
 // manifest renders the manifest of e; pending, when set, is a stage whose
 // job id is not known yet: it appears as jobIDMarker for the script to
 // fill in.
-func (d *Driver) manifest(e *Entry, pending string) ([]byte, error) {
+func (d *Driver) manifest(e *ledger.Entry, pending string) ([]byte, error) {
 	rt := d.Config.Runtime
 	m := Manifest{
 		Episode: e.Episode, Created: e.Created, Version: d.Version, Host: e.Host, Dir: e.Dir,
@@ -219,7 +220,7 @@ func (d *Driver) manifest(e *Entry, pending string) ([]byte, error) {
 		if m.Retried == nil {
 			m.Retried = map[string][]string{}
 		}
-		m.Retried[s] = e.retiredJobs(s)
+		m.Retried[s] = e.RetiredJobs(s)
 	}
 	b, err := json.Marshal(m) // one line: batchScript reads it with read -r
 	if err != nil {
@@ -236,18 +237,18 @@ type Spec struct {
 
 // Submitted is the result of one Spec: as Submit's three results.
 type Submitted struct {
-	Entry *Entry
-	Lock  *Lock
+	Entry *ledger.Entry
+	Lock  *ledger.Lock
 	Err   error
 }
 
 // pending is an episode between its ledger entry and its command's end.
 type pending struct {
 	i    int
-	e    *Entry
+	e    *ledger.Entry
 	tree *templates.Tree
 	req  slurm.SubmitRequest
-	lock *Lock
+	lock *ledger.Lock
 	// created: its ledger entry was written.
 	created bool
 }
@@ -317,7 +318,7 @@ func (d *Driver) SubmitBatch(ctx context.Context, specs []Spec) []Submitted {
 	return out
 }
 
-func entryOf(p *pending) *Entry {
+func entryOf(p *pending) *ledger.Entry {
 	if p == nil {
 		return nil
 	}
@@ -350,10 +351,10 @@ func (d *Driver) parallel(ps []*pending, f func(*pending) error, fail func(*pend
 func (d *Driver) prepare(s Spec) (*pending, error) {
 	id := s.ID
 	if id == "" {
-		id = NewID(d.now())
+		id = stages.NewID(d.now())
 	}
 	if !stages.ValidEpisode(id) {
-		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ErrBadEpisodeID, id)
+		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ledger.ErrBadEpisodeID, id)
 	}
 	endpoint := d.pickPolicyBaseURL()
 	tree, err := d.render(id, s.Prompt, endpoint)
@@ -361,9 +362,9 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 		return nil, err
 	}
 	now := d.now().UTC()
-	e := &Entry{
+	e := &ledger.Entry{
 		Episode: id, Created: now, ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
-		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*Submission{stages.Author: {Intent: now}},
+		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*ledger.Submission{stages.Author: {Intent: now}},
 		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree), TimeLimitMinutes: scriptTimeLimits(tree),
 	}
 	if len(d.Labels) > 0 {
@@ -390,7 +391,7 @@ func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
 		case errors.As(err, &pe) || (err == nil && r.exists):
 			// Refused before anything of it was written on the cluster.
 			if err == nil {
-				err1 := fmt.Errorf("episode %s %w: %s on %s; refusing to overwrite it", p.e.Episode, ErrEpisodeExists, p.e.Dir, d.Host.Name())
+				err1 := fmt.Errorf("episode %s %w: %s on %s; refusing to overwrite it", p.e.Episode, ledger.ErrEpisodeExists, p.e.Dir, d.Host.Name())
 				d.discard(p, out, err1)
 				continue
 			}
@@ -634,7 +635,7 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 // addToBundle adds an episode's tree, secrets.env and manifest under
 // EP/…, and its manifest to be once the author's job id is known under
 // .next/EP.
-func (d *Driver) addToBundle(tw *tar.Writer, e *Entry, tree *templates.Tree) error {
+func (d *Driver) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.Tree) error {
 	secrets, err := d.secretsData(e)
 	if err != nil {
 		return err
@@ -678,7 +679,7 @@ func (d *Driver) addToBundle(tw *tar.Writer, e *Entry, tree *templates.Tree) err
 
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
-func (d *Driver) stageAgain(ctx context.Context, e *Entry, tree *templates.Tree) error {
+func (d *Driver) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
 	res, err := d.batchCommand(ctx, []*pending{{e: e, tree: tree, req: d.submitRequest(e, stages.Author, "")}}, "restage", false)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
@@ -691,7 +692,7 @@ func (d *Driver) stageAgain(ctx context.Context, e *Entry, tree *templates.Tree)
 
 // submitRemote runs sbatch for req and, in the same command, rewrites the
 // manifest with the new job as stage's.
-func (d *Driver) submitRemote(ctx context.Context, e *Entry, stage string, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
+func (d *Driver) submitRemote(ctx context.Context, e *ledger.Entry, stage string, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
 	sbatch, err := slurm.SbatchArgs(req)
 	if err != nil {
 		return slurm.SubmitResult{}, err

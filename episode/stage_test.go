@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -38,12 +39,12 @@ func stageDriver(t *testing.T) (*Driver, string) {
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 	// The lab's stand-in commands may not exist here: preflight checks none.
 	cfg.Stages.Author.Command, cfg.Stages.Train.Command, cfg.Stages.Eval.Command = nil, nil, nil
-	ledger, err := OpenLedger(filepath.Join(root, "ledger"))
+	lg, err := ledger.OpenLedger(filepath.Join(root, "ledger"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	host := remote.NewLocal()
-	return &Driver{Config: cfg, ConfigPath: "/x/lab-none.yaml", Host: host, Slurm: slurm.New(host), Ledger: ledger, Version: "test"}, root
+	return &Driver{Config: cfg, ConfigPath: "/x/lab-none.yaml", Host: host, Slurm: slurm.New(host), Ledger: lg, Version: "test"}, root
 }
 
 func TestSubmitStagesInOneCommand(t *testing.T) {
@@ -137,7 +138,7 @@ func TestSubmitRefusals(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Key != "stages.train.command[0]" || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("preflight: %v", err)
 	}
-	if _, err := d.Ledger.Load("ep-pre"); !errors.Is(err, ErrNotInLedger) {
+	if _, err := d.Ledger.Load("ep-pre"); !errors.Is(err, ledger.ErrNotInLedger) {
 		t.Errorf("a refused episode is in the ledger: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(d.Config.Cluster.Workdir, "ep-pre")); !errors.Is(err, fs.ErrNotExist) {
@@ -151,13 +152,13 @@ func TestSubmitRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err = d.Submit(ctx, "ep-there", []byte("p\n"))
-	if !errors.Is(err, ErrEpisodeExists) {
+	if !errors.Is(err, ledger.ErrEpisodeExists) {
 		t.Fatalf("existing directory: %v", err)
 	}
 	if entries, _ := os.ReadDir(planted); len(entries) != 0 {
 		t.Errorf("the existing directory was written into: %v", entries)
 	}
-	if _, err := d.Ledger.Load("ep-there"); !errors.Is(err, ErrNotInLedger) {
+	if _, err := d.Ledger.Load("ep-there"); !errors.Is(err, ledger.ErrNotInLedger) {
 		t.Errorf("a refused episode is in the ledger: %v", err)
 	}
 
@@ -239,7 +240,7 @@ func TestSubmitBatch(t *testing.T) {
 	seen := map[string]bool{}
 	for i, r := range out {
 		if i == 4 {
-			if !errors.Is(r.Err, ErrBadEpisodeID) || r.Entry != nil {
+			if !errors.Is(r.Err, ledger.ErrBadEpisodeID) || r.Entry != nil {
 				t.Errorf("bad id: %+v", r)
 			}
 			continue

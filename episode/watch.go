@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
@@ -59,9 +60,9 @@ type WatchOptions struct {
 }
 
 type watchState struct {
-	entries map[string]*Entry
+	entries map[string]*ledger.Entry
 	order   []string
-	locks   map[string]*Lock
+	locks   map[string]*ledger.Lock
 	since   map[string]time.Time // first time a wait began, by key
 }
 
@@ -122,8 +123,8 @@ func (w waits) keep(keys []string) {
 // it can lock: submits train and eval once the author's patch is verified,
 // resolves submissions interrupted by a crash, and collects, verifies and
 // records each outcome.
-func (d *Driver) Watch(ctx context.Context, episodes []string, opt WatchOptions) (map[string]*Entry, error) {
-	st := &watchState{entries: map[string]*Entry{}, locks: map[string]*Lock{}, since: map[string]time.Time{}}
+func (d *Driver) Watch(ctx context.Context, episodes []string, opt WatchOptions) (map[string]*ledger.Entry, error) {
+	st := &watchState{entries: map[string]*ledger.Entry{}, locks: map[string]*ledger.Lock{}, since: map[string]time.Time{}}
 	defer func() {
 		for _, l := range st.locks {
 			l.Unlock()
@@ -311,7 +312,7 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 // stage, record the author's verified patch, end the episode), until
 // Decide has nothing more to say before the next poll; w times the waits
 // Decide asks for (a job unknown, a requeue, times unknown).
-func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.JobInfo, w waits) error {
+func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]slurm.JobInfo, w waits) error {
 	if e.Final() {
 		return nil
 	}
@@ -325,7 +326,7 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 		w.keep(dec.Waits)
 		if a := dec.AuthorVerified; a != nil && e.Author == nil {
 			e.Author, f.Author = a, a
-			e.markEnded(stages.Author, f.Jobs[stages.Author])
+			e.MarkEnded(stages.Author, f.Jobs[stages.Author])
 			if err := d.Ledger.Save(e); err != nil {
 				return err
 			}
@@ -394,9 +395,9 @@ func (d *Driver) advance(ctx context.Context, e *Entry, infos map[string]slurm.J
 // eval left pending, a train whose episode was judged lost), and extra
 // (impostor jobs found under its name): on record first, in the same save
 // as the outcome, so their CANCELLED is never read as the policy's.
-func (d *Driver) finish(ctx context.Context, e *Entry, o *rules.Outcome, extra ...string) error {
+func (d *Driver) finish(ctx context.Context, e *ledger.Entry, o *rules.Outcome, extra ...string) error {
 	live := append(liveJobs(e, o), extra...)
-	e.recordCancels(live)
+	e.RecordCancels(live)
 	e.Outcome = o
 	if err := d.Ledger.Save(e); err != nil {
 		e.Outcome = nil
@@ -420,7 +421,7 @@ func (d *Driver) finish(ctx context.Context, e *Entry, o *rules.Outcome, extra .
 
 // restage stages an episode again after a crash before its staging was
 // complete, from the prompt the ledger kept.
-func (d *Driver) restage(ctx context.Context, e *Entry) error {
+func (d *Driver) restage(ctx context.Context, e *ledger.Entry) error {
 	prompt, err := os.ReadFile(d.Ledger.PromptPath(e.Episode))
 	if err != nil {
 		return fmt.Errorf("episode %s: restage: %w", e.Episode, err)
@@ -434,7 +435,7 @@ func (d *Driver) restage(ctx context.Context, e *Entry) error {
 
 // rowOf shows the episode's current stage: the first submitted stage whose
 // job has not completed, else the last one.
-func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
+func rowOf(e *ledger.Entry, infos map[string]slurm.JobInfo) Row {
 	r := Row{Episode: e.Episode, Stage: "-", State: "STAGING", Outcome: e.Outcome}
 	if e.Staged {
 		r.State = "STAGED"
@@ -445,7 +446,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 			break
 		}
 		r.Stage, r.JobID, r.Elapsed, r.Reason = s, sub.JobID, 0, ""
-		r.Attempt = max(e.attempts(s, infos), e.attemptNumber(s))
+		r.Attempt = max(e.Attempts(s, infos), e.AttemptNumber(s))
 		if sub.JobID == "" {
 			r.State = "SUBMITTING"
 			break
@@ -478,7 +479,7 @@ func rowOf(e *Entry, infos map[string]slurm.JobInfo) Row {
 // cluster once (and advancing the episode, when no other process holds it)
 // if it is not. While the episode runs, it returns ErrNotFinished and the
 // episode's current row.
-func (d *Driver) Result(ctx context.Context, ep string) (*Entry, Row, error) {
+func (d *Driver) Result(ctx context.Context, ep string) (*ledger.Entry, Row, error) {
 	var row Row
 	entries, err := d.Watch(ctx, []string{ep}, WatchOptions{Act: true, Once: true, MaxPollFailures: 1,
 		Observe: func(r []Row) { row = r[0] }})
@@ -496,7 +497,7 @@ var ErrNotFinished = errors.New("episode not finished")
 
 // liveJobs are the episode's jobs that the outcome does not show ended:
 // running, pending, or not seen by the last poll.
-func liveJobs(e *Entry, o *rules.Outcome) []string {
+func liveJobs(e *ledger.Entry, o *rules.Outcome) []string {
 	var out []string
 	for _, s := range stages.All {
 		id := e.JobID(s)
@@ -509,13 +510,4 @@ func liveJobs(e *Entry, o *rules.Outcome) []string {
 		out = append(out, id)
 	}
 	return out
-}
-
-// markEnded records stage's job as ended and collected: it is not queried
-// again.
-func (e *Entry) markEnded(stage string, j slurm.JobInfo) {
-	if e.Ended == nil {
-		e.Ended = map[string]rules.JobSummary{}
-	}
-	e.Ended[stage] = rules.Summarize(j)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 )
 
@@ -109,7 +110,7 @@ func TestIdentityRule(t *testing.T) {
 	s.slots.force() // every new run waits: nothing is submitted
 
 	n := 0
-	final := func(o rules.Outcome) (*row, string, *episode.Entry) {
+	final := func(o rules.Outcome) (*row, string, *ledger.Entry) {
 		n++
 		rw, k := keyOf(t, gymRow(100+n, 0, ""))
 		e := finalEntry(t, d, o, `{"id":"r"}`, "diff --git a/recipe.yaml b/recipe.yaml\n")
@@ -123,7 +124,7 @@ func TestIdentityRule(t *testing.T) {
 		return rw, k, e
 	}
 	scored := rules.Outcome{Outcome: rules.Scored, Reward: f64(0.25), AIME25AvgAt8: f64(0.25), AIME25Exact: f64(0.25), Completed: 1}
-	claim := func(rw *row, k string) (*run, *episode.Entry) {
+	claim := func(rw *row, k string) (*run, *ledger.Entry) {
 		t.Helper()
 		ru, st, err := s.claim(rw, k)
 		if err != nil {
@@ -131,7 +132,7 @@ func TestIdentityRule(t *testing.T) {
 		}
 		return ru, st
 	}
-	deliver := func(rw *row, k string, e *episode.Entry, w http.ResponseWriter) {
+	deliver := func(rw *row, k string, e *ledger.Entry, w http.ResponseWriter) {
 		s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, k, e, nil, true)
 	}
 
@@ -231,7 +232,7 @@ func TestAggregateLargeAndServed(t *testing.T) {
 	ok := finalEntry(t, d, rules.Outcome{Outcome: rules.Scored, Reward: f64(0.5), AIME25AvgAt8: f64(0.5), AIME25Exact: f64(0.5), Completed: 1}, `{"id":"r"}`, "diff\n")
 	infra := finalEntry(t, d, rules.Outcome{Outcome: rules.InfraFailure, MaskSample: true, FailureReason: "node_failure"}, `{"id":"r"}`, "")
 	rw, _ := parseRow([]byte(`{"responses_create_params": {"input": "x"}}`))
-	for _, e := range []*episode.Entry{ok, infra} {
+	for _, e := range []*ledger.Entry{ok, infra} {
 		s.answer(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
 	}
 	post(t, h, "/run", `{"responses_create_params": 3}`)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
-	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 )
 
@@ -84,7 +84,7 @@ type InstanceConfig struct {
 
 // answer writes the row's answer: the episode's outcome (final), or a
 // failure before any episode existed (err).
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key string, final *episode.Entry, err error, stored bool) {
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key string, final *ledger.Entry, err error, stored bool) {
 	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[string]rules.JobSummary{}, Stored: stored}
 	switch {
 	case errors.Is(err, errClosed):

@@ -17,10 +17,12 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 const testKey = "sk-live-serve-test-0123456789"
@@ -38,12 +40,12 @@ func newTestServer(t *testing.T, opt Options) (*Server, *episode.Driver) {
 		t.Fatal(err)
 	}
 	cfg.PolicyModel.APIKey = testKey
-	ledger, err := episode.OpenLedger(t.TempDir())
+	lg, err := ledger.OpenLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	host := remote.NewLocal()
-	d := &episode.Driver{Config: cfg, ConfigPath: "/nonexistent/serve-test.yaml", Host: host, Slurm: slurm.New(host), Ledger: ledger}
+	d := &episode.Driver{Config: cfg, ConfigPath: "/nonexistent/serve-test.yaml", Host: host, Slurm: slurm.New(host), Ledger: lg}
 	opt.Driver, opt.Engine = d, d.NewEngine(episode.EngineOptions{})
 	if opt.Concurrency == 0 {
 		opt.Concurrency = 1
@@ -242,9 +244,9 @@ func TestIdempotencyKey(t *testing.T) {
 
 // finalEntry writes a final episode into the ledger, with its author files
 // in a local directory.
-func finalEntry(t *testing.T, d *episode.Driver, o rules.Outcome, response, patch string) *episode.Entry {
+func finalEntry(t *testing.T, d *episode.Driver, o rules.Outcome, response, patch string) *ledger.Entry {
 	t.Helper()
-	ep := episode.NewID(time.Now())
+	ep := stages.NewID(time.Now())
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "author"), 0o700); err != nil {
 		t.Fatal(err)
@@ -259,8 +261,8 @@ func finalEntry(t *testing.T, d *episode.Driver, o rules.Outcome, response, patc
 		t.Fatal(err)
 	}
 	o.Episode, o.Dir, o.Isolation = ep, dir, "none"
-	e := &episode.Entry{Episode: ep, Created: time.Now(), ConfigPath: d.ConfigPath, Dir: dir, Isolation: "none",
-		Jobs: map[string]*episode.Submission{}, Author: &record.Author{PatchSHA256: sha(patch), ResponseSHA256: sha(response), PatchBytes: int64(len(patch))}}
+	e := &ledger.Entry{Episode: ep, Created: time.Now(), ConfigPath: d.ConfigPath, Dir: dir, Isolation: "none",
+		Jobs: map[string]*ledger.Submission{}, Author: &record.Author{PatchSHA256: sha(patch), ResponseSHA256: sha(response), PatchBytes: int64(len(patch))}}
 	if err := d.Ledger.Create(e, []byte("task")); err != nil {
 		t.Fatal(err)
 	}

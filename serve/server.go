@@ -22,6 +22,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -92,9 +93,9 @@ type run struct {
 	done     chan struct{}
 	started  bool
 	episode  string
-	entry    *episode.Entry // final
-	err      error          // before an episode existed (or shutdown)
-	attached bool           // re-attached on start
+	entry    *ledger.Entry // final
+	err      error         // before an episode existed (or shutdown)
+	attached bool          // re-attached on start
 }
 
 // New returns a server; call Start to re-attach to the episodes a previous
@@ -315,7 +316,7 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request, rw *row, key s
 //     window, and not an infrastructure failure: that entry (stored);
 //   - anything else (no key, no episode, delivered, past the window, an
 //     infrastructure failure): a new episode.
-func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err error) {
+func (s *Server) claim(rw *row, key string) (ru *run, stored *ledger.Entry, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if key != "" {
@@ -332,7 +333,7 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err
 			ep := rec.Episode
 			e, err := s.d.Ledger.Load(ep)
 			switch {
-			case errors.Is(err, episode.ErrNotInLedger):
+			case errors.Is(err, ledger.ErrNotInLedger):
 				// Mapped, never submitted (a crash before the ledger entry).
 			case err != nil:
 				return nil, nil, err
@@ -366,7 +367,7 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *episode.Entry, err
 
 // reuse says why a final episode's outcome may not answer a new request
 // for its key, or "" when it may (it never reached a caller).
-func (s *Server) reuse(rec *keyRecord, e *episode.Entry) string {
+func (s *Server) reuse(rec *keyRecord, e *ledger.Entry) string {
 	switch {
 	case !rec.Delivered.IsZero():
 		return "delivered at " + rec.Delivered.UTC().Format(time.RFC3339)
@@ -396,7 +397,7 @@ func (s *Server) execute(ru *run) {
 		s.end(ru, nil, errClosed)
 		return
 	}
-	id := episode.NewID(s.opt.Now())
+	id := stages.NewID(s.opt.Now())
 	s.mu.Lock()
 	ru.started, ru.episode = true, id
 	s.mu.Unlock()
@@ -512,7 +513,7 @@ func (s *Server) submit(batch []*run) {
 }
 
 // follow hands the episode to the engine and waits for its end.
-func (s *Server) follow(ru *run, e *episode.Entry, lock *episode.Lock) {
+func (s *Server) follow(ru *run, e *ledger.Entry, lock *ledger.Lock) {
 	ch := s.opt.Engine.Follow(e, lock)
 	select {
 	case final := <-ch:
@@ -523,7 +524,7 @@ func (s *Server) follow(ru *run, e *episode.Entry, lock *episode.Lock) {
 	}
 }
 
-func (s *Server) end(ru *run, final *episode.Entry, err error) {
+func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 	s.mu.Lock()
 	ru.entry, ru.err = final, err
 	if ru.key != "" && s.runs[ru.key] == ru {

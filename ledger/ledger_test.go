@@ -1,4 +1,4 @@
-package episode
+package ledger
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{NewID(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), NewID(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))}
+	ids := []string{stages.NewID(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), stages.NewID(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))}
 	for _, id := range ids {
 		e := &Entry{Episode: id, Dir: "/w/" + id, Jobs: map[string]*Submission{}}
 		if err := l.Create(e, []byte("prompt of "+id)); err != nil {

@@ -1,4 +1,4 @@
-package episode
+package ledger
 
 import (
 	"encoding/json"
@@ -190,6 +190,15 @@ func (l *Ledger) CancelRequest(ep string) string {
 	}
 	return reason
 }
+
+// ErrEpisodeExists is matched by Create's (and Submit's) error when the
+// episode id is already in the ledger or its directory already exists on
+// the cluster; ErrBadEpisodeID when the id is not a usable one. Neither
+// leaves anything behind.
+var (
+	ErrEpisodeExists = errors.New("already exists")
+	ErrBadEpisodeID  = errors.New("bad episode id")
+)
 
 // ErrNotInLedger is matched by Load's error for an unknown episode.
 var ErrNotInLedger = errors.New("not in the ledger")

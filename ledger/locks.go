@@ -1,4 +1,4 @@
-package episode
+package ledger
 
 // Episode locks: who may advance an episode.
 //

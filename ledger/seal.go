@@ -1,4 +1,4 @@
-package episode
+package ledger
 
 import (
 	"crypto/hmac"
