@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -22,7 +21,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/serve"
-	"github.com/nemorl/nemorl-slurm/slurm"
 )
 
 func serveCommand(e *env) *ucli.Command {
@@ -92,14 +90,10 @@ func (e *env) serve(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	var reconnects atomic.Int64
 	verbose := globalBool(c, "verbose")
-	// Reconnections are counted for /metrics and logged, -v or not.
+	// Reconnections are logged, -v or not (and counted by the SSH host).
 	host, err := dialCluster(c.Context, cfg, path, func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
-		if strings.HasSuffix(msg, ": reconnected") {
-			reconnects.Add(1)
-		}
 		if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
 			e.logf("%s", msg)
 		}
@@ -107,15 +101,14 @@ func (e *env) serve(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	reconnects := func() int64 { return 0 }
+	if r, ok := host.(interface{ Reconnects() int64 }); ok {
+		reconnects = r.Reconnects
+	}
 	counted := remote.NewCounted(host)
 	host = counted
 	defer host.Close()
-	sum := sha256.Sum256(data)
-	d := &episode.Driver{
-		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
-		Host: host, Slurm: slurm.New(host), Ledger: lg, Version: Version,
-		Logf: func(format string, args ...any) { e.logf(format, args...) },
-	}
+	d := e.newDriver(cfg, abs, sha256.Sum256(data), host, lg)
 	if err := d.Preflight(c.Context); err != nil {
 		var pe *episode.PreflightError
 		if errors.As(err, &pe) {
@@ -144,7 +137,7 @@ func (e *env) serve(c *ucli.Context) error {
 		opt.Head = head
 	}
 	if cfg.Cluster.Login != nil {
-		opt.Reconnects = reconnects.Load
+		opt.Reconnects = reconnects
 	}
 	srv, err := serve.New(opt)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -97,12 +98,8 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, p
 	if err != nil {
 		return nil, err
 	}
-	d := &episode.Driver{
-		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
-		Host: host, Slurm: slurm.New(host), Ledger: lg, Version: Version,
-		Logf:      func(format string, args ...any) { e.logf(format, args...) },
-		Overrides: sets,
-	}
+	d := e.newDriver(cfg, abs, sum, host, lg)
+	d.Overrides = sets
 	return &session{Driver: d}, nil
 }
 
@@ -500,5 +497,16 @@ func (u *userNames) rename(ctx context.Context, d *episode.Driver, rows []episod
 				rows[i].State = m[1] + name
 			}
 		}
+	}
+}
+
+// newDriver is the one place a Driver is made (the episode verbs, serve):
+// the config as loaded from abs (sum: its bytes' sha256), the cluster, the
+// ledger, and e's log.
+func (e *env) newDriver(cfg *configs.Config, abs string, sum [32]byte, host remote.Host, lg *ledger.Ledger) *episode.Driver {
+	return &episode.Driver{
+		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
+		Host: host, Slurm: slurm.New(host), Ledger: lg, Version: Version,
+		Logf: func(format string, args ...any) { e.logf(format, args...) },
 	}
 }

@@ -120,16 +120,8 @@ func (g *Engine) Run(ctx context.Context) error {
 			l.Unlock()
 		}
 	}()
-	pollMin, pollMax := g.opt.PollMin, g.opt.PollMax
-	if pollMin <= 0 {
-		pollMin = d.Config.Episodes.PollMin.Duration
-	}
-	if pollMax < pollMin {
-		pollMax = max(d.Config.Episodes.PollMax.Duration, pollMin)
-	}
-	interval := pollMin
 	var last []Row
-	for {
+	return d.pollLoop(ctx, g.opt.PollMin, g.opt.PollMax, g.wake, func(ctx context.Context) (bool, bool, error) {
 		g.mu.Lock()
 		added := len(g.pending) > 0
 		for _, p := range g.pending {
@@ -152,7 +144,7 @@ func (g *Engine) Run(ctx context.Context) error {
 			rows, err = d.poll(ctx, st, true)
 			took := time.Since(t0)
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return false, true, ctx.Err()
 			}
 			g.mu.Lock()
 			g.stats.Polls++
@@ -163,28 +155,17 @@ func (g *Engine) Run(ctx context.Context) error {
 			}
 			g.mu.Unlock()
 			if err != nil {
+				// A failed poll is retried; the episodes stay followed.
 				d.logf("poll failed (retrying): %v", err)
 			}
 		}
 		if err == nil {
 			g.settle(st, rows)
 		}
-		if err == nil && (added || !sameRows(rows, last)) {
-			interval = pollMin
-		} else {
-			interval = min(interval*2, pollMax)
-		}
+		changed := err == nil && (added || !sameRows(rows, last))
 		last = rows
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-g.wake:
-			t.Stop()
-		case <-t.C:
-		}
-	}
+		return changed, false, nil
+	})
 }
 
 // settle tells the followers of every final episode and drops it from st;

@@ -140,29 +140,22 @@ func (d *Driver) Watch(ctx context.Context, episodes []string, opt WatchOptions)
 		}
 		st.entries[ep] = e
 	}
-	pollMin, pollMax := opt.PollMin, opt.PollMax
-	if pollMin <= 0 {
-		pollMin = d.Config.Episodes.PollMin.Duration
-	}
-	if pollMax < pollMin {
-		pollMax = max(d.Config.Episodes.PollMax.Duration, pollMin)
-	}
 	maxFail := opt.MaxPollFailures
 	if maxFail <= 0 {
 		maxFail = 5
 	}
-	interval, failures := pollMin, 0
+	failures := 0
 	var last []Row
-	for {
+	err := d.pollLoop(ctx, opt.PollMin, opt.PollMax, nil, func(ctx context.Context) (bool, bool, error) {
 		rows, err := d.poll(ctx, st, opt.Act)
 		if ctx.Err() != nil {
-			return st.entries, ctx.Err()
+			return false, true, ctx.Err()
 		}
 		if err != nil {
 			failures++
 			d.logf("poll %d/%d failed: %v", failures, maxFail, err)
 			if failures >= maxFail {
-				return st.entries, fmt.Errorf("%w: %d polls in a row failed; the jobs keep running, resume re-attaches: %w", ErrConnectionLost, failures, err)
+				return false, true, fmt.Errorf("%w: %d polls in a row failed; the jobs keep running, resume re-attaches: %w", ErrConnectionLost, failures, err)
 			}
 		} else {
 			failures = 0
@@ -174,20 +167,43 @@ func (d *Driver) Watch(ctx context.Context, episodes []string, opt WatchOptions)
 		for _, e := range st.entries {
 			done = done && e.Final()
 		}
-		if done || opt.Once {
-			return st.entries, nil
+		changed := err == nil && !sameRows(rows, last)
+		last = rows
+		return changed, done || opt.Once, nil
+	})
+	return st.entries, err
+}
+
+// pollLoop is the one poll loop of Watch and Engine.Run: it calls poll,
+// then waits an interval that starts at pollMin (zero: the config's) and
+// doubles up to pollMax while poll reports no change, or until woken (a
+// nil wake never wakes), and goes on until poll says it is done, returns
+// an error, or ctx ends.
+func (d *Driver) pollLoop(ctx context.Context, pollMin, pollMax time.Duration, wake <-chan struct{}, poll func(context.Context) (changed, done bool, err error)) error {
+	if pollMin <= 0 {
+		pollMin = d.Config.Episodes.PollMin.Duration
+	}
+	if pollMax < pollMin {
+		pollMax = max(d.Config.Episodes.PollMax.Duration, pollMin)
+	}
+	interval := pollMin
+	for {
+		changed, done, err := poll(ctx)
+		if err != nil || done {
+			return err
 		}
-		if err == nil && !sameRows(rows, last) {
+		if changed {
 			interval = pollMin
 		} else {
 			interval = min(interval*2, pollMax)
 		}
-		last = rows
 		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return st.entries, ctx.Err()
+			return ctx.Err()
+		case <-wake:
+			t.Stop()
 		case <-t.C:
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -91,6 +92,8 @@ type SSH struct {
 	closed   bool
 	failures int
 	nextDial time.Time
+	// reconnects counts the connections made after a failed one.
+	reconnects atomic.Int64
 }
 
 var _ Host = (*SSH)(nil)
@@ -218,6 +221,7 @@ func (s *SSH) finishDial(d *dialCall) {
 		d.c, d.err = nil, ErrClosed
 	default:
 		if s.failures > 0 {
+			s.reconnects.Add(1)
 			s.logf("remote: %s: reconnected", s.name)
 		}
 		s.failures = 0
@@ -225,6 +229,10 @@ func (s *SSH) finishDial(d *dialCall) {
 		s.cur = d.c
 	}
 }
+
+// Reconnects is how many times the connection was made again after it was
+// lost (serve's /metrics).
+func (s *SSH) Reconnects() int64 { return s.reconnects.Load() }
 
 func (s *SSH) acquire(ctx context.Context) error {
 	select {
