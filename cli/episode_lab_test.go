@@ -960,10 +960,12 @@ func (x *labCLI) testIntegrity(t *testing.T) {
 		code                                 int
 	}{
 		{"train", "--forge-eval-record", "policy_failure", "foreign_record", "train", ExitOK},
-		{"eval", "--two-records", "integrity_violation", "duplicate_record", "eval", ExitIntegrity},
-		{"eval", "--wrong-counts", "integrity_violation", "bad_counts", "eval", ExitIntegrity},
-		{"eval", "--nan-reward", "integrity_violation", "malformed_json", "eval", ExitIntegrity}, // NaN is not JSON
-		{"eval", "--wrong-job-id", "integrity_violation", "job_id_mismatch", "eval", ExitIntegrity},
+		// A forged eval record is an integrity violation where isolation
+		// holds; without it (lab-none) the policy's code can forge it: its 0.
+		{"eval", "--two-records", "policy_failure", "duplicate_record", "eval", ExitOK},
+		{"eval", "--wrong-counts", "policy_failure", "bad_counts", "eval", ExitOK},
+		{"eval", "--nan-reward", "policy_failure", "malformed_json", "eval", ExitOK}, // NaN is not JSON
+		{"eval", "--wrong-job-id", "policy_failure", "job_id_mismatch", "eval", ExitOK},
 		{"eval", "--wrong-weights", "policy_failure", "weights_mismatch", "train", ExitOK},
 	}
 	for _, c := range cases {
@@ -979,6 +981,14 @@ func (x *labCLI) testIntegrity(t *testing.T) {
 			}
 			if o.AIME25AvgAt8 != nil || o.AIME25Exact != nil {
 				t.Errorf("a rejected record's scores were reported: aime25_exact %s avg_at_8 %s", fmtReward(o.AIME25Exact), fmtReward(o.AIME25AvgAt8))
+			}
+			if c.stage == "train" {
+				// Decided at train's end: eval, still waiting or running,
+				// is cancelled with the episode.
+				want := allStates("COMPLETED", "author", "train")
+				want["eval"] = "" // any state: it had not ended
+				wantJobs(t, o, want)
+				return
 			}
 			wantJobs(t, o, allStates("COMPLETED", labStages...))
 			waitSacct(t, ep, sacctWant{states: allStates("COMPLETED", labStages...), ids: idsOf(o)})

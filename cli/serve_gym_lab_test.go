@@ -96,22 +96,33 @@ func TestServeGymLab(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if len(c.Results) != 1 || len(c.Failures) != 2 {
-			t.Fatalf("%s: %d results, %d failures, want 1 and 2: %v %v", name, len(c.Results), len(c.Failures), c.Results, c.Failures)
+		// The forged eval record is, without isolation (lab-none), the
+		// policy's doing: a result with its 0, flagged; the malformed row a
+		// terminal, masked failure.
+		if len(c.Results) != 2 || len(c.Failures) != 1 {
+			t.Fatalf("%s: %d results, %d failures, want 2 and 1: %v %v", name, len(c.Results), len(c.Failures), c.Results, c.Failures)
 		}
-		if a := c.Results[0]; a["outcome"] != "scored" || a["mask_sample"] != false {
-			t.Errorf("%s: the good row: %v", name, a)
+		var scored, forged map[string]any
+		for _, a := range c.Results {
+			switch a["outcome"] {
+			case "scored":
+				scored = a
+			case "policy_failure":
+				forged = a
+			}
 		}
-		classes := map[string]bool{}
-		for _, f := range c.Failures {
-			classes[str(f["_ng_failure_class"])] = f["_ng_failure_terminal"] == true && f["mask_sample"] == true
+		if scored == nil || scored["mask_sample"] != false {
+			t.Errorf("%s: the good row: %v", name, c.Results)
 		}
-		if !classes["integrity_violation/duplicate_record"] || !classes["data_error/responses_create_params.input"] {
-			t.Errorf("%s: failures %v, want the integrity violation and data_error/responses_create_params.input, both terminal and masked", name, c.Failures)
+		if forged == nil || forged["failure_reason"] != "duplicate_record" || forged["reward"] != 0.0 || forged["mask_sample"] != false || forged["tampering"] != true {
+			t.Errorf("%s: the forged eval record: %v, want the policy's 0 (duplicate_record), flagged", name, forged)
+		}
+		if f := c.Failures[0]; str(f["_ng_failure_class"]) != "data_error/responses_create_params.input" || f["_ng_failure_terminal"] != true || f["mask_sample"] != true {
+			t.Errorf("%s: failures %v, want data_error/responses_create_params.input, terminal and masked", name, c.Failures)
 		}
 		am, _ := c.Aggregate["agent_metrics"].(map[string]any)
-		if am["num_rollouts"] != 1.0 || am["served/num_answers"] != 3.0 || am["served/num_masked"] != 2.0 || am["served/num_data_errors"] != 1.0 {
-			t.Errorf("%s: /aggregate_metrics agent_metrics %v, want 1 rollout from Gym and serve's own 3 answers, 2 masked, 1 data error", name, am)
+		if am["num_rollouts"] != 2.0 || am["served/num_answers"] != 3.0 || am["served/num_masked"] != 1.0 || am["served/num_data_errors"] != 1.0 {
+			t.Errorf("%s: /aggregate_metrics agent_metrics %v, want 2 rollouts from Gym and serve's own 3 answers, 1 masked, 1 data error", name, am)
 		}
 		for _, a := range append(append([]map[string]any{}, c.Results...), c.Failures...) {
 			if ep := str(a["episode"]); ep != "" {

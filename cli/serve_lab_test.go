@@ -124,7 +124,8 @@ func TestServeLab(t *testing.T) {
 		{"scored", "", ""}, {"scored", "", ""}, {"scored", "", ""},
 		{"policy_failure", "no_patch", ""},
 		{"infra_failure", "missing_record", "infra_failure/missing_record"},
-		{"integrity_violation", "duplicate_record", "integrity_violation/duplicate_record"},
+		// A forged eval record: the policy's doing without isolation.
+		{"policy_failure", "duplicate_record", ""},
 	}
 	for len(want) < len(rows) {
 		want = append(want, want[0])
@@ -152,8 +153,8 @@ func TestServeLab(t *testing.T) {
 	} else if ic, _ := a["instance_config"].(map[string]any); ic["mask_sample"] != true {
 		t.Errorf("masked answer: instance_config %v", a["instance_config"])
 	}
-	if a := answers[5]; a["mask_sample"] != true || a["reward"] != 0.0 || a["_ng_failure_terminal"] != true || a["tampering"] != true {
-		t.Errorf("integrity answer: %v", a)
+	if a := answers[5]; a["mask_sample"] != false || a["reward"] != 0.0 || a["_ng_failure_terminal"] != nil || a["tampering"] != true {
+		t.Errorf("forged eval record's answer: %v, want the policy's 0, flagged", a)
 	}
 	for i, a := range answers {
 		if raw, _ := json.Marshal(a); bytes.Contains(raw, []byte(x.apiKey)) {
@@ -220,7 +221,7 @@ func TestServeLab(t *testing.T) {
 	}
 	agg, _ := json.Marshal(map[string]any{"verify_responses": answers})
 	code, doc := srv.post(t, "/aggregate_metrics", string(agg))
-	if am, _ := doc["agent_metrics"].(map[string]any); code != 200 || am["num_rollouts"] != 12.0 || am["outcome/scored"] != 9.0 || am["num_masked"] != 2.0 {
+	if am, _ := doc["agent_metrics"].(map[string]any); code != 200 || am["num_rollouts"] != 12.0 || am["outcome/scored"] != 9.0 || am["num_masked"] != 1.0 {
 		t.Errorf("/aggregate_metrics: %d %v", code, doc)
 	}
 	code, doc = srv.post(t, "/run", `{"responses_create_params": 7}`)
