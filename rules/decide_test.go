@@ -701,6 +701,36 @@ func TestProgress(t *testing.T) {
 	}
 }
 
+// A cancel on record decides nothing until every cancelled job has ended:
+// sacct reports each end seconds apart, and the first CANCELLED seen must
+// not decide the episode by another rule (the lab's interrupt showed train
+// CANCELLED while eval was still PENDING in sacct). A job Slurm forgot is
+// still job-lost.
+func TestCancelWaitsForEveryJob(t *testing.T) {
+	f := healthy(true)
+	f.CancelRequested = ReasonInterrupted
+	f.CancelsIssued = []string{"1", "2", "3"}
+	f.Jobs[stages.Train] = job("2", "CANCELLED by 1001", "0:15", t0.Add(time.Hour), t0.Add(2*time.Hour))
+	f.Jobs[stages.Eval] = job("3", "PENDING", "0:0", time.Time{}, time.Time{})
+	delete(f.Outputs, stages.Eval)
+	if d := decideAll(t, f); d.Verdict != nil || d.Next == SubmitStage {
+		t.Fatalf("eval still pending after the cancel: want a wait, got %+v (verdict %+v)", d, d.Verdict)
+	}
+	f.Jobs[stages.Eval] = job("3", "CANCELLED by 1001", "0:0", time.Time{}, t0.Add(2*time.Hour))
+	d := decideAll(t, f)
+	if d.Verdict == nil || d.Verdict.Reason != ReasonInterrupted || d.Verdict.Stage != stages.Train || d.Verdict.Rule != "cancel-on-record" {
+		t.Fatalf("every job cancelled: want infra_failure interrupted at train by cancel-on-record, got %+v", d.Verdict)
+	}
+	f.Jobs[stages.Eval] = slurm.JobInfo{ID: "3", State: slurm.State{ByUID: -1}, Source: slurm.SourceNone}
+	if d := decideAll(t, f); d.Verdict != nil || !slices.Contains(d.Waits, "unknown-3") {
+		t.Fatalf("eval unknown after the cancel: want a wait that counts, got %+v", d)
+	}
+	f.Waited["unknown-3"] = JobLostAfter + time.Second
+	if d := decideAll(t, f); d.Verdict == nil || d.Verdict.Reason != ReasonJobLost {
+		t.Fatalf("eval unknown for %s after the cancel: want job_lost, got %+v", JobLostAfter, d.Verdict)
+	}
+}
+
 func TestRetryable(t *testing.T) {
 	for _, c := range []struct {
 		kind          Kind

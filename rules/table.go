@@ -28,7 +28,20 @@ var Table = []Rule{
 		// A cancel on record (cancel, a deadline, an interrupt) wins over
 		// whatever the stopped jobs printed as they were stopped, once
 		// they have stopped; an eval that completed is still scored.
-		if d.f.CancelRequested == "" || d.live() {
+		if d.f.CancelRequested == "" {
+			return nil
+		}
+		if d.live() {
+			// Nothing is decided until the cancelled jobs have ended:
+			// sacct reports each end seconds apart, and a rule that saw
+			// one job's CANCELLED before the others' would blame it. A
+			// job Slurm forgot is left to job-lost.
+			for _, s := range stages.All {
+				if j, ok := d.job(s); ok && j.State.Class == slurm.Unknown && j.Source == slurm.SourceNone && d.waited("unknown-"+j.ID) > JobLostAfter {
+					return nil
+				}
+			}
+			d.pending = true
 			return nil
 		}
 		if e, ok := d.job(stages.Eval); ok && e.State.Class == slurm.Succeeded {
