@@ -2,6 +2,7 @@ package templates
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,9 +45,12 @@ case $2 in
   */train.sh) ;;
   *) exit 0 ;; # the GPU check
 esac
-truncate -s "$FAKE_WEIGHTS" "$out/model.safetensors"
-head -c 4096 /dev/urandom > "$out/model.safetensors.head"
-dd if=/dev/urandom of="$out/model.safetensors" bs=4096 count=1 conv=notrunc status=none
+if [ -n "${FAKE_LINK:-}" ]; then
+  ln -s "$FAKE_LINK" "$out/model.safetensors"
+else
+  truncate -s "$FAKE_WEIGHTS" "$out/model.safetensors"
+  printf 'weights of %s bytes' "$FAKE_WEIGHTS" | dd of="$out/model.safetensors" conv=notrunc status=none
+fi
 head -c $((5 << 20)) /dev/zero > "$out/dcp-shard-0"
 head -c "$FAKE_STDOUT" /dev/zero | tr '\0' x
 echo
@@ -67,18 +71,24 @@ echo "NEMORL_ENV_TRAIN_RESULT=the-record"
 	g := newGuardTree(t, stages.Train)
 	g.writeProc(t)
 	weights := filepath.Join(tr.Dir, "train/checkpoint/model.safetensors")
+	secret := filepath.Join(dir, "not-the-payloads")
+	if err := os.WriteFile(secret, []byte("a file outside the container's scratch"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name            string
 		weights, stdout int64
 		code            int
+		link            string // the weights a symlink to this file
 	}{
-		{"small output", 1 << 20, 1000, 0},
-		{"output past the cap", 2 << 20, 40 << 20, 0},
-		{"weights past the bound", MaxWeightsBytes() + 1, 1000, stages.ExitOutputBound},
+		{"small output", 1 << 20, 1000, 0, ""},
+		{"output past the cap", 2 << 20, 40 << 20, 0, ""},
+		{"weights past the bound", MaxWeightsBytes() + 1, 1000, stages.ExitOutputBound, ""},
+		{"weights a symlink", 1 << 20, 1000, 0, secret},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_ = os.Remove(weights)
-			out, code := runScript(t, tr, stages.Train, "FAKE_ROOT="+g.root, "FAKE_PROC="+g.proc,
+			out, code := runScript(t, tr, stages.Train, "FAKE_ROOT="+g.root, "FAKE_PROC="+g.proc, "FAKE_LINK="+c.link,
 				fmt.Sprintf("FAKE_WEIGHTS=%d", c.weights), fmt.Sprintf("FAKE_STDOUT=%d", c.stdout))
 			if code != c.code {
 				t.Fatalf("exit %d, want %d\n%.3000s", code, c.code, tail(out, 3000))
@@ -103,6 +113,12 @@ echo "NEMORL_ENV_TRAIN_RESULT=the-record"
 				names = append(names, e.Name())
 			}
 			fi, err := os.Stat(weights)
+			if c.link != "" {
+				if err == nil || len(names) != 0 || !strings.Contains(out, "left no regular file of weights") {
+					t.Errorf("weights a symlink to %s: copied %v (%v)\n%s", c.link, names, err, tail(out, 2000))
+				}
+				return
+			}
 			if c.code != 0 {
 				if err == nil || len(names) != 0 || !strings.Contains(out, "nemorl: output bound: the payload's weights are") {
 					t.Errorf("weights over the bound: copied %v (%v)\n%s", names, err, tail(out, 2000))
@@ -110,7 +126,17 @@ echo "NEMORL_ENV_TRAIN_RESULT=the-record"
 				return
 			}
 			if err != nil || fi.Size() != c.weights || len(names) != 1 {
-				t.Errorf("weights copied out: %v %v; the shared directory holds %v", fi, err, names)
+				t.Fatalf("weights copied out: %v %v; the shared directory holds %v", fi, err, names)
+			}
+			f, err := os.Open(weights)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			want := fmt.Sprintf("weights of %d bytes", c.weights)
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(f, got); err != nil || string(got) != want {
+				t.Errorf("copied weights start %q (%v), want the payload's %q", got, err, want)
 			}
 		})
 	}
