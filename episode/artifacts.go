@@ -8,11 +8,8 @@ import (
 	"path"
 
 	"github.com/nemorl/nemorl-slurm/ledger"
-	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
-
-// MaxResponseBytes bounds the response.json AuthorFiles reads.
-const MaxResponseBytes = 64 << 20
 
 // Author output files, relative to the episode directory.
 const (
@@ -65,10 +62,10 @@ func (d *Driver) AuthorFiles(ctx context.Context, e *ledger.Entry) (response, pa
 		}
 		return b, nil
 	}
-	if response, err = read(ResponseFile, MaxResponseBytes, wantResp); err != nil {
+	if response, err = read(ResponseFile, stages.MaxResponseBytes, wantResp); err != nil {
 		return nil, nil, problems, err
 	}
-	if patch, err = read(PatchFile, rules.MaxPatchBytes, wantPatch); err != nil {
+	if patch, err = read(PatchFile, stages.MaxPatchBytes, wantPatch); err != nil {
 		return nil, nil, problems, err
 	}
 	return response, patch, problems, nil

@@ -403,7 +403,7 @@ func TestAttributionAuthor(t *testing.T) {
 		}, want{rules.PolicyFailure, stages.Author, rules.ReasonBadPatch, true}},
 		{"record claims more than a patch may have", func(f *fixture) {
 			a := authorRecord(patch)
-			a.PatchBytes = rules.MaxPatchBytes + 1
+			a.PatchBytes = stages.MaxPatchBytes + 1
 			f.author(patch, a)
 		}, want{rules.PolicyFailure, stages.Author, rules.ReasonBadPatch, true}},
 	}

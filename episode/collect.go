@@ -147,7 +147,7 @@ func (d *Driver) scan(ctx context.Context, e *ledger.Entry, stage string) (rules
 
 // patch inspects the author's change.diff and reads it when it is a
 // regular file of the size the author record gives, within
-// rules.MaxPatchBytes: never more than the size checked (the file could
+// stages.MaxPatchBytes: never more than the size checked (the file could
 // change).
 func (d *Driver) patch(ctx context.Context, e *ledger.Entry, f *rules.Facts) (*rules.Patch, error) {
 	p := &rules.Patch{Path: path.Join(e.Dir, "author/change.diff")}
@@ -157,7 +157,7 @@ func (d *Driver) patch(ctx context.Context, e *ledger.Entry, f *rules.Facts) (*r
 	}
 	p.File = fi
 	a, _ := f.Outputs[stages.Author].Record.(*record.Author)
-	if a != nil && fi.Regular() && fi.Size == a.PatchBytes && fi.Size <= rules.MaxPatchBytes && fi.Size > 0 {
+	if a != nil && fi.Regular() && fi.Size == a.PatchBytes && fi.Size <= stages.MaxPatchBytes && fi.Size > 0 {
 		if p.Data, err = d.Host.ReadTail(ctx, p.Path, fi.Size); err != nil {
 			return nil, fmt.Errorf("episode %s: read %s: %w", e.Episode, p.Path, err)
 		}

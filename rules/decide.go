@@ -26,10 +26,6 @@ const (
 	TimesUnknownAfter = 5 * time.Minute
 )
 
-// MaxPatchBytes bounds change.diff: a larger patch is bad_patch, and the
-// engine never reads more.
-const MaxPatchBytes = 32 << 20
-
 // EvalOutputSlack is how far eval's out.log may have last changed outside
 // the eval job's start and end as sacct reports them (whole seconds, from
 // slurmctld's clock, while the file's change time comes from the file

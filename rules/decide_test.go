@@ -396,7 +396,7 @@ func (g gen) policyFacts(isolated bool) *Facts {
 	}
 	a := authorRecordOf(p)
 	if g.chance(0.2) {
-		a.PatchBytes = MaxPatchBytes + int64(g.pick(10))
+		a.PatchBytes = stages.MaxPatchBytes + int64(g.pick(10))
 	}
 	f.Outputs[stages.Author] = g.policyOutput(stages.Author, a, isolated)
 	f.Patch = &Patch{Path: "/w/ep/author/change.diff", File: File{Exists: len(p) > 0, Type: "regular file", Size: int64(len(p))}, Data: p}

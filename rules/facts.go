@@ -117,7 +117,7 @@ type Patch struct {
 	File File
 	// Data is the file's content, read up to the size the author record
 	// gives when the file is a regular file of that size within
-	// MaxPatchBytes; nil otherwise.
+	// stages.MaxPatchBytes; nil otherwise.
 	Data []byte
 }
 

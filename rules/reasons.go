@@ -19,7 +19,7 @@ const (
 	ReasonAuthorFailed     = "author_failed"       // the author job failed by its own exit status, time limit or memory
 	ReasonTrainTimeout     = "train_timeout"       // the train job ran into its Slurm time limit
 	ReasonTrainOutOfMemory = "train_out_of_memory" // the train job ran out of memory
-	ReasonBadPatch         = "bad_patch"           // change.diff not a regular file, larger than the record says, or over MaxPatchBytes
+	ReasonBadPatch         = "bad_patch"           // change.diff not a regular file, larger than the record says, or over stages.MaxPatchBytes
 	ReasonBadWeights       = "bad_weights"         // eval found no regular file of weights (exit 66) or the trusted check rejected them (exit 68)
 	ReasonForeignCancel    = "foreign_cancel"      // an episode job cancelled by the user's uid, not by the tool
 	ReasonPlantedOutput    = "planted_output"      // a stage's output (or eval's output directory) is not what the job or the tool made

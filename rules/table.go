@@ -199,8 +199,8 @@ var Table = []Rule{
 		bad := func(format string, args ...any) *Verdict {
 			return fail(PolicyFailure, stages.Author, ReasonBadPatch, d.patchPath()+": "+fmt.Sprintf(format, args...)).tampered()
 		}
-		if a.PatchBytes > MaxPatchBytes {
-			return bad("the author record claims %d bytes, more than the %d a patch may have", a.PatchBytes, MaxPatchBytes)
+		if a.PatchBytes > stages.MaxPatchBytes {
+			return bad("the author record claims %d bytes, more than the %d a patch may have", a.PatchBytes, stages.MaxPatchBytes)
 		}
 		p := d.f.Patch
 		if p == nil {
@@ -212,8 +212,8 @@ var Table = []Rule{
 			// Verified below against the record: fine for an empty patch.
 		case !fi.Regular():
 			return bad("a %s, not a regular file", fi.Type)
-		case fi.Size > MaxPatchBytes:
-			return bad("%d bytes, more than the %d a patch may have", fi.Size, MaxPatchBytes)
+		case fi.Size > stages.MaxPatchBytes:
+			return bad("%d bytes, more than the %d a patch may have", fi.Size, stages.MaxPatchBytes)
 		case fi.Size != a.PatchBytes:
 			return bad("%d bytes, but the author record says %d", fi.Size, a.PatchBytes)
 		}

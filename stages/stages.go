@@ -31,6 +31,15 @@ func Script(stage string) string { return stage + "/" + stage + ".sbatch" }
 // directory: the batch script's and the payload's stdout and stderr.
 func Output(stage string) string { return stage + "/out.log" }
 
+// The bounds of the author's files (under isolation the batch script copies
+// no larger one out of the container's node-local directory, and the engine
+// never reads more): a larger change.diff is bad_patch; a larger
+// response.json is not served.
+const (
+	MaxPatchBytes    = 32 << 20
+	MaxResponseBytes = 64 << 20
+)
+
 // JobName is the Slurm job name of a stage.
 func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }
 

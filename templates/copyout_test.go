@@ -11,17 +11,16 @@ import (
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
-// The isolated train payload writes node-local scratch only: the script
-// copies out the weights alone, within MaxWeightsBytes, and the payload's
-// stdout and stderr reach out.log through the cap (the first
-// OutputHeadBytes, then only the last OutputTailBytes, the record's window).
-// A fake apptainer runs the guard for real and plays the payload: it
-// writes FAKE_WEIGHTS bytes of weights (sparse), a junk file and
-// FAKE_STDOUT bytes of output ending in a record line.
-func TestTrainCopyOut(t *testing.T) {
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "apptainer")
-	script := `#!/bin/bash
+// fakeApptainer runs the guard for real (its bundle path translated
+// through the binds) and plays the payload, writing where the container's
+// output directory is bound:
+//   - train.sh: FAKE_WEIGHTS bytes of weights (sparse; a symlink to
+//     FAKE_LINK instead when set), a junk file, FAKE_STDOUT bytes of output
+//     ending in a record line;
+//   - author.sh: FAKE_PATCH bytes of change.diff, a response.json,
+//     FAKE_LOG bytes of transcript.jsonl, a junk file, and a line saying
+//     whether it found the key in its node-local directory.
+const fakeApptainer = `#!/bin/bash
 shift # exec
 binds=()
 while [ $# -gt 0 ]; do
@@ -36,27 +35,50 @@ shift # the image
 out=
 for b in "${binds[@]}"; do
   IFS=: read -r h c _ <<< "$b"
-  case $2 in "$c"/*) [ "$c" != /nemorl/bundle ] || { [[ $2 == */guard.sh ]] && exec bash "$h${2#"$c"}" --root "$FAKE_ROOT" --proc "$FAKE_PROC" "$3"; } ;; esac
-  [ "$c" != /nemorl/out ] || out=$h
+  case $2 in "$c"/*guard.sh) exec bash "$h${2#"$c"}" --root "$FAKE_ROOT" --proc "$FAKE_PROC" "$3" ;; esac
+  case $c in /nemorl/out | /nemorl/author) out=$h ;; esac
 done
-[ -n "$out" ] || { echo "fake apptainer: no /nemorl/out bind" >&2; exit 2; }
+[ -n "$out" ] || { echo "fake apptainer: no output bind" >&2; exit 2; }
 case $2 in
   */guard.sh) echo "fake apptainer: no guard bind" >&2; exit 2 ;;
-  */train.sh) ;;
+  */train.sh)
+    if [ -n "${FAKE_LINK:-}" ]; then
+      ln -s "$FAKE_LINK" "$out/model.safetensors"
+    else
+      truncate -s "$FAKE_WEIGHTS" "$out/model.safetensors"
+      printf 'weights of %s bytes' "$FAKE_WEIGHTS" | dd of="$out/model.safetensors" conv=notrunc status=none
+    fi
+    ;;
+  */author.sh)
+    if grep -q '^NEMORL_POLICY_API_KEY=' "$out/secrets.env" && [ -f "$out/bundle/author.json" ] && [ -f "$out/prompt.txt" ]; then
+      echo "fake author: key, bundle and prompt in the node-local directory"
+    fi
+    rm -f "$out/secrets.env"
+    truncate -s "$FAKE_PATCH" "$out/change.diff"
+    printf 'patch of %s bytes' "$FAKE_PATCH" | dd of="$out/change.diff" conv=notrunc status=none
+    echo '{"object": "response"}' > "$out/response.json"
+    head -c "$FAKE_LOG" /dev/zero | tr '\0' y > "$out/transcript.jsonl"
+    echo "NEMORL_ENV_AUTHOR_RESULT=the-record"
+    ;;
   *) exit 0 ;; # the GPU check
 esac
-if [ -n "${FAKE_LINK:-}" ]; then
-  ln -s "$FAKE_LINK" "$out/model.safetensors"
-else
-  truncate -s "$FAKE_WEIGHTS" "$out/model.safetensors"
-  printf 'weights of %s bytes' "$FAKE_WEIGHTS" | dd of="$out/model.safetensors" conv=notrunc status=none
-fi
-head -c $((5 << 20)) /dev/zero > "$out/dcp-shard-0"
-head -c "$FAKE_STDOUT" /dev/zero | tr '\0' x
+head -c $((5 << 20)) /dev/zero > "$out/junk"
+head -c "${FAKE_STDOUT:-0}" /dev/zero | tr '\0' x
 echo
 echo "NEMORL_ENV_TRAIN_RESULT=the-record"
 `
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+
+// The isolated train payload writes node-local scratch only: the script
+// copies out the weights alone, within MaxWeightsBytes, and the payload's
+// stdout and stderr reach out.log through the cap (the first
+// OutputHeadBytes, then only the last OutputTailBytes, the record's window).
+// A fake apptainer runs the guard for real and plays the payload: it
+// writes FAKE_WEIGHTS bytes of weights (sparse), a junk file and
+// FAKE_STDOUT bytes of output ending in a record line.
+func TestTrainCopyOut(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "apptainer")
+	if err := os.WriteFile(fake, []byte(fakeApptainer), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cfg := loadExample(t, "cluster-example.yaml")
@@ -120,7 +142,7 @@ echo "NEMORL_ENV_TRAIN_RESULT=the-record"
 				return
 			}
 			if c.code != 0 {
-				if err == nil || len(names) != 0 || !strings.Contains(out, "nemorl: output bound: the payload's weights are") {
+				if err == nil || len(names) != 0 || !strings.Contains(out, "nemorl: output bound: the payload's model.safetensors is") {
 					t.Errorf("weights over the bound: copied %v (%v)\n%s", names, err, tail(out, 2000))
 				}
 				return
@@ -147,4 +169,80 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// The isolated author payload writes node-local scratch only: the script
+// copies the bundle and the prompt in and moves the key in (the shared
+// secrets.env is gone before the payload starts), then copies back the
+// patch and the response whole within their bounds, the logs' first
+// OutputHeadBytes, and nothing else.
+func TestAuthorCopyOut(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "apptainer")
+	if err := os.WriteFile(fake, []byte(fakeApptainer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadExample(t, "cluster-example.yaml")
+	cfg.Cluster.Workdir = filepath.Join(dir, "work")
+	cfg.Runtime.Binary = fake
+	tr := render(t, cfg)
+	writeTree(t, tr)
+	g := newGuardTree(t, stages.Author)
+	g.writeProc(t)
+	shared := filepath.Join(tr.Dir, stages.Author)
+	for _, c := range []struct {
+		name       string
+		patch, log int64
+		want       map[string]int64 // what the shared author directory holds, with sizes
+	}{
+		{"small", 1000, 1000, map[string]int64{"change.diff": 1000, "response.json": 23, "transcript.jsonl": 1000}},
+		{"patch and log past their bounds", stages.MaxPatchBytes + 1, OutputHeadBytes + 5<<20,
+			map[string]int64{"response.json": 23, "transcript.jsonl": OutputHeadBytes}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for name := range c.want {
+				_ = os.Remove(filepath.Join(shared, name))
+			}
+			_ = os.Remove(filepath.Join(shared, "change.diff"))
+			if err := os.WriteFile(filepath.Join(shared, "secrets.env"), []byte("NEMORL_POLICY_API_KEY="+testKey+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, code := runScript(t, tr, stages.Author, "FAKE_ROOT="+g.root, "FAKE_PROC="+g.proc,
+				fmt.Sprintf("FAKE_PATCH=%d", c.patch), fmt.Sprintf("FAKE_LOG=%d", c.log))
+			if code != 0 {
+				t.Fatalf("exit %d, want 0\n%.3000s", code, tail(out, 3000))
+			}
+			if !strings.Contains(out, "fake author: key, bundle and prompt in the node-local directory") {
+				t.Errorf("the payload did not find the key, bundle and prompt in its node-local directory\n%s", tail(out, 2000))
+			}
+			got := map[string]int64{}
+			entries, err := os.ReadDir(shared)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+					got[e.Name()] = fi.Size()
+				}
+			}
+			for _, staged := range []string{"author.sbatch", "prompt.txt", "out.log"} {
+				if _, ok := got[staged]; !ok {
+					t.Errorf("the shared author directory lost %s", staged)
+				}
+				delete(got, staged)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("the shared author directory holds %v, want %v\n%s", got, c.want, tail(out, 2000))
+			}
+			if c.patch > stages.MaxPatchBytes && !strings.Contains(out, fmt.Sprintf("the payload's change.diff is %d bytes, more than the %d it may have: not copied out", c.patch, stages.MaxPatchBytes)) {
+				t.Errorf("no notice of the patch over its bound\n%s", tail(out, 2000))
+			}
+			if c.patch <= stages.MaxPatchBytes {
+				b, err := os.ReadFile(filepath.Join(shared, "change.diff"))
+				if want := fmt.Sprintf("patch of %d bytes", c.patch); err != nil || !strings.HasPrefix(string(b), want) {
+					t.Errorf("copied patch starts %.40q (%v), want %q", b, err, want)
+				}
+			}
+		})
+	}
 }

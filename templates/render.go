@@ -169,6 +169,11 @@ type scriptData struct {
 	// the bound of the one file copied out of it.
 	TrainOutVar     string
 	MaxWeightsBytes int64
+	// author, isolated: the node-local directory bound as the container's
+	// /nemorl/author (AuthorOutVar) and the files copied out of it after
+	// the payload, each within its bound.
+	AuthorOutVar  string
+	AuthorCopyOut []copyOut
 	// eval
 	Image, EvalDigest, WeightsFile, ImageVar string
 	BundleVar                                string
@@ -338,6 +343,11 @@ func (r *renderer) stage(stage string) ([]File, error) {
 			if stage == stages.Eval && m.rel == "eval/bundle" {
 				b.Host, b.HostVar = "", EvalBundleVar
 			}
+			if stage == stages.Author && m.rel == stages.Author {
+				// Node-local: the trusted script copies back the expected
+				// files alone, each within its bound (AuthorCopyOut).
+				b.Host, b.HostVar = "", AuthorOutVar
+			}
 			if stage == stages.Train && m.rel == "train/checkpoint" {
 				// Node-local: the trusted script copies out the weights alone,
 				// within their bound (MaxWeightsBytes).
@@ -392,6 +402,10 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		OutputHeadBytes: OutputHeadBytes, OutputTailBytes: OutputTailBytes,
 	}
 	switch stage {
+	case stages.Author:
+		if isolated {
+			data.AuthorOutVar, data.AuthorCopyOut = AuthorOutVar, authorCopyOut
+		}
 	case stages.Train:
 		data.InnerDeadlineSeconds = configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds)
 		data.PatchFile = r.host("author/change.diff")
@@ -533,6 +547,32 @@ const EvalImageVar = "NEMORL_EVAL_IMAGE"
 // its checkpoints there, not on the shared file system, and the script
 // copies out model.safetensors alone, within MaxWeightsBytes.
 const TrainOutVar = "NEMORL_TRAIN_OUT"
+
+// AuthorOutVar is the author script's variable holding the node-local
+// directory bound as the container's /nemorl/author: the script copies the
+// bundle and the prompt in and moves the key in, and after the payload
+// copies back only authorCopyOut, each file within its bound.
+const AuthorOutVar = "NEMORL_AUTHOR_OUT"
+
+// copyOut is a file the trusted script copies from the payload's
+// node-local directory to the stage directory: Whole, a file over Max bytes
+// is not copied (the records' checks then fail it: a missing or oversized
+// patch is bad_patch); otherwise only its first Max bytes are.
+type copyOut struct {
+	Name  string
+	Max   int64
+	Whole bool
+}
+
+// authorCopyOut is what leaves the author's node: the patch and the
+// response whole, the logs for a human their first OutputHeadBytes.
+var authorCopyOut = []copyOut{
+	{"change.diff", stages.MaxPatchBytes, true},
+	{"response.json", stages.MaxResponseBytes, true},
+	{"transcript.jsonl", OutputHeadBytes, false},
+	{"claude.log", OutputHeadBytes, false},
+	{"proxy.log", OutputHeadBytes, false},
+}
 
 // The cap on the policy's stdout and stderr (author, train) in out.log: the
 // first OutputHeadBytes as they come, then only the last OutputTailBytes,

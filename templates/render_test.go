@@ -172,7 +172,8 @@ func TestBinds(t *testing.T) {
 	tr := render(t, loadExample(t, "cluster-example.yaml"))
 	ep := "/scratch/alice/nemorl/ep-20261129T000000Z-golden"
 	want := map[string][]string{
-		stages.Author: {ep + "/author:/nemorl/author"},
+		// The author writes node-local scratch: its files are copied back.
+		stages.Author: {`"$NEMORL_AUTHOR_OUT:/nemorl/author"`},
 		// Train's output is node-local: only the weights are copied out.
 		stages.Train: {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", `"$NEMORL_TRAIN_OUT:/nemorl/out"`},
 		// The eval bundle is the script's checked node-local copy.
