@@ -90,8 +90,20 @@ func decide(f *Facts, table []Rule) Decision {
 				v.Detail += "; without isolation the policy's code can do this"
 			}
 			v.Retryable = retryable(v)
-			if o, ok := f.Outputs[stages.Train]; ok && v.Train == nil && o.RecordErr == nil && d.authorRecord() != nil {
-				v.Train, _ = o.Record.(*record.Train)
+			if v.Train == nil && d.authorRecord() != nil {
+				// Train's own account goes with every outcome once it has
+				// ended (its train_reward), whichever rule decided.
+				if _, ended := d.ended(stages.Train); ended {
+					o, ok := d.output(stages.Train)
+					if !ok {
+						return Decision{Need: d.need}
+					}
+					if o.RecordErr == nil {
+						v.Train, _ = o.Record.(*record.Train)
+					}
+				} else if o, ok := f.Outputs[stages.Train]; ok && o.RecordErr == nil {
+					v.Train, _ = o.Record.(*record.Train)
+				}
 			}
 			return Decision{Verdict: v, AuthorVerified: d.verified, Waits: d.waits}
 		}

@@ -731,6 +731,26 @@ func TestCancelWaitsForEveryJob(t *testing.T) {
 	}
 }
 
+// Every outcome decided after train ended carries train's record (its
+// train_reward), whichever rule decided: an eval held by the policy too.
+func TestVerdictCarriesTrain(t *testing.T) {
+	f := healthy(false)
+	f.Jobs[stages.Eval] = job("3", "PENDING", "0:0", time.Time{}, time.Time{})
+	f.Queue[stages.Eval] = slurm.JobInfo{ID: "3", State: slurm.ParseState("PENDING", ""), Reason: "JobHeldUser"}
+	delete(f.Outputs, stages.Eval)
+	train := f.Outputs[stages.Train]
+	delete(f.Outputs, stages.Train)
+	f.Author = authorRecordOf(patch)
+	if d := Decide(f); d.Need&NeedOutputTrain == 0 {
+		t.Fatalf("eval held, train's output not read: want NeedOutputTrain, got %+v", d)
+	}
+	f.Outputs[stages.Train] = train
+	d := decideAll(t, f)
+	if d.Verdict == nil || d.Verdict.Reason != ReasonJobHeld || d.Verdict.Train == nil || d.Verdict.Train.TrainReward != 0.3 {
+		t.Fatalf("eval held: want job_held with train's record, got %+v", d.Verdict)
+	}
+}
+
 func TestRetryable(t *testing.T) {
 	for _, c := range []struct {
 		kind          Kind
