@@ -81,11 +81,17 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 	}
 	if need&rules.NeedEvalFiles != 0 {
 		ef := &rules.EvalFiles{DirPath: path.Join(e.Dir, stages.Eval), OutPath: path.Join(e.Dir, stages.Output(stages.Eval))}
+		// Both at once: one round trip on the SFTP session, not two.
+		var dirErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ef.Dir, dirErr = d.lstat(ctx, ef.DirPath)
+		}()
 		var err error
-		if ef.Dir, err = d.lstat(ctx, ef.DirPath); err != nil {
-			return fmt.Errorf("episode %s: %w", e.Episode, err)
-		}
-		if ef.Out, err = d.lstat(ctx, ef.OutPath); err != nil {
+		ef.Out, err = d.lstat(ctx, ef.OutPath)
+		<-done
+		if err = errors.Join(dirErr, err); err != nil {
 			return fmt.Errorf("episode %s: %w", e.Episode, err)
 		}
 		f.EvalFiles = ef
