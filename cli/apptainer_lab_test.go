@@ -262,4 +262,55 @@ func TestAttackApptainerLab(t *testing.T) {
 		}
 		t.Logf("%d bytes written by the payload; out.log %d bytes; %s", 2*n, fi.Size(), o.Detail)
 	})
+	// The author container writes node-local scratch only: a junk file and
+	// a flooded transcript stay on the node (the transcript's first 16 MiB
+	// come back) and the episode goes on; a patch that is not a regular
+	// file within its bound is not copied back, and the record's claim
+	// about it makes the episode the policy's 0.
+	authorAttack := func(t *testing.T, args, name string) (outcomeJSON, string) {
+		old := "command: [" + labStandIns + "/author]"
+		p := filepath.Join(t.TempDir(), "author.yaml")
+		if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, "command: ["+labStandIns+"/author, "+args+"]", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ep := newEpisode(t, "ctr-"+name)
+		o := outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK))
+		return o, filepath.Join(o.Dir, "author")
+	}
+	t.Run("author-flood-bytes", func(t *testing.T) {
+		const n = int64(1) << 30
+		o, dir := authorAttack(t, fmt.Sprintf("--flood-bytes, \"%d\"", n), "author-flood")
+		if o.Outcome != "scored" {
+			t.Errorf("outcome %s (%s: %s), want scored: the flood stayed on the node", o.Outcome, o.FailureStage, o.FailureReason)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "junk.bin")); !os.IsNotExist(err) {
+			t.Errorf("author/junk.bin reached the shared file system (%v)", err)
+		}
+		fi, err := os.Stat(filepath.Join(dir, "transcript.jsonl"))
+		if err != nil || fi.Size() != templates.OutputHeadBytes {
+			t.Errorf("author/transcript.jsonl: %v %v, want its first %d bytes", fi, err, templates.OutputHeadBytes)
+		}
+		var total int64
+		_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				total += fi.Size()
+			}
+			return nil
+		})
+		t.Logf("%d bytes written by the payload; the shared author directory holds %d", 2*n, total)
+		if total > 64<<20 {
+			t.Errorf("the shared author directory holds %d bytes after a %d-byte flood", total, 2*n)
+		}
+	})
+	for _, mode := range []string{"patch-oversize", "patch-fifo", "patch-dev-zero"} {
+		t.Run("author-"+mode, func(t *testing.T) {
+			o, dir := authorAttack(t, "--"+mode, "author-"+mode)
+			if o.Outcome != "policy_failure" || o.FailureReason != rules.ReasonBadPatch || o.FailureStage != "author" || o.MaskSample || !o.Tampering {
+				t.Errorf("outcome %s (%s: %s) mask %v tampering %v, want policy_failure (author: bad_patch), tampering: %s", o.Outcome, o.FailureStage, o.FailureReason, o.MaskSample, o.Tampering, o.Detail)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "change.diff")); !os.IsNotExist(err) {
+				t.Errorf("author/change.diff reached the shared file system (%v)", err)
+			}
+		})
+	}
 }
