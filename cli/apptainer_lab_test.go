@@ -18,7 +18,9 @@ import (
 	"testing"
 
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/stages"
 	"github.com/nemorl/nemorl-slurm/templates"
 )
 
@@ -213,15 +215,21 @@ func TestAttackApptainerLab(t *testing.T) {
 	}
 	gpuNode(t, "on")
 	t.Cleanup(func() { gpuNode(t, "off") })
+	// runWith runs an episode whose stage stand-in gets args (YAML list
+	// items), and returns its outcome.
+	runWith := func(t *testing.T, stage, args, name string) outcomeJSON {
+		old := "command: [" + labStandIns + "/" + stage + "]"
+		p := filepath.Join(t.TempDir(), stage+".yaml")
+		if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, "command: ["+labStandIns+"/"+stage+", "+args+"]", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ep := newEpisode(t, "ctr-"+name)
+		return outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK))
+	}
 	for _, mode := range []string{"impostor-eval", "cancel-eval", "helper-rewrites-eval", "redirect-eval-stdout", "plant-eval-fifo"} {
 		t.Run(mode, func(t *testing.T) {
-			old := "command: [" + labStandIns + "/train]"
-			p := filepath.Join(t.TempDir(), "attack.yaml")
-			if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, "command: ["+labStandIns+"/train, --"+mode+"]", 1)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			ep := newEpisode(t, "ctr-"+mode)
-			o := outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK))
+			o := runWith(t, stages.Train, "--"+mode, mode)
+			ep := o.Episode
 			if o.Outcome != "policy_failure" || o.MaskSample || o.Isolation != "apptainer" || o.FailureStage != "train" {
 				t.Errorf("outcome %s (%s: %s) mask %v isolation %s, want the policy's 0 from train in a container", o.Outcome, o.FailureStage, o.FailureReason, o.MaskSample, o.Isolation)
 			}
@@ -242,13 +250,7 @@ func TestAttackApptainerLab(t *testing.T) {
 	// else reaches the shared file system, and the outcome is the policy's.
 	t.Run("flood-bytes", func(t *testing.T) {
 		const n = int64(8) << 30
-		old := "command: [" + labStandIns + "/train]"
-		p := filepath.Join(t.TempDir(), "flood.yaml")
-		if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, fmt.Sprintf("command: [%s/train, --flood-bytes, \"%d\"]", labStandIns, n), 1)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ep := newEpisode(t, "ctr-flood")
-		o := outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK))
+		o := runWith(t, stages.Train, fmt.Sprintf("--flood-bytes, \"%d\"", n), "flood")
 		if o.Outcome != "policy_failure" || o.FailureReason != rules.ReasonOutputTooLarge || o.FailureStage != "train" || o.MaskSample {
 			t.Fatalf("outcome %s (%s: %s) mask %v, want policy_failure (train: output_too_large): %s", o.Outcome, o.FailureStage, o.FailureReason, o.MaskSample, o.Detail)
 		}
@@ -268,14 +270,8 @@ func TestAttackApptainerLab(t *testing.T) {
 	// file within its bound is not copied back, and the record's claim
 	// about it makes the episode the policy's 0.
 	authorAttack := func(t *testing.T, args, name string) (outcomeJSON, string) {
-		old := "command: [" + labStandIns + "/author]"
-		p := filepath.Join(t.TempDir(), "author.yaml")
-		if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, "command: ["+labStandIns+"/author, "+args+"]", 1)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ep := newEpisode(t, "ctr-"+name)
-		o := outcomeOf(t, x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK))
-		return o, filepath.Join(o.Dir, "author")
+		o := runWith(t, stages.Author, args, name)
+		return o, filepath.Join(o.Dir, stages.Author)
 	}
 	t.Run("author-flood-bytes", func(t *testing.T) {
 		const n = int64(1) << 30
@@ -305,8 +301,13 @@ func TestAttackApptainerLab(t *testing.T) {
 	for _, mode := range []string{"patch-oversize", "patch-fifo", "patch-dev-zero"} {
 		t.Run("author-"+mode, func(t *testing.T) {
 			o, dir := authorAttack(t, "--"+mode, "author-"+mode)
-			if o.Outcome != "policy_failure" || o.FailureReason != rules.ReasonBadPatch || o.FailureStage != "author" || o.MaskSample || !o.Tampering {
-				t.Errorf("outcome %s (%s: %s) mask %v tampering %v, want policy_failure (author: bad_patch), tampering: %s", o.Outcome, o.FailureStage, o.FailureReason, o.MaskSample, o.Tampering, o.Detail)
+			if o.Outcome != "policy_failure" || o.FailureReason != string(record.ReasonPatchMismatch) || o.FailureStage != "author" || o.MaskSample || !o.Tampering ||
+				!strings.Contains(o.Detail, "change.diff is missing, and the author record names a patch of") {
+				t.Errorf("outcome %s (%s: %s) mask %v tampering %v, want policy_failure (author: patch_mismatch, the patch missing), tampering: %s", o.Outcome, o.FailureStage, o.FailureReason, o.MaskSample, o.Tampering, o.Detail)
+			}
+			logs := x.run(t, state, quickTimeout, "logs", o.Episode, "--stage", "author").want(t, ExitOK)
+			if !strings.Contains(string(logs.stdout)+logs.stderr, "nemorl: output bound: the payload's change.diff") {
+				t.Errorf("author's log does not say why change.diff was not copied back:\n%s", logs.stdout)
 			}
 			if _, err := os.Lstat(filepath.Join(dir, "change.diff")); !os.IsNotExist(err) {
 				t.Errorf("author/change.diff reached the shared file system (%v)", err)

@@ -225,7 +225,13 @@ var Table = []Rule{
 			return nil
 		}
 		if err := record.VerifyPatch(a, d.f.Patch.Data); err != nil {
-			return recordRejected(stages.Author, err)
+			v := recordRejected(stages.Author, err)
+			if !d.f.Patch.File.Exists {
+				// Under isolation: the script did not copy it back (its
+				// out.log says why: not a regular file, or over the bound).
+				v.Detail = fmt.Sprintf("%s is missing, and the author record names a patch of %d bytes; %s", d.patchPath(), a.PatchBytes, v.Detail)
+			}
+			return v
 		}
 		d.verified = a
 		return nil

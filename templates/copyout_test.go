@@ -68,14 +68,10 @@ echo
 echo "NEMORL_ENV_TRAIN_RESULT=the-record"
 `
 
-// The isolated train payload writes node-local scratch only: the script
-// copies out the weights alone, within MaxWeightsBytes, and the payload's
-// stdout and stderr reach out.log through the cap (the first
-// OutputHeadBytes, then only the last OutputTailBytes, the record's window).
-// A fake apptainer runs the guard for real and plays the payload: it
-// writes FAKE_WEIGHTS bytes of weights (sparse), a junk file and
-// FAKE_STDOUT bytes of output ending in a record line.
-func TestTrainCopyOut(t *testing.T) {
+// fakeApptainerTree renders and writes the example config's episode with
+// fakeApptainer as the runtime, in a temp dir it returns.
+func fakeApptainerTree(t *testing.T) (string, *Tree) {
+	t.Helper()
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "apptainer")
 	if err := os.WriteFile(fake, []byte(fakeApptainer), 0o755); err != nil {
@@ -87,6 +83,18 @@ func TestTrainCopyOut(t *testing.T) {
 	cfg.Runtime.Binary = fake
 	tr := render(t, cfg)
 	writeTree(t, tr)
+	return dir, tr
+}
+
+// The isolated train payload writes node-local scratch only: the script
+// copies out the weights alone, within MaxWeightsBytes, and the payload's
+// stdout and stderr reach out.log through the cap (the first
+// OutputHeadBytes, then only the last OutputTailBytes, the record's window).
+// A fake apptainer runs the guard for real and plays the payload: it
+// writes FAKE_WEIGHTS bytes of weights (sparse), a junk file and
+// FAKE_STDOUT bytes of output ending in a record line.
+func TestTrainCopyOut(t *testing.T) {
+	dir, tr := fakeApptainerTree(t)
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -177,16 +185,7 @@ func tail(s string, n int) string {
 // patch and the response whole within their bounds, the logs' first
 // OutputHeadBytes, and nothing else.
 func TestAuthorCopyOut(t *testing.T) {
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "apptainer")
-	if err := os.WriteFile(fake, []byte(fakeApptainer), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := loadExample(t, "cluster-example.yaml")
-	cfg.Cluster.Workdir = filepath.Join(dir, "work")
-	cfg.Runtime.Binary = fake
-	tr := render(t, cfg)
-	writeTree(t, tr)
+	_, tr := fakeApptainerTree(t)
 	g := newGuardTree(t, stages.Author)
 	g.writeProc(t)
 	shared := filepath.Join(tr.Dir, stages.Author)

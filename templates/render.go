@@ -556,8 +556,8 @@ const AuthorOutVar = "NEMORL_AUTHOR_OUT"
 
 // copyOut is a file the trusted script copies from the payload's
 // node-local directory to the stage directory: Whole, a file over Max bytes
-// is not copied (the records' checks then fail it: a missing or oversized
-// patch is bad_patch); otherwise only its first Max bytes are.
+// is not copied (the records' checks then fail it: a patch not
+// copied back does not match the author record, patch_mismatch); otherwise only its first Max bytes are.
 type copyOut struct {
 	Name  string
 	Max   int64
