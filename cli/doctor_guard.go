@@ -61,6 +61,12 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 			return
 		}
 		fmt.Fprintf(&sb, "%s=$(mktemp -d \"${TMPDIR:-/tmp}/nemorl-doctor.XXXXXX\")\n", templates.ScratchVar)
+		if st == stages.Author {
+			// The author's directory is node-local, as in its script,
+			// with the bundle copied in.
+			fmt.Fprintf(&sb, "%s=$%s/author\nmkdir -p -- \"$%s/bundle\"\ncp -- \"$d/author/bundle/%s\" \"$%s/bundle/\"\n",
+				templates.AuthorOutVar, templates.ScratchVar, templates.AuthorOutVar, templates.GuardFile, templates.AuthorOutVar)
+		}
 		if st == stages.Train {
 			// Train's output directory is node-local, as in its script.
 			fmt.Fprintf(&sb, "%s=$%s/out\nmkdir -- \"$%s\"\n", templates.TrainOutVar, templates.ScratchVar, templates.TrainOutVar)
