@@ -93,15 +93,11 @@ func decide(f *Facts, table []Rule) Decision {
 			if v.Train == nil && d.authorRecord() != nil {
 				// Train's own account goes with every outcome once it has
 				// ended (its train_reward), whichever rule decided.
-				if _, ended := d.ended(stages.Train); ended {
-					o, ok := d.output(stages.Train)
-					if !ok {
-						return Decision{Need: d.need}
-					}
-					if o.RecordErr == nil {
-						v.Train, _ = o.Record.(*record.Train)
-					}
-				} else if o, ok := f.Outputs[stages.Train]; ok && o.RecordErr == nil {
+				o, ok := f.Outputs[stages.Train]
+				if _, ended := d.ended(stages.Train); ended && !ok {
+					return Decision{Need: NeedOutputTrain}
+				}
+				if ok && o.RecordErr == nil {
 					v.Train, _ = o.Record.(*record.Train)
 				}
 			}
