@@ -1,0 +1,70 @@
+package contamination
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var bench32 struct {
+	once  sync.Once
+	patch []byte
+	lines []int // patch lines of the injected problems
+}
+
+// bench32MiB builds a 32 MiB patch of ordinary added code and text (files of
+// 2,000 lines each) with three stand-in problems injected.
+func bench32MiB() ([]byte, []int) {
+	bench32.once.Do(func() {
+		ps := standInProblems()
+		r := rand.New(rand.NewPCG(32, 32))
+		var b strings.Builder
+		const size = 32 << 20
+		b.Grow(size + 1<<20)
+		line := 0
+		file := 0
+		for b.Len() < size {
+			lines := ordinaryCode(r, 2000)
+			if file%3 == 1 {
+				for i, it := range ordinaryMath(r, 200) {
+					lines[i*10] = jsonRow("question", it, "answer", fmt.Sprint(r.IntN(1000)))
+				}
+			}
+			if file == 2 || file == 80 || file == 150 {
+				k := len(bench32.lines)
+				lines[1000] = jsonRow("question", ps[10*k+3].Statement, "answer", ps[10*k+3].Answer)
+				bench32.lines = append(bench32.lines, line+addedFileHeaderLines+1001)
+			}
+			s := addedFile(fmt.Sprintf("pkg/f%04d.py", file), lines)
+			b.WriteString(s)
+			line += strings.Count(s, "\n")
+			file++
+		}
+		bench32.patch = []byte(b.String())
+	})
+	return bench32.patch, bench32.lines
+}
+
+func BenchmarkCheck32MiB(b *testing.B) {
+	patch, want := bench32MiB()
+	ps := standInProblems()
+	Check(nil, ps) // prepare the problems outside the timing, as the cache would
+	b.SetBytes(int64(len(patch)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var rep Report
+	for i := 0; i < b.N; i++ {
+		rep = Check(patch, ps)
+	}
+	b.StopTimer()
+	if len(rep.Findings) != len(want) {
+		b.Fatalf("findings %+v, want problems on lines %v", rep.Findings, want)
+	}
+	for i, f := range rep.Findings {
+		if f.Kind != KindStatement || len(f.Lines) != 1 || f.Lines[0] != want[i] {
+			b.Errorf("finding %d: %+v, want line %d", i, f, want[i])
+		}
+	}
+}

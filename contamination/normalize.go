@@ -1,0 +1,406 @@
+package contamination
+
+import (
+	"bytes"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxTokBytes bounds the bytes of one token that are kept for verification;
+// longer tokens are compared on their first maxTokBytes bytes plus a hash of
+// the whole token.
+const maxTokBytes = 48
+
+// noNumber marks a token that is not a standalone integer.
+const noNumber = -1
+
+// lexer turns text into the normalised token stream: lowercase runs of
+// letters or of ASCII digits (a letter/digit boundary splits a token), with
+// LaTeX markup and JSON/Python string escapes removed. The same lexer is run
+// over the problem statements and over every added line of a patch, so that
+// any rule it applies applies to both sides alike.
+//
+// For each token it calls emit with the token's bytes (lowercase, valid only
+// during the call), a 64-bit hash of the whole token, and its integer value
+// when the token is a standalone number (a digit run with no letter glued to
+// either side, at most 6 digits), else noNumber.
+type lexer struct {
+	emit func(tok []byte, h uint64, num int)
+
+	buf     []byte // current token, truncated to maxTokBytes
+	h       uint64 // FNV-1a over the whole current token
+	blen    int    // length of the whole current token
+	kind    uint8  // 0 none, 1 letters, 2 digits
+	numOK   bool   // current digit run did not start right after a letter
+	digits  int    // digits in the current run
+	val     int    // value of the current digit run
+	prevLet bool   // the previous raw character was (part of) a letter token
+	split   int    // pending single-character arguments of an unbraced \frac
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func newLexer(emit func(tok []byte, h uint64, num int)) *lexer {
+	return &lexer{emit: emit, buf: make([]byte, 0, maxTokBytes)}
+}
+
+// mix finalises a hash (splitmix64 finaliser).
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// flush ends the current token. followedByLetter tells a digit run whether a
+// letter comes right after it (then it is not a standalone number).
+func (lx *lexer) flush(followedByLetter bool) {
+	if lx.kind == 0 {
+		return
+	}
+	num := noNumber
+	if lx.kind == 2 && lx.numOK && !followedByLetter && lx.digits <= 6 {
+		num = lx.val
+	}
+	lx.emit(lx.buf, mix(lx.h^uint64(lx.blen)), num)
+	lx.buf = lx.buf[:0]
+	lx.h = fnvOffset
+	lx.blen = 0
+	lx.kind = 0
+	lx.digits = 0
+	lx.val = 0
+}
+
+func (lx *lexer) addByte(b byte) {
+	if len(lx.buf) < maxTokBytes {
+		lx.buf = append(lx.buf, b)
+	}
+	lx.h ^= uint64(b)
+	lx.h *= fnvPrime
+	lx.blen++
+}
+
+// sep handles a separator character.
+func (lx *lexer) sep() {
+	lx.flush(false)
+	lx.prevLet = false
+	if lx.split > 0 {
+		lx.split = 0
+	}
+}
+
+// letter appends one lowercase letter (as UTF-8 bytes).
+func (lx *lexer) letterBytes(p []byte) {
+	if lx.kind == 2 {
+		lx.flush(true)
+	}
+	if lx.split > 0 {
+		lx.flush(false)
+	}
+	if lx.kind == 0 {
+		lx.h = fnvOffset
+		lx.kind = 1
+	}
+	for _, b := range p {
+		lx.addByte(b)
+	}
+	if lx.split > 0 {
+		lx.split--
+		lx.flush(false)
+	}
+	lx.prevLet = true
+}
+
+func (lx *lexer) digit(c byte) {
+	if lx.kind == 1 {
+		lx.flush(false)
+	}
+	if lx.split > 0 {
+		lx.flush(false)
+	}
+	if lx.kind == 0 {
+		lx.h = fnvOffset
+		lx.kind = 2
+		lx.numOK = !lx.prevLet
+	}
+	lx.addByte(c)
+	lx.digits++
+	if lx.digits <= 6 {
+		lx.val = lx.val*10 + int(c-'0')
+	}
+	if lx.split > 0 {
+		lx.split--
+		lx.flush(false)
+	}
+	lx.prevLet = false
+}
+
+// word emits w as a token of its own.
+func (lx *lexer) word(w string) {
+	lx.flush(false)
+	lx.split = 0
+	lx.h = fnvOffset
+	lx.kind = 1
+	for i := 0; i < len(w); i++ {
+		lx.addByte(w[i])
+	}
+	lx.flush(false)
+	lx.prevLet = false
+}
+
+func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+func isDigit(c byte) bool       { return c >= '0' && c <= '9' }
+
+func hexVal(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+func hexAt(s []byte, i, n int) (rune, bool) {
+	if i+n > len(s) {
+		return 0, false
+	}
+	var r rune
+	for k := 0; k < n; k++ {
+		v := hexVal(s[i+k])
+		if v < 0 {
+			return 0, false
+		}
+		r = r<<4 | rune(v)
+	}
+	return r, true
+}
+
+// escLetter maps the control characters that a string escape produces to
+// the escape's letter: a "\t" or "\f" that swallowed the first letter of a
+// LaTeX command (e.g. a tab followed by "riangle") is read as that command.
+func escLetter(c byte) byte {
+	switch c {
+	case '\t':
+		return 't'
+	case '\n':
+		return 'n'
+	case '\r':
+		return 'r'
+	case '\f':
+		return 'f'
+	case '\b':
+		return 'b'
+	case '\v':
+		return 'v'
+	case 7:
+		return 'a'
+	}
+	return 0
+}
+
+func isEscapeLetter(c byte) bool {
+	switch c {
+	case 'n', 't', 'r', 'f', 'b', 'v', 'a':
+		return true
+	}
+	return false
+}
+
+func letterRun(s []byte, i int) int {
+	j := i
+	for j < len(s) && isASCIILetter(s[j]) {
+		j++
+	}
+	return j
+}
+
+// command handles a known LaTeX command name.
+func (lx *lexer) command(name string) {
+	lx.flush(false)
+	lx.prevLet = false
+	lx.split = 0
+	act, ok := latex[name]
+	if !ok {
+		lx.word(lowerASCII(name))
+		return
+	}
+	switch {
+	case act == "":
+		// dropped
+	case act == fracArgs:
+		lx.split = -1 // armed: decided by the next non-space character
+	default:
+		lx.word(act)
+	}
+}
+
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 'A' && s[i] <= 'Z' {
+			b := []byte(s)
+			for k := range b {
+				if b[k] >= 'A' && b[k] <= 'Z' {
+					b[k] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// text lexes s (one patch line, or a whole statement).
+func (lx *lexer) text(s []byte) {
+	i := 0
+	for i < len(s) {
+		c := s[i]
+		if lx.split < 0 { // an unbraced \frac: "\frac mn", "\frac12"
+			if c == ' ' || c == '\t' || c == '"' || c == '\'' { // spaces, and quotes of concatenated literals
+				i++
+				continue
+			}
+			if c == '\\' && len(bytes.Trim(s[i:], "\\ \t")) == 0 {
+				break // a line continuation: the arguments follow on the next line
+			}
+			if isASCIILetter(c) || isDigit(c) {
+				lx.split = 2
+			} else {
+				lx.split = 0
+			}
+		}
+		switch {
+		case isASCIILetter(c):
+			lx.letterBytes([]byte{c | 0x20})
+			i++
+		case isDigit(c):
+			lx.digit(c)
+			i++
+		case c == '\\':
+			j := i
+			for j < len(s) && s[j] == '\\' {
+				j++ // any run of backslashes is one: escaping levels collapse
+			}
+			i = lx.escape(s, j)
+		case c < 0x80:
+			if e := escLetter(c); e != 0 {
+				j := letterRun(s, i+1)
+				if j > i+1 {
+					name := string(e) + string(s[i+1:j])
+					if _, ok := latex[name]; ok {
+						lx.command(name)
+						i = j
+						continue
+					}
+				}
+			}
+			lx.sep()
+			i++
+		default:
+			r, size := utf8.DecodeRune(s[i:])
+			lx.runeText(r)
+			i += size
+		}
+	}
+	lx.flush(false)
+	lx.prevLet = false
+	// an armed unbraced \frac stays armed across a line break
+}
+
+// escape handles what follows a run of backslashes at s[j:]; it returns the
+// index from which normal lexing resumes.
+func (lx *lexer) escape(s []byte, j int) int {
+	if j >= len(s) {
+		lx.sep()
+		return j
+	}
+	c := s[j]
+	switch c {
+	case 'u':
+		if r, ok := hexAt(s, j+1, 4); ok {
+			k := j + 5
+			if r >= 0xD800 && r < 0xDC00 && k+6 <= len(s) && s[k] == '\\' && s[k+1] == 'u' {
+				if r2, ok2 := hexAt(s, k+2, 4); ok2 && r2 >= 0xDC00 && r2 < 0xE000 {
+					r = 0x10000 + (r-0xD800)<<10 + (r2 - 0xDC00)
+					k += 6
+				}
+			}
+			lx.runeText(r)
+			return k
+		}
+	case 'U':
+		if r, ok := hexAt(s, j+1, 8); ok {
+			lx.runeText(r)
+			return j + 9
+		}
+	case 'x':
+		if r, ok := hexAt(s, j+1, 2); ok {
+			lx.runeText(r)
+			return j + 3
+		}
+	}
+	lx.sep() // a backslash is a separator unless it encodes a character
+	if !isASCIILetter(c) {
+		return j // "\(", "\[", "\$", "\"", "\ ", ...
+	}
+	k := letterRun(s, j)
+	name := string(s[j:k])
+	if _, ok := latex[name]; ok {
+		lx.command(name)
+		return k
+	}
+	if isEscapeLetter(c) {
+		// "\nFind", "\tThe": a string escape followed by a word.
+		return j + 1
+	}
+	lx.command(name) // unknown command: kept as its letters
+	return k
+}
+
+// runeText handles one non-ASCII (or decoded) character.
+func (lx *lexer) runeText(r rune) {
+	if r < 0x80 {
+		c := byte(r)
+		switch {
+		case isASCIILetter(c):
+			lx.letterBytes([]byte{c | 0x20})
+		case isDigit(c):
+			lx.digit(c)
+		default:
+			lx.sep()
+		}
+		return
+	}
+	if w, ok := symbols[r]; ok {
+		if w == "" {
+			lx.sep()
+		} else {
+			lx.word(w)
+		}
+		return
+	}
+	if unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) {
+		var b [utf8.UTFMax]byte
+		n := utf8.EncodeRune(b[:], unicode.ToLower(r))
+		lx.letterBytes(b[:n])
+		return
+	}
+	lx.sep()
+}
+
+// tokenize returns the tokens of s (for statements; tests).
+func tokenize(s string) (toks []string, nums []int) {
+	lx := newLexer(func(tok []byte, _ uint64, num int) {
+		toks = append(toks, string(tok))
+		nums = append(nums, num)
+	})
+	lx.text([]byte(s))
+	return toks, nums
+}

@@ -1,0 +1,93 @@
+package contamination
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func toks(s string) string {
+	t, _ := tokenize(s)
+	return strings.Join(t, " ")
+}
+
+func TestTokenize(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"Find the SUM, of all; integers!", "find the sum of all integers"},
+		{`$\frac{m}{n}$`, "m n"},
+		{`\dfrac{a+1}{b}`, "a 1 b"},
+		{`$\tfrac mn$ and \frac12`, "m n and 1 2"},
+		{`\boxed{70}`, "70"},
+		{`\(x\) \[y\] \left( z \right)`, "x y z"},
+		{`$\sqrt{3} \cdot 4^{2}$`, "sqrt 3 4 2"},
+		{`r \neq s, \notin, \le`, "r s"},
+		{`"\nFind the sum"`, "find the sum"},
+		{`"\n\nLet $N$ be"`, "let n be"},
+		{`\tThe \rrest`, "the rest"},
+		{`\\triangle ABC`, "triangle abc"},
+		{`\\\\frac{1}{2}`, "1 2"},
+		{`caf\u00e9 \u0024x\u0024`, "café x"},
+		{"Δ ≤ √2, π, 60°", "delta sqrt 2 pi 60 circ"},
+		{"$12x^2$ x86 17-gon", "12 x 2 x 86 17 gon"},
+		{"\x0crac{m}{n}", "m n"},          // a form feed that swallowed "\f"
+		{"\triangle DEF", "triangle def"}, // a tab that swallowed "\t"
+		{`\overarc{DE} \unknowncmd`, "overarc de unknowncmd"},
+		{`\operatorname{if} \text{and} \mathcal{B}`, "if and b"},
+		{"Ünïcödé WORDS", "ünïcödé words"},
+	}
+	for _, c := range cases {
+		if got := toks(c.in); got != c.want {
+			t.Errorf("tokenize(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestStandaloneNumbers(t *testing.T) {
+	_, nums := tokenize(`x86 70, [588] 12x "\n16" 1234567 007 \boxed{81}`)
+	var got []int
+	for _, n := range nums {
+		if n != noNumber {
+			got = append(got, n)
+		}
+	}
+	want := []int{70, 588, 16, 7, 81}
+	if len(got) != len(want) {
+		t.Fatalf("numbers %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("numbers %v, want %v", got, want)
+		}
+	}
+}
+
+// Every encoding a statement can take in a patch reads as the statement.
+func TestEncodingsTokenizeAlike(t *testing.T) {
+	for _, p := range standInProblems() {
+		st := p.Statement + "\nSecond line with \\neq and \\nu."
+		want := toks(st)
+		j, _ := json.Marshal(st)
+		jj, _ := json.Marshal(string(j))
+		forms := map[string]string{
+			"json":        string(j),
+			"json-twice":  string(jj),
+			"go-quote":    strconv.Quote(st),
+			"ascii-quote": strconv.QuoteToASCII(st),
+			"collapsed":   strings.Join(strings.Fields(st), " "),
+		}
+		for name, f := range forms {
+			if got := toks(f); got != want {
+				t.Errorf("problem %s %s:\n got %q\nwant %q", p.ID, name, got, want)
+			}
+		}
+	}
+}
+
+func TestTokenTruncation(t *testing.T) {
+	long := strings.Repeat("a", 500)
+	got, _ := tokenize(long + " b")
+	if len(got) != 2 || len(got[0]) != maxTokBytes || got[1] != "b" {
+		t.Errorf("%d tokens, first %d bytes", len(got), len(got[0]))
+	}
+}

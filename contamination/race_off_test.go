@@ -1,0 +1,5 @@
+//go:build !race
+
+package contamination
+
+const raceEnabled = false
