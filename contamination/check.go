@@ -436,7 +436,7 @@ func check(patch []byte, problems []Problem, pr params) (Report, scores) {
 			Kind:    KindAnswers,
 			Lines:   lines,
 			Overlap: float64(c.best) / float64(len(c.ansIdx)),
-			Detail: fmt.Sprintf("%d of the %d answers of at least %d found within %d consecutive numbers in added lines %s of the patch",
+			Detail: fmt.Sprintf("%d of the %d answers of at least %d found within %d consecutive numbers in added %s of the patch",
 				c.best, len(c.ansIdx), pr.AnswersMinValue, len(c.win), lineRange(lines)),
 		})
 	}
@@ -452,7 +452,7 @@ func check(patch []byte, problems []Problem, pr params) (Report, scores) {
 			r := p.stmt
 			rep.Findings = append(rep.Findings, Finding{
 				Kind: KindStatement, Problem: p.id, Lines: r.lines, Overlap: r.overlap,
-				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (longest run %d of its %d words) in added lines %s of the patch",
+				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (longest run %d of its %d words) in added %s of the patch",
 					p.id, 100*r.overlap, p.n, r.run, len(p.toks), lineRange(r.lines)),
 			})
 		case p.pair != nil:
@@ -460,7 +460,7 @@ func check(patch []byte, problems []Problem, pr params) (Report, scores) {
 			lines := addLine(append([]int(nil), r.lines...), r.ansLine)
 			rep.Findings = append(rep.Findings, Finding{
 				Kind: KindPair, Problem: p.id, Lines: lines, Overlap: r.overlap,
-				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (run of %d of its %d words) in added lines %s, with its answer %d on line %d",
+				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (run of %d of its %d words) in added %s, with its answer %d on line %d",
 					p.id, 100*r.overlap, p.n, r.run, len(p.toks), lineRange(r.lines), p.answer, r.ansLine),
 			})
 		}
@@ -478,15 +478,16 @@ func addLine(lines []int, l int) []int {
 	return lines
 }
 
+// lineRange names the patch lines a finding spans: "line 7", "lines 7-19".
 func lineRange(lines []int) string {
 	if len(lines) == 0 {
-		return "?"
+		return "lines ?"
 	}
 	a, b := lines[0], lines[len(lines)-1]
 	if a == b {
-		return strconv.Itoa(a)
+		return "line " + strconv.Itoa(a)
 	}
-	return strconv.Itoa(a) + "-" + strconv.Itoa(b)
+	return "lines " + strconv.Itoa(a) + "-" + strconv.Itoa(b)
 }
 
 // forEachAdded calls f for each added line of a unified diff.

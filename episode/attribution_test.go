@@ -149,7 +149,7 @@ func goodEvalLine(t *testing.T, jobID, weights string) string {
 	r := record.RewardFor(correct)
 	return mustFormat(t, &record.Eval{Reward: r, AIME25Exact: r, AIME25AvgAt8: r, Completed: 1, SlurmJobID: jobID,
 		WeightsSHA256: weights, RolloutsSHA256: otherSHA, Problems: record.Problems, SamplesPerProblem: record.SamplesPerProblem,
-		Correct: correct, PerQuestionCorrect: per})
+		Correct: correct, PerQuestionCorrect: per, PatchSHA256: weightsSHA, ProblemsSHA256: otherSHA}) // the fixture's author record names patch weightsSHA
 }
 
 func mustFormat(t *testing.T, r record.Record) string {

@@ -37,6 +37,10 @@ type ScoreOptions struct {
 	WeightsSHA256 string
 	// WandbURL is copied into the record ("" when W&B is not used).
 	WandbURL string
+	// Contamination is the check of the author's patch
+	// (CheckContamination), bound into the record; a contaminated patch is
+	// not scored (ContaminatedRecord).
+	Contamination ContaminationCheck
 }
 
 // Score reads NeMo Gym's evaluation rollouts and returns the eval record.
@@ -171,6 +175,7 @@ func Score(rollouts io.Reader, failures io.Reader, opts ScoreOptions) (record.Ev
 		Problems:       record.Problems, SamplesPerProblem: record.SamplesPerProblem,
 		Correct: total, PerQuestionCorrect: correct,
 	}
+	opts.Contamination.Bind(&ev)
 	if err := ev.Validate(); err != nil {
 		return record.Eval{}, fmt.Errorf("evaluate: built an invalid record: %w", err)
 	}
@@ -221,10 +226,15 @@ func checkOptions(o *ScoreOptions) error {
 	if !record.IsSHA256Hex(o.WeightsSHA256) {
 		return fmt.Errorf("evaluate: weights sha256 %q is not 64 lowercase hex digits", o.WeightsSHA256)
 	}
-	// The record's own rules for wandb_url, checked before reading.
+	if o.Contamination.Report.Contaminated {
+		return fmt.Errorf("evaluate: the patch is contaminated: its weights are not scored")
+	}
+	// The record's own rules for wandb_url and the check's hashes, checked
+	// before reading.
 	probe := record.Eval{Reward: 0, Completed: 1, SlurmJobID: o.SlurmJobID, WeightsSHA256: o.WeightsSHA256,
 		RolloutsSHA256: o.WeightsSHA256, Problems: record.Problems, SamplesPerProblem: record.SamplesPerProblem,
 		PerQuestionCorrect: make([]int, record.Problems), WandbURL: o.WandbURL}
+	o.Contamination.Bind(&probe)
 	if err := probe.Validate(); err != nil {
 		return fmt.Errorf("evaluate: %w", err)
 	}

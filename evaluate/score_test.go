@@ -17,6 +17,12 @@ import (
 
 const testWeights = "abababababababababababababababababababababababababababababababab"
 
+// The contamination check's hashes of the patch and the problems file.
+const (
+	testPatch    = "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"
+	testProblems = "efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef"
+)
+
 func testQuestions() []string {
 	qs := make([]string, record.Problems)
 	for i := range qs {
@@ -26,7 +32,8 @@ func testQuestions() []string {
 }
 
 func testOptions() ScoreOptions {
-	return ScoreOptions{Questions: testQuestions(), SlurmJobID: "777", WeightsSHA256: testWeights, WandbURL: ""}
+	return ScoreOptions{Questions: testQuestions(), SlurmJobID: "777", WeightsSHA256: testWeights, WandbURL: "",
+		Contamination: ContaminationCheck{PatchSHA256: testPatch, ProblemsSHA256: testProblems}}
 }
 
 // gymRow is a rollout row shaped like `gym eval run` output.
@@ -96,6 +103,7 @@ func TestScoreGood(t *testing.T) {
 		Reward: float64(total) / 240, AIME25Exact: float64(total) / 240, AIME25AvgAt8: float64(total) / 240,
 		Completed: 1, SlurmJobID: "777", WeightsSHA256: testWeights, RolloutsSHA256: hex.EncodeToString(sum[:]),
 		Problems: 30, SamplesPerProblem: 8, Correct: total, PerQuestionCorrect: per,
+		PatchSHA256: testPatch, ProblemsSHA256: testProblems,
 	}
 	if !reflect.DeepEqual(ev, want) {
 		t.Errorf("got  %+v\nwant %+v", ev, want)

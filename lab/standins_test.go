@@ -138,7 +138,7 @@ func (e *episode) trainEnv(out string) []string {
 func (e *episode) evalEnv() []string {
 	return []string{
 		"NEMORL_EPISODE=" + e.name, "NEMORL_STAGE=eval",
-		"NEMORL_WEIGHTS=" + e.path("train/checkpoint/model.safetensors"), "NEMORL_BUNDLE=" + e.path("eval/bundle"),
+		"NEMORL_WEIGHTS=" + e.path("train/checkpoint/model.safetensors"), "NEMORL_PATCH=" + e.path("author/change.diff"), "NEMORL_BUNDLE=" + e.path("eval/bundle"),
 		"NEMORL_OUT=" + e.path("eval/work"), "SLURM_JOB_ID=" + e.evalJob,
 	}
 }
@@ -1501,6 +1501,56 @@ func TestStandInAttacks(t *testing.T) {
 		wantExit(t, r, 68)
 		if len(r.stdout) != 0 || !bytes.Contains(r.stderr, []byte("non_finite")) {
 			t.Errorf("NaN weights: stdout %q; stderr does not name non_finite", r.stdout)
+		}
+	})
+
+	t.Run("eval/check-contamination", func(t *testing.T) {
+		t.Parallel()
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			t.Skipf("go not on PATH: not building nemorl-slurm (%v)", err)
+		}
+		real := filepath.Join(t.TempDir(), "nemorl-slurm")
+		build := exec.Command(goBin, "build", "-o", real, "github.com/nemorl/nemorl-slurm/cmd/nemorl-slurm")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		problems, err := filepath.Abs("stand-ins/aime25-stand-in.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		problemsSHA, _ := sha256File(t, problems)
+		for _, c := range []struct {
+			name   string
+			author []string
+			dirty  bool
+		}{
+			{"clean", nil, false},
+			{"the problem set as a training file", []string{"--add-file", problems, "data/extra_math.jsonl"}, true},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				e := newEpisode(t, "lab-contam", 6400)
+				wantExit(t, e.run(t, record.StageAuthor, e.authorEnv(), c.author...), 0)
+				runTrain(t, e)
+				r := e.run(t, record.StageEval, e.evalEnv(), "--check-contamination", real)
+				wantExit(t, r, 0)
+				rec, err := record.Scan(record.StageEval, r.stdout)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev := rec.(*record.Eval)
+				patchSHA, _ := sha256File(t, e.path("author/change.diff"))
+				if ev.PatchSHA256 != patchSHA || ev.ProblemsSHA256 != problemsSHA || ev.Contaminated != c.dirty {
+					t.Fatalf("record: patch %s, problems %s, contaminated %v; want %s, %s, %v", ev.PatchSHA256, ev.ProblemsSHA256, ev.Contaminated, patchSHA, problemsSHA, c.dirty)
+				}
+				if c.dirty && (ev.Reward != 0 || !strings.Contains(ev.Contamination, "problem 30:")) {
+					t.Errorf("contaminated record: reward %v, evidence %q", ev.Reward, ev.Contamination)
+				}
+				if _, err := os.Stat(e.path("eval/work/contamination.json")); err != nil {
+					t.Errorf("no report: %v", err)
+				}
+			})
 		}
 	})
 

@@ -233,6 +233,20 @@ type Eval struct {
 	// PerQuestionCorrect holds, in AIME25 dataset order, each problem's
 	// number of correct answers (30 entries, each 0..8, summing to Correct).
 	PerQuestionCorrect []int `json:"per_question_correct"`
+	// PatchSHA256 is the hex sha256 of the change.diff the contamination
+	// check read (the eval job's node-local copy); the collector compares
+	// it with the author record's.
+	PatchSHA256 string `json:"patch_sha256"`
+	// ProblemsSHA256 is the hex sha256 of the AIME25 problems file the
+	// check and the scoring used (the eval image's, pinned by its digest).
+	ProblemsSHA256 string `json:"problems_sha256"`
+	// Contaminated: the check found the eval problems or their answers in
+	// the patch's added lines. The weights were then not scored: Correct
+	// is 0, the reward 0. Contamination is the evidence (which problem,
+	// which patch lines, the overlap), at most MaxEvidenceBytes; "" when
+	// not contaminated.
+	Contaminated  bool   `json:"contaminated"`
+	Contamination string `json:"contamination"`
 }
 
 // Stage implements Record.

@@ -30,6 +30,7 @@ func goodEval() *Eval {
 		WeightsSHA256: sha1hex, RolloutsSHA256: sha2hex,
 		Problems: Problems, SamplesPerProblem: SamplesPerProblem,
 		Correct: correct, PerQuestionCorrect: per,
+		PatchSHA256: sha3hex, ProblemsSHA256: sha1hex,
 	}
 }
 
@@ -68,7 +69,8 @@ func TestFieldNames(t *testing.T) {
 		StageAuthor: {"patch_sha256", "patch_bytes", "files_changed", "turns", "exit_status", "timed_out", "response_sha256", "terminal_reason", "model_calls", "dropped_events"},
 		StageTrain:  {"status", "train_reward", "inner_steps", "weights_sha256", "weights_bytes", "trainer_exit_status"},
 		StageEval: {"reward", "aime25_exact", "aime25_avg_at_8", "completed", "wandb_url", "slurm_job_id",
-			"weights_sha256", "rollouts_sha256", "problems", "samples_per_problem", "correct", "per_question_correct"},
+			"weights_sha256", "rollouts_sha256", "problems", "samples_per_problem", "correct", "per_question_correct",
+			"patch_sha256", "problems_sha256", "contaminated", "contamination"},
 	}
 	for s, w := range want {
 		if got := FieldNames(s); !reflect.DeepEqual(got, w) {
@@ -152,7 +154,7 @@ func TestScanEvalRejections(t *testing.T) {
 		{"bare prefix", "NEMORL_ENV_RESULT=\n", ReasonMalformedJSON, "", 1},
 		{"space before object", strings.Replace(good, "={", "= {", 1), ReasonMalformedJSON, "", 1},
 		{"not JSON", "NEMORL_ENV_RESULT={reward: 1}\n", ReasonMalformedJSON, "", 1},
-		{"truncated JSON", good[:len(good)-10] + "\n", ReasonMalformedJSON, "per_question_correct", 1},
+		{"truncated JSON", good[:strings.Index(good, `"per_question_correct":[`)+30] + "\n", ReasonMalformedJSON, "per_question_correct", 1},
 		{"array", "NEMORL_ENV_RESULT=[1]\n", ReasonMalformedJSON, "", 1},
 		{"invalid UTF-8", strings.Replace(good, "wandb.ai", "wandb\xff.ai", 1), ReasonMalformedJSON, "", 1},
 		{"trailing garbage", good + " x\n", ReasonTrailingData, "", 1},
@@ -192,6 +194,13 @@ func TestScanEvalRejections(t *testing.T) {
 		{"empty job id", evalLine(t, `"slurm_job_id":"4242"`, `"slurm_job_id":""`), ReasonInvalidValue, "slurm_job_id", 1},
 		{"bad weights hash", evalLine(t, `"weights_sha256":"1111`, `"weights_sha256":"ABCD`), ReasonInvalidValue, "weights_sha256", 1},
 		{"control char in url", evalLine(t, `wandb.ai`, `wandb\u0007.ai`), ReasonInvalidValue, "wandb_url", 1},
+		{"bad patch hash", evalLine(t, `"patch_sha256":"3333`, `"patch_sha256":"333`), ReasonInvalidValue, "patch_sha256", 1},
+		{"bad problems hash", evalLine(t, `"problems_sha256":"1111`, `"problems_sha256":"x111`), ReasonInvalidValue, "problems_sha256", 1},
+		{"contaminated without evidence", evalLine(t, `"contaminated":false`, `"contaminated":true`), ReasonInvalidValue, "contamination", 1},
+		{"evidence, not contaminated", evalLine(t, `"contamination":""`, `"contamination":"problem 3"`), ReasonInvalidValue, "contamination", 1},
+		{"contaminated and scored", evalLine(t, `"contaminated":false,"contamination":""`, `"contaminated":true,"contamination":"problem 3"`), ReasonInvalidValue, "correct", 1},
+		{"evidence too long", evalLine(t, `"contaminated":false,"contamination":""`, `"contaminated":true,"contamination":"`+strings.Repeat("e", MaxEvidenceBytes+1)+`"`), ReasonInvalidValue, "contamination", 1},
+		{"control char in evidence", evalLine(t, `"contaminated":false,"contamination":""`, `"contaminated":true,"contamination":"a\nb"`), ReasonInvalidValue, "contamination", 1},
 		{"oversized", evalLine(t, `"wandb_url":"`, `"wandb_url":"`+strings.Repeat("a", MaxRecordBytes)), ReasonOversizedRecord, "", 1},
 	}
 	for _, c := range cases {

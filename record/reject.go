@@ -40,7 +40,10 @@ const (
 	ReasonJobIDMismatch   Reason = "job_id_mismatch"  // eval.slurm_job_id is not the eval job's id
 	ReasonWeightsMismatch Reason = "weights_mismatch" // eval.weights_sha256 != train.weights_sha256
 	ReasonPatchMismatch   Reason = "patch_mismatch"   // change.diff does not match the author record
-	ReasonTrainNotOK      Reason = "train_not_ok"     // an eval record exists although train did not succeed
+	// ReasonCheckedPatchMismatch: the patch eval's contamination check
+	// read (eval.patch_sha256) is not the author record's.
+	ReasonCheckedPatchMismatch Reason = "checked_patch_mismatch"
+	ReasonTrainNotOK           Reason = "train_not_ok" // an eval record exists although train did not succeed
 )
 
 // Reasons lists every rejection reason.
@@ -48,7 +51,7 @@ var Reasons = []Reason{
 	ReasonMissingRecord, ReasonDuplicateRecord, ReasonForeignRecord, ReasonOversizedRecord,
 	ReasonMalformedJSON, ReasonTrailingData, ReasonUnknownField, ReasonMissingField, ReasonDuplicateField, ReasonWrongType, ReasonNonFinite,
 	ReasonInvalidValue, ReasonNotCompleted, ReasonBadCounts, ReasonCountOutOfRange, ReasonCountSumMismatch, ReasonRewardOutOfRange, ReasonRewardMismatch,
-	ReasonJobIDMismatch, ReasonWeightsMismatch, ReasonPatchMismatch, ReasonTrainNotOK,
+	ReasonJobIDMismatch, ReasonWeightsMismatch, ReasonPatchMismatch, ReasonCheckedPatchMismatch, ReasonTrainNotOK,
 }
 
 // Rejection is the error every check of this package returns.

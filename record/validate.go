@@ -12,6 +12,9 @@ const EmptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 // MaxURLBytes bounds wandb_url.
 const MaxURLBytes = 2048
 
+// MaxEvidenceBytes bounds the eval record's contamination evidence.
+const MaxEvidenceBytes = 4096
+
 // IsSHA256Hex reports whether s is 64 lowercase hex digits.
 func IsSHA256Hex(s string) bool { return IsLowerHex(s, 64) }
 
@@ -171,11 +174,27 @@ func (e *Eval) Validate() error {
 		return reject(ReasonInvalidValue, "rollouts_sha256", "not 64 lowercase hex digits")
 	case len(e.WandbURL) > MaxURLBytes:
 		return reject(ReasonInvalidValue, "wandb_url", "%d bytes, longer than %d", len(e.WandbURL), MaxURLBytes)
+	case len(e.Contamination) > MaxEvidenceBytes:
+		return reject(ReasonInvalidValue, "contamination", "%d bytes, longer than %d", len(e.Contamination), MaxEvidenceBytes)
 	}
-	for _, r := range e.WandbURL {
-		if unicode.IsControl(r) || r == unicode.ReplacementChar {
-			return reject(ReasonInvalidValue, "wandb_url", "contains a control or invalid character")
+	for _, f := range []struct{ name, v string }{{"wandb_url", e.WandbURL}, {"contamination", e.Contamination}} {
+		for _, r := range f.v {
+			if unicode.IsControl(r) || r == unicode.ReplacementChar {
+				return reject(ReasonInvalidValue, f.name, "contains a control or invalid character")
+			}
 		}
+	}
+	switch {
+	case !IsSHA256Hex(e.PatchSHA256):
+		return reject(ReasonInvalidValue, "patch_sha256", "not 64 lowercase hex digits")
+	case !IsSHA256Hex(e.ProblemsSHA256):
+		return reject(ReasonInvalidValue, "problems_sha256", "not 64 lowercase hex digits")
+	case e.Contaminated && e.Contamination == "":
+		return reject(ReasonInvalidValue, "contamination", "contaminated without evidence")
+	case !e.Contaminated && e.Contamination != "":
+		return reject(ReasonInvalidValue, "contamination", "evidence, but contaminated is false")
+	case e.Contaminated && e.Correct != 0:
+		return reject(ReasonInvalidValue, "correct", "%d for a contaminated patch, whose weights are not scored", e.Correct)
 	}
 	return nil
 }

@@ -43,6 +43,17 @@ func VerifyPatch(a *Author, patch []byte) error {
 	return nil
 }
 
+// VerifyCheckedPatch checks that the patch eval's contamination check read
+// is the one the author record names: a clean patch shown to the check in
+// place of the one train ran fails here.
+func VerifyCheckedPatch(a *Author, ev *Eval) error {
+	if ev.PatchSHA256 != a.PatchSHA256 {
+		return &Rejection{Stage: StageEval, Reason: ReasonCheckedPatchMismatch, Field: "patch_sha256", Offset: -1,
+			Detail: "eval's contamination check read a patch with sha256 " + quote(ev.PatchSHA256) + ", the author record names " + quote(a.PatchSHA256)}
+	}
+	return nil
+}
+
 func quote(s string) string {
 	const max = 80
 	if len(s) > max {

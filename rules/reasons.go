@@ -35,6 +35,10 @@ const (
 	// node-local output are larger than the pinned architecture can be:
 	// the trusted script copied nothing out (exit 71).
 	ReasonOutputTooLarge = "output_too_large"
+	// ReasonContaminated: eval's contamination check found the eval
+	// problems (statements, answers as a list, problem-answer pairs) in
+	// the added lines of the author's patch: training on the test set.
+	ReasonContaminated = "contaminated"
 
 	// The cluster's or the operator's (no reward, masked).
 	ReasonDeadline             = "deadline"               // run --deadline passed: the jobs were cancelled
@@ -67,7 +71,7 @@ var Vocabulary = func() map[string][]Kind {
 	m := map[string][]Kind{
 		ReasonNoPatch: {p}, ReasonPatchRejected: {p}, ReasonTrainFailed: {p}, ReasonAuthorFailed: {p},
 		ReasonTrainTimeout: {p}, ReasonTrainOutOfMemory: {p}, ReasonBadPatch: {p}, ReasonBadWeights: {p},
-		ReasonForeignCancel: {p}, ReasonPlantedOutput: {p}, ReasonJobHeld: {p}, ReasonJobModified: {p}, ReasonOutputTooLarge: {p},
+		ReasonForeignCancel: {p}, ReasonPlantedOutput: {p}, ReasonJobHeld: {p}, ReasonJobModified: {p}, ReasonOutputTooLarge: {p}, ReasonContaminated: {p},
 
 		ReasonDeadline: {i}, ReasonInterrupted: {i}, ReasonCancelled: {i}, ReasonConnectionLost: {i},
 		ReasonJobLost: {i}, ReasonTimesUnknown: {i}, ReasonSubmitRefused: {i}, ReasonIsolationBreach: {i},

@@ -509,6 +509,36 @@ var Table = []Rule{
 		}
 		return nil
 	}},
+	{"eval-checked-patch", Nobody, func(d *decider) *Verdict {
+		// The contamination check must have read the patch train ran,
+		// the author's: a clean patch shown in its place after the
+		// author's ended is a deliberate act.
+		a := d.authorRecord()
+		if _, ended := d.evalEnded(); !ended || a == nil {
+			return nil
+		}
+		ev := d.f.Outputs[stages.Eval].Record.(*record.Eval)
+		if err := record.VerifyCheckedPatch(a, ev); err != nil {
+			v := fail(IntegrityViolation, stages.Eval, string(record.ReasonOf(err)), err.Error()).tampered()
+			v.Train = d.trainRecord()
+			return v
+		}
+		return nil
+	}},
+	{"eval-contaminated", ThePolicy, func(d *decider) *Verdict {
+		// The trusted check found the eval problems or their answers in
+		// the patch the policy wrote: its weights were not scored.
+		if _, ended := d.evalEnded(); !ended {
+			return nil
+		}
+		ev := d.f.Outputs[stages.Eval].Record.(*record.Eval)
+		if !ev.Contaminated {
+			return nil
+		}
+		v := fail(PolicyFailure, stages.Eval, ReasonContaminated, "eval's contamination check: "+ev.Contamination).tampered()
+		v.Train = d.trainRecord()
+		return v
+	}},
 	{"scored", TheCluster, func(d *decider) *Verdict {
 		if _, ended := d.evalEnded(); !ended {
 			return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -241,6 +242,50 @@ func TestAuthorCopyOut(t *testing.T) {
 				if want := fmt.Sprintf("patch of %d bytes", c.patch); err != nil || !strings.HasPrefix(string(b), want) {
 					t.Errorf("copied patch starts %.40q (%v), want %q", b, err, want)
 				}
+			}
+		})
+	}
+}
+
+// The eval script copies the author's patch to node-local scratch (its
+// first stages.MaxPatchBytes at most, opened once) and the payload reads
+// only that copy: a symlink, a FIFO or a missing file gives an empty copy
+// (which names another patch than the author's record), never a hang or
+// a read through the link.
+func TestEvalPatchCopy(t *testing.T) {
+	t.Parallel()
+	tr := stageRun(t, map[string]string{stages.Eval: `case $NEMORL_PATCH in */author/change.diff) echo "payload reads the shared patch"; exit 1 ;; esac
+echo "payload patch: $(stat -c %s -- "$NEMORL_PATCH") bytes, $(head -c 16 -- "$NEMORL_PATCH")"`})
+	writeWeights(t, tr)
+	patch := filepath.Join(tr.Dir, "author/change.diff")
+	secret := filepath.Join(tr.Dir, "not-the-patch")
+	if err := os.WriteFile(secret, []byte("a file that is not the patch"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		make func() error
+		want string
+	}{
+		{"regular", func() error { return os.WriteFile(patch, []byte("diff --git a/x b/x\n"), 0o600) }, "payload patch: 19 bytes, diff --git a/x b\n"},
+		{"missing", func() error { return nil }, "payload patch: 0 bytes, "},
+		{"symlink", func() error { return os.Symlink(secret, patch) }, "payload patch: 0 bytes, "},
+		{"fifo", func() error { return syscall.Mkfifo(patch, 0o600) }, "payload patch: 0 bytes, "},
+		{"past the bound", func() error {
+			if err := os.WriteFile(patch, []byte("diff --git a/y b/y\n"), 0o600); err != nil {
+				return err
+			}
+			return os.Truncate(patch, stages.MaxPatchBytes+5)
+		}, fmt.Sprintf("payload patch: %d bytes, diff --git a/y b\n", stages.MaxPatchBytes)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_ = os.Remove(patch)
+			if err := c.make(); err != nil {
+				t.Fatal(err)
+			}
+			out, code := runScript(t, tr, stages.Eval)
+			if code != 0 || !strings.Contains(out, c.want) {
+				t.Fatalf("exit %d, want 0 and %q\n%s", code, c.want, tail(out, 2000))
 			}
 		})
 	}

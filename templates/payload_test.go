@@ -2,6 +2,8 @@ package templates
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -19,6 +21,10 @@ import (
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
+
+// standInProblems is the lab's stand-in problem set, the image root's
+// eval/aime25.jsonl here.
+const standInProblems = "../lab/stand-ins/aime25-stand-in.jsonl"
 
 // imageRoot lays out a stand-in image root as the three images do
 // (NEMORL_IMAGE_ROOT, normally /opt/nemorl): the real nemorl-slurm, and the
@@ -45,11 +51,12 @@ func imageRoot(t *testing.T, dir string) string {
 		"model/config.json":                                     `{"architectures": ["Qwen2ForCausalLM"]}`,
 		"model/tokenizer.json":                                  `{}`,
 	}
-	var aime bytes.Buffer
-	for i := range 30 {
-		fmt.Fprintf(&aime, `{"question": "AIME25 stand-in problem %d", "expected_answer": "%d"}`+"\n", i, i)
+	// The lab's generated stand-in problem set (never real AIME25 text).
+	aime, err := os.ReadFile(standInProblems)
+	if err != nil {
+		t.Fatal(err)
 	}
-	files["eval/aime25.jsonl"] = aime.String()
+	files["eval/aime25.jsonl"] = string(aime)
 	for rel, data := range files {
 		p := filepath.Join(root, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -175,7 +182,7 @@ func TestPayloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errs, code = runPayload(t, tr, stages.Eval, root, log, map[string]string{
-		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
+		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_PATCH": at("author/change.diff"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
 	if code != 0 {
 		t.Fatalf("eval exit %d\n%s%s", code, out, errs)
 	}
@@ -199,6 +206,11 @@ func TestPayloads(t *testing.T) {
 	}
 	if rep, err := evaluate.CheckWeights(at("train/checkpoint/model.safetensors"), evaluate.TinyQwen2()); err != nil || rep.SHA256 != ev.WeightsSHA256 {
 		t.Fatalf("weights: %v", err)
+	}
+	// The contamination check read the author's patch and the image's
+	// problems, and found nothing in a learning-rate change.
+	if ev.Contaminated || ev.PatchSHA256 != fileSHA256(t, at("author/change.diff")) || ev.ProblemsSHA256 != fileSHA256(t, filepath.Join(root, "eval/aime25.jsonl")) {
+		t.Fatalf("eval record: contaminated %v, patch %s, problems %s: want the author's patch and the image's problems, clean", ev.Contaminated, ev.PatchSHA256, ev.ProblemsSHA256)
 	}
 
 	// What ran, and with which arguments.
@@ -342,13 +354,70 @@ func TestPayloadEvalWeightsRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errs, code := runPayload(t, tr, stages.Eval, root, log, map[string]string{
-		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
+		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_PATCH": at("author/change.diff"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
 	if code != stages.ExitWeightsRejected || !strings.Contains(errs, "weights rejected") || strings.Contains(out, "NEMORL_ENV_RESULT") {
 		t.Fatalf("exit %d, want %d\n%s%s", code, stages.ExitWeightsRejected, out, errs)
 	}
 	if b, _ := os.ReadFile(log); strings.Contains(string(b), "vllm") {
 		t.Errorf("a server started for rejected weights:\n%s", b)
 	}
+}
+
+// TestPayloadEvalContaminated: a patch that adds the eval problems as a
+// JSONL training file is not scored: the payload prints the record of
+// reward 0 with the evidence, starts no server, and keeps the report.
+func TestPayloadEvalContaminated(t *testing.T) {
+	tr, root, log, at := payloadEpisode(t)
+	// The image stand-in's export writes weights check-weights accepts.
+	export := exec.Command(filepath.Join(root, "src/NeMo-RL/.venv/bin/python"), "export_dcp.py", "--dcp", t.TempDir(), "--out", at("train/checkpoint/model.safetensors"))
+	export.Env = append(os.Environ(), "NEMORL_STANDIN_LOG="+filepath.Join(t.TempDir(), "export.log"))
+	if b, err := export.CombinedOutput(); err != nil {
+		t.Fatalf("export: %v\n%s", err, b)
+	}
+	rows, err := os.ReadFile(filepath.Join(root, "eval/aime25.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(string(rows), "\n"), "\n")
+	patch := fmt.Sprintf("diff --git a/data/extra.jsonl b/data/extra.jsonl\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/data/extra.jsonl\n@@ -0,0 +1,%d @@\n+%s\n", len(lines), strings.Join(lines, "+"))
+	if err := os.WriteFile(at("author/change.diff"), []byte(patch), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settings := at("eval/bundle/eval.json")
+	b, _ := os.ReadFile(settings)
+	if err := os.WriteFile(settings, bytes.Replace(b, []byte(`"qwen2.5-1.5b-instruct"`), []byte(`"tiny-qwen2"`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runPayload(t, tr, stages.Eval, root, log, map[string]string{
+		"NEMORL_WEIGHTS": at("train/checkpoint/model.safetensors"), "NEMORL_PATCH": at("author/change.diff"), "NEMORL_BUNDLE": at("eval/bundle"), "NEMORL_OUT": at("eval/work")})
+	if code != 0 {
+		t.Fatalf("eval exit %d\n%s%s", code, out, errs)
+	}
+	rec, err := record.Scan(record.StageEval, []byte(out))
+	if err != nil {
+		t.Fatalf("eval record: %v\n%s", err, out)
+	}
+	ev := rec.(*record.Eval)
+	if !ev.Contaminated || ev.Reward != 0 || ev.Correct != 0 || !strings.Contains(ev.Contamination, "problem 1:") || ev.PatchSHA256 != fileSHA256(t, at("author/change.diff")) {
+		t.Fatalf("eval record %+v: want contaminated, reward 0, evidence naming problem 1, the patch's sha256", ev)
+	}
+	if b, _ := os.ReadFile(log); strings.Contains(string(b), "vllm") || strings.Contains(string(b), "gym eval") {
+		t.Errorf("a contaminated patch's weights were served or sampled:\n%s", b)
+	}
+	if _, err := os.Stat(at("eval/work/contamination.json")); err != nil {
+		t.Errorf("the report is not kept: %v", err)
+	}
+}
+
+// fileSHA256 is a file's hex sha256.
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // TestRunAuthorEndpointStatus runs the rendered author script with a fake

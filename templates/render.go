@@ -174,6 +174,10 @@ type scriptData struct {
 	// the payload, each within its bound.
 	AuthorOutVar  string
 	AuthorCopyOut []copyOut
+	// eval: EvalPatchVar holds the node-local copy of PatchFile (at most
+	// MaxPatchBytes) that the contamination check reads.
+	EvalPatchVar  string
+	MaxPatchBytes int64
 	// eval
 	Image, EvalDigest, WeightsFile, ImageVar string
 	BundleVar                                string
@@ -249,6 +253,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		pass = append(pass, "CUDA_VISIBLE_DEVICES")
 		mounts = []mount{
 			{"train/checkpoint/model.safetensors", "/nemorl/in/model.safetensors", true},
+			{"author/change.diff", "/nemorl/in/change.diff", true},
 			{"eval/bundle", "/nemorl/bundle", true},
 			{"eval/work", "/nemorl/out", false},
 		}
@@ -312,6 +317,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		env["NEMORL_OUT"] = see("train/checkpoint")
 	case stages.Eval:
 		env["NEMORL_WEIGHTS"] = see("train/checkpoint/model.safetensors")
+		env["NEMORL_PATCH"] = see("author/change.diff")
 		env["NEMORL_BUNDLE"] = see("eval/bundle")
 		env["NEMORL_OUT"] = see("eval/work")
 	}
@@ -334,7 +340,8 @@ func (r *renderer) stage(stage string) ([]File, error) {
 		spec.ImageVar = EvalImageVar
 		if !isolated {
 			delete(spec.Env, "NEMORL_BUNDLE")
-			spec.EnvVars = map[string]string{"NEMORL_BUNDLE": EvalBundleVar}
+			delete(spec.Env, "NEMORL_PATCH")
+			spec.EnvVars = map[string]string{"NEMORL_BUNDLE": EvalBundleVar, "NEMORL_PATCH": EvalPatchVar}
 		}
 	}
 	if isolated {
@@ -342,6 +349,9 @@ func (r *renderer) stage(stage string) ([]File, error) {
 			b := apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro}
 			if stage == stages.Eval && m.rel == "eval/bundle" {
 				b.Host, b.HostVar = "", EvalBundleVar
+			}
+			if stage == stages.Eval && m.rel == "author/change.diff" {
+				b.Host, b.HostVar = "", EvalPatchVar
 			}
 			if stage == stages.Author && m.rel == stages.Author {
 				// Node-local: the trusted script copies back the expected
@@ -416,6 +426,7 @@ func (r *renderer) stage(stage string) ([]File, error) {
 	case stages.Eval:
 		data.Image, data.EvalDigest, data.ImageVar = image, cfg.Runtime.Digests.Eval, EvalImageVar
 		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
+		data.PatchFile, data.EvalPatchVar, data.MaxPatchBytes = r.host("author/change.diff"), EvalPatchVar, stages.MaxPatchBytes
 		data.BundleVar = EvalBundleVar
 		for _, f := range bundle {
 			sum := sha256.Sum256(f.Data)
@@ -597,6 +608,11 @@ func MaxWeightsBytes() int64 {
 	}
 	return 4*n + 16<<20
 }
+
+// EvalPatchVar is the eval script's variable holding the node-local copy of
+// the author's change.diff: what the contamination check reads, and whose
+// sha256 the eval record names, whatever happens to the shared file.
+const EvalPatchVar = "NEMORL_EVAL_PATCH"
 
 // EvalBundleVar is the eval script's variable holding the node-local copy of
 // the eval bundle (the evaluator inputs), checked against the sums pinned in

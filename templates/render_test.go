@@ -177,7 +177,7 @@ func TestBinds(t *testing.T) {
 		// Train's output is node-local: only the weights are copied out.
 		stages.Train: {ep + "/author/change.diff:/nemorl/in/change.diff:ro", ep + "/train/bundle:/nemorl/bundle:ro", `"$NEMORL_TRAIN_OUT:/nemorl/out"`},
 		// The eval bundle is the script's checked node-local copy.
-		stages.Eval: {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", `"$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`, ep + "/eval/work:/nemorl/out"},
+		stages.Eval: {ep + "/train/checkpoint/model.safetensors:/nemorl/in/model.safetensors:ro", `"$NEMORL_EVAL_PATCH:/nemorl/in/change.diff:ro"`, `"$NEMORL_EVAL_BUNDLE:/nemorl/bundle:ro"`, ep + "/eval/work:/nemorl/out"},
 	}
 	for stage, binds := range want {
 		f, _ := tr.Lookup(stages.Script(stage))
@@ -200,7 +200,8 @@ func TestBinds(t *testing.T) {
 
 // TestBundleSplit asserts on the rendered tree that author and train never
 // receive the evaluator, AIME25 data or eval settings, and eval never
-// receives the patch, the recipe or the launcher.
+// receives the recipe or the launcher, and reads the patch only as the
+// contamination check's data (never applies or runs it).
 func TestBundleSplit(t *testing.T) {
 	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
@@ -218,9 +219,18 @@ func TestBundleSplit(t *testing.T) {
 					}
 				}
 			case stages.Eval:
-				for _, bad := range []string{"change.diff", "recipe", "launch", "train.json", "prompt.txt"} {
+				for _, bad := range []string{"recipe", "launch", "train.json", "prompt.txt", "git apply", "patch -p"} {
 					if strings.Contains(low, bad) {
 						t.Errorf("%s: %s carries %q", name, f.Path, bad)
+					}
+				}
+				for _, l := range strings.Split(payloadText(f), "\n") {
+					l = strings.TrimSpace(l)
+					if !strings.Contains(l, "NEMORL_PATCH") || strings.HasPrefix(l, "#") {
+						continue
+					}
+					if !strings.HasPrefix(l, `: "${NEMORL_WEIGHTS:?}" "${NEMORL_PATCH:?}"`) && !strings.HasPrefix(l, `"$bin" evaluate contamination --patch "$NEMORL_PATCH" `) {
+						t.Errorf("%s: %s uses the patch other than as the contamination check's data: %s", name, f.Path, l)
 					}
 				}
 			}
