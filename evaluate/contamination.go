@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/nemorl/nemorl-slurm/contamination"
@@ -143,7 +144,9 @@ func ContaminatedRecord(c ContaminationCheck, slurmJobID, weightsSHA256, wandbUR
 // readBounded reads a regular file of at most max bytes, through one
 // descriptor.
 func readBounded(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO planted at the path must not hang the
+	// eval job; the mode check below then refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
