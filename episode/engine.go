@@ -23,6 +23,8 @@ type Engine struct {
 	rows    []Row                           // as of the last successful poll
 	stats   EngineStats
 	wake    chan struct{}
+	// onPoll are told the duration of every poll (ObservePolls).
+	onPoll []func(took time.Duration, failed bool)
 }
 
 // EngineOptions tune an Engine.
@@ -109,6 +111,15 @@ func (g *Engine) Stats() EngineStats {
 	return s
 }
 
+// ObservePolls has f told the duration of every poll from now on (sacct and
+// advancing the episodes; failed polls too), for a histogram. f is called
+// from Run's goroutine, without the engine's lock held: it must not block.
+func (g *Engine) ObservePolls(f func(took time.Duration, failed bool)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.onPoll = append(g.onPoll, f)
+}
+
 // Run polls until ctx ends: one Query per poll for every job of every
 // followed episode, advancing those it holds. A failed poll is logged and
 // retried (the interval grows to PollMax); the episodes stay followed.
@@ -153,7 +164,11 @@ func (g *Engine) Run(ctx context.Context) error {
 			if err != nil {
 				g.stats.PollFailures++
 			}
+			observers := g.onPoll
 			g.mu.Unlock()
+			for _, f := range observers {
+				f(took, err != nil)
+			}
 			if err != nil {
 				// A failed poll is retried; the episodes stay followed.
 				d.logf("poll failed (retrying): %v", err)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
-	"strings"
 )
 
 // Aggregate is the /aggregate_metrics answer (Gym's AggregateMetrics).
@@ -191,90 +189,4 @@ func decodeVerifyResponses(body io.Reader) ([]verifyResponse, *requestError) {
 		return nil, bad("verify_responses", "required")
 	}
 	return rows, nil
-}
-
-// handleMetrics writes the Prometheus text exposition format.
-func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	var b strings.Builder
-	metric := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	inFlight, queued := s.slots.counts()
-	metric("nemorl_serve_episodes_in_flight", "gauge", "Episodes running (holding a slot of serve.concurrency).")
-	fmt.Fprintf(&b, "nemorl_serve_episodes_in_flight %d\n", inFlight)
-	metric("nemorl_serve_queue_length", "gauge", "Rows waiting for a slot, in arrival order.")
-	fmt.Fprintf(&b, "nemorl_serve_queue_length %d\n", queued)
-
-	byStage := map[string]int{}
-	for _, row := range s.opt.Engine.Rows() {
-		byStage[row.Stage+"|"+row.State]++
-	}
-	metric("nemorl_serve_episodes", "gauge", "Episodes followed, by current stage and Slurm state.")
-	for _, k := range sortedKeys(byStage) {
-		stage, state, _ := strings.Cut(k, "|")
-		fmt.Fprintf(&b, "nemorl_serve_episodes{stage=%q,state=%q} %d\n", stage, state, byStage[k])
-	}
-
-	s.mu.Lock()
-	outcomes := make(map[string]int64, len(s.outcomes))
-	for k, n := range s.outcomes {
-		outcomes[k[0]+"|"+k[1]] = n
-	}
-	answers := make(map[string]int64, len(s.answers))
-	for c, n := range s.answers {
-		answers[fmt.Sprint(c)] = n
-	}
-	attached := s.attached
-	s.mu.Unlock()
-	metric("nemorl_serve_outcomes_total", "counter", "Episodes ended, by outcome and failure reason.")
-	for _, k := range sortedKeys(outcomes) {
-		o, reason, _ := strings.Cut(k, "|")
-		fmt.Fprintf(&b, "nemorl_serve_outcomes_total{outcome=%q,reason=%q} %d\n", o, reason, outcomes[k])
-	}
-	metric("nemorl_serve_run_answers_total", "counter", "/run answers, by HTTP status.")
-	for _, k := range sortedKeys(answers) {
-		fmt.Fprintf(&b, "nemorl_serve_run_answers_total{code=%q} %d\n", k, answers[k])
-	}
-	metric("nemorl_serve_attached_total", "counter", "/run requests that joined an episode already running for the same rollout.")
-	fmt.Fprintf(&b, "nemorl_serve_attached_total %d\n", attached)
-
-	st := s.opt.Engine.Stats()
-	metric("nemorl_serve_sacct_polls_total", "counter", "Polls of the cluster (one sacct for every job in flight each).")
-	fmt.Fprintf(&b, "nemorl_serve_sacct_polls_total %d\n", st.Polls)
-	metric("nemorl_serve_sacct_poll_failures_total", "counter", "Polls that failed.")
-	fmt.Fprintf(&b, "nemorl_serve_sacct_poll_failures_total %d\n", st.PollFailures)
-	metric("nemorl_serve_sacct_poll_seconds", "gauge", "Duration of the last poll (sacct and advancing the episodes).")
-	fmt.Fprintf(&b, "nemorl_serve_sacct_poll_seconds %g\n", st.LastPoll.Seconds())
-	metric("nemorl_serve_sacct_poll_seconds_total", "counter", "Time spent polling.")
-	fmt.Fprintf(&b, "nemorl_serve_sacct_poll_seconds_total %g\n", st.PollSeconds)
-	if s.opt.Reconnects != nil {
-		metric("nemorl_serve_ssh_reconnects_total", "counter", "Reconnections of the SSH connection to the cluster.")
-		fmt.Fprintf(&b, "nemorl_serve_ssh_reconnects_total %d\n", s.opt.Reconnects())
-	}
-	if s.opt.RemoteOps != nil {
-		ops := s.opt.RemoteOps()
-		metric("nemorl_serve_remote_commands_total", "counter", "Commands run on the cluster, by program.")
-		for _, k := range sortedKeys(ops) {
-			if prog, ok := strings.CutPrefix(k, "run "); ok {
-				fmt.Fprintf(&b, "nemorl_serve_remote_commands_total{program=%q} %d\n", prog, ops[k])
-			}
-		}
-		metric("nemorl_serve_remote_file_operations_total", "counter", "File operations on the cluster (SFTP requests over SSH), by kind.")
-		for _, k := range sortedKeys(ops) {
-			if !strings.HasPrefix(k, "run ") {
-				fmt.Fprintf(&b, "nemorl_serve_remote_file_operations_total{op=%q} %d\n", k, ops[k])
-			}
-		}
-	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_, _ = w.Write([]byte(s.redact(b.String())))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

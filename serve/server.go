@@ -84,6 +84,11 @@ type Server struct {
 	outcomes map[[2]string]int64
 	answers  map[int]int64 // HTTP status → count of /run answers
 	attached int64
+
+	// metrics are the /metrics series (prom.go); rows is what the engine
+	// follows (its Rows; tests replace it).
+	metrics *metrics
+	rows    func() []episode.Row
 }
 
 // run is one episode as the server drives it; requests wait on done.
@@ -130,6 +135,11 @@ func New(opt Options) (*Server, error) {
 	if opt.Token != "" {
 		s.secret = append(s.secret, opt.Token)
 	}
+	s.rows = opt.Engine.Rows
+	if s.metrics, err = newMetrics(s); err != nil {
+		return nil, err
+	}
+	opt.Engine.ObservePolls(func(took time.Duration, _ bool) { s.metrics.pollTime.Observe(took.Seconds()) })
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.submitq = newSubmitQueue()
 	go s.submitter()
@@ -211,7 +221,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /run", s.auth(s.handleRun))
 	mux.HandleFunc("POST /aggregate_metrics", s.auth(s.handleAggregate))
 	mux.HandleFunc("GET /episodes", s.auth(s.handleEpisodes))
-	mux.HandleFunc("GET /metrics", s.auth(s.handleMetrics))
+	mux.HandleFunc("GET /metrics", s.auth(s.metrics.handler(s.redact, s.logf).ServeHTTP))
 	if s.opt.Head != nil {
 		mux.HandleFunc("GET /global_config_dict_yaml", s.auth(s.handleHead))
 	}
@@ -537,6 +547,7 @@ func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 	}
 	s.mu.Unlock()
 	if final != nil {
+		s.metrics.observeEnd(final)
 		o := final.Outcome
 		msg := string(o.Outcome)
 		if o.FailureReason != "" {
