@@ -50,6 +50,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			submitCommand(e),
 			statusCommand(e),
 			listCommand(e),
+			reportCommand(e),
 			watchCommand(e),
 			resultCommand(e),
 			logsCommand(e),
