@@ -52,7 +52,12 @@ type page struct {
 	F         *Figures
 	Charts    []chart
 	Rows      []pageRow
+	// NoEpisodes is what the page says when there are none.
+	NoEpisodes string
 }
+
+// noEpisodes is what the report says when the selection is empty.
+const noEpisodes = "No episodes: nothing in the ledger matches this selection."
 
 type pageRow struct {
 	Row
@@ -65,36 +70,73 @@ type pageRow struct {
 // SVG charts, style and script; nothing fetched when it is opened). Every
 // text from the ledger is escaped.
 func RenderHTML(w io.Writer, f Figures, title string) error {
-	p := page{Title: title, Generated: f.Generated.UTC().Format(time.RFC3339), F: &f}
-	if f.Episodes > 0 {
-		charts, err := drawCharts(&f)
-		if err != nil {
-			return fmt.Errorf("report: %w", err)
-		}
-		p.Charts = charts
-		p.Rows = make([]pageRow, len(f.Rows))
-		for i, r := range f.Rows {
-			pr := pageRow{Row: r, LabelText: labelText(r.Labels), RewardText: "-", WallText: "-",
-				CreatedText: r.Created.UTC().Format("2006-01-02 15:04:05"), CreatedKey: r.Created.Unix()}
-			if r.FailureReason != "" {
-				pr.Reason = r.FailureReason
-				if r.FailureStage != "" {
-					pr.Reason = r.FailureStage + ": " + r.FailureReason
-				}
-			}
-			if r.Reward != nil {
-				pr.RewardText, pr.RewardKey = strconv.FormatFloat(*r.Reward, 'f', 4, 64), strconv.FormatFloat(*r.Reward, 'g', -1, 64)
-			}
-			if r.WallTimeS != nil {
-				pr.WallText, pr.WallKey = formatSeconds(*r.WallTimeS), strconv.FormatFloat(*r.WallTimeS, 'g', -1, 64)
-			}
-			p.Rows[i] = pr
-		}
+	p, err := newPage(&f, title, noEpisodes)
+	if err != nil {
+		return err
 	}
-	if err := pageTemplate.Execute(w, &p); err != nil {
+	if err := pageTemplate.Execute(w, p); err != nil {
 		return fmt.Errorf("report: write the HTML: %w", err)
 	}
 	return nil
+}
+
+// RenderFragment writes the figures as the body of RenderHTML's page
+// without the page around it (no document, head, style or script): the
+// summary, the charts (a figure for each of ChartIDs) and the table
+// (id="episodes"), or, when there are no episodes, an element
+// id="no-episodes" that says empty ("": the report's words). It is for a
+// page that swaps it in as it changes (serve's /ui); that page brings CSS
+// and, if it wants, sorts the table. Every text from the ledger is
+// escaped.
+func RenderFragment(w io.Writer, f Figures, empty string) error {
+	if empty == "" {
+		empty = noEpisodes
+	}
+	p, err := newPage(&f, "", empty)
+	if err != nil {
+		return err
+	}
+	if err := pageTemplate.ExecuteTemplate(w, "figures", p); err != nil {
+		return fmt.Errorf("report: write the HTML fragment: %w", err)
+	}
+	return nil
+}
+
+// newPage draws f's charts and lays out its table rows.
+func newPage(f *Figures, title, empty string) (*page, error) {
+	p := &page{Title: title, Generated: f.Generated.UTC().Format(time.RFC3339), F: f, NoEpisodes: empty}
+	if f.Episodes == 0 {
+		return p, nil
+	}
+	charts, err := drawCharts(f)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	p.Charts = charts
+	p.Rows = make([]pageRow, len(f.Rows))
+	for i, r := range f.Rows {
+		p.Rows[i] = newPageRow(r)
+	}
+	return p, nil
+}
+
+// newPageRow is a table row's texts and sort keys.
+func newPageRow(r Row) pageRow {
+	pr := pageRow{Row: r, LabelText: labelText(r.Labels), RewardText: "-", WallText: "-",
+		CreatedText: r.Created.UTC().Format("2006-01-02 15:04:05"), CreatedKey: r.Created.Unix()}
+	if r.FailureReason != "" {
+		pr.Reason = r.FailureReason
+		if r.FailureStage != "" {
+			pr.Reason = r.FailureStage + ": " + r.FailureReason
+		}
+	}
+	if r.Reward != nil {
+		pr.RewardText, pr.RewardKey = strconv.FormatFloat(*r.Reward, 'f', 4, 64), strconv.FormatFloat(*r.Reward, 'g', -1, 64)
+	}
+	if r.WallTimeS != nil {
+		pr.WallText, pr.WallKey = formatSeconds(*r.WallTimeS), strconv.FormatFloat(*r.WallTimeS, 'g', -1, 64)
+	}
+	return pr
 }
 
 func labelText(m map[string]string) string {
@@ -172,11 +214,16 @@ func drawCharts(f *Figures) ([]chart, error) {
 	return out, nil
 }
 
+// rightMargin is kept free right of every chart.
+const rightMargin vg.Length = 14 // points
+
 // toSVG draws p with vgsvg, without the XML prolog (the SVG goes inline).
 // vgsvg escapes every text it draws.
 func toSVG(p *plot.Plot, w, h vg.Length) (template.HTML, error) {
 	c := vgsvg.New(w, h)
-	p.Draw(draw.New(c))
+	// A right margin: gonum/plot centres the last tick's label on the
+	// canvas's edge, and places a legend flush with it.
+	p.Draw(draw.Crop(draw.New(c), 0, -rightMargin, 0, 0))
 	var b bytes.Buffer
 	if _, err := c.WriteTo(&b); err != nil {
 		return "", fmt.Errorf("draw the SVG: %w", err)
@@ -288,6 +335,11 @@ func rewardTimeChart(f *Figures) (*plot.Plot, string, string, error) {
 	p.Add(l)
 	p.Legend.Add("running median", l)
 	p.Legend.Top = true
+	// Inside the axes, clear of the right edge (the thumbnails are drawn
+	// right of the text) and smaller than the axis labels.
+	p.Legend.XOffs, p.Legend.YOffs = -vg.Points(8), -vg.Points(4)
+	p.Legend.TextStyle.Font.Size = vg.Points(10)
+	p.Legend.Padding = vg.Points(2)
 	if p.Y.Max <= 1 {
 		p.Y.Max = 1.3 // room for the legend above the rewards
 	}
@@ -461,14 +513,9 @@ func inFlightChart(f *Figures) (*plot.Plot, string, string, error) {
 	return p, caption, "", nil
 }
 
-var pageTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.Title}}</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 80em; padding: 0 1em; color: #222; }
+// CSS is the stylesheet of RenderHTML's page, which RenderFragment's
+// markup expects: a page that embeds the fragment puts it in its <style>.
+const CSS = `body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 80em; padding: 0 1em; color: #222; }
 h1 { font-size: 1.4em; }
 .summary { color: #444; }
 .empty { font-size: 1.2em; padding: 2em; border: 1px dashed #999; text-align: center; }
@@ -485,34 +532,26 @@ th[aria-sort=descending]::after { content: " \25BC"; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.tampering td { background: #fde2e2; }
 .detail { color: #666; font-size: 0.85em; }
-</style>
+`
+
+// The page is pageHead, CSS and pageBody; pageBody draws the figures with
+// figuresText (the template "figures": RenderFragment's markup), then the
+// table's sorting.
+const (
+	pageHead = `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}}</title>
+<style>
+`
+	pageBody = `</style>
 </head>
 <body>
 <h1>{{.Title}}</h1>
-<p class="summary">Generated {{.Generated}} from the ledger: {{.F.Episodes}} episodes, {{.F.Finished}} final{{if .F.Tampering.Count}}, <strong>{{.F.Tampering.Count}} flagged for tampering</strong>{{end}}.</p>
-{{- if eq .F.Episodes 0}}
-<p id="no-episodes" class="empty">No episodes: nothing in the ledger matches this selection.</p>
-{{- else}}
-<section class="charts">
-{{- range .Charts}}
-<figure id="{{.ID}}">
-{{- if .SVG}}
-{{.SVG}}
-{{- else}}
-<p class="nodata">{{.Empty}}</p>
-{{- end}}
-<figcaption>{{.Caption}}</figcaption>
-</figure>
-{{- end}}
-</section>
-<table id="episodes">
-<thead><tr><th data-type="text">episode</th><th data-type="text">labels</th><th data-type="text">outcome</th><th data-type="text">failure reason</th><th data-type="num">reward</th><th data-type="num">created (UTC)</th><th data-type="num">wall time</th></tr></thead>
-<tbody>
-{{- range .Rows}}
-<tr{{if .Tampering}} class="tampering"{{end}}><td>{{.Episode}}</td><td>{{.LabelText}}</td><td>{{.Outcome}}{{if .Tampering}} (tampering){{end}}</td><td>{{.Reason}}{{if .Detail}}<div class="detail">{{.Detail}}</div>{{end}}</td><td class="num" data-v="{{.RewardKey}}">{{.RewardText}}</td><td class="num" data-v="{{.CreatedKey}}">{{.CreatedText}}</td><td class="num" data-v="{{.WallKey}}">{{.WallText}}</td></tr>
-{{- end}}
-</tbody>
-</table>
+{{template "figures" .}}
+{{- if ne .F.Episodes 0}}
 <script>
 (function () {
   var table = document.getElementById("episodes");
@@ -544,4 +583,36 @@ tr.tampering td { background: #fde2e2; }
 {{- end}}
 </body>
 </html>
-`))
+`
+	figuresText = `<p class="summary">Generated {{.Generated}} from the ledger: {{.F.Episodes}} episodes, {{.F.Finished}} final{{if .F.Tampering.Count}}, <strong>{{.F.Tampering.Count}} flagged for tampering</strong>{{end}}.</p>
+{{- if eq .F.Episodes 0}}
+<p id="no-episodes" class="empty">{{.NoEpisodes}}</p>
+{{- else}}
+<section class="charts">
+{{- range .Charts}}
+<figure id="{{.ID}}">
+{{- if .SVG}}
+{{.SVG}}
+{{- else}}
+<p class="nodata">{{.Empty}}</p>
+{{- end}}
+<figcaption>{{.Caption}}</figcaption>
+</figure>
+{{- end}}
+</section>
+<table id="episodes">
+<thead><tr><th data-type="text">episode</th><th data-type="text">labels</th><th data-type="text">outcome</th><th data-type="text">failure reason</th><th data-type="num">reward</th><th data-type="num">created (UTC)</th><th data-type="num">wall time</th></tr></thead>
+<tbody>
+{{- range .Rows}}
+<tr{{if .Tampering}} class="tampering"{{end}}><td>{{.Episode}}</td><td>{{.LabelText}}</td><td>{{.Outcome}}{{if .Tampering}} (tampering){{end}}</td><td>{{.Reason}}{{if .Detail}}<div class="detail">{{.Detail}}</div>{{end}}</td><td class="num" data-v="{{.RewardKey}}">{{.RewardText}}</td><td class="num" data-v="{{.CreatedKey}}">{{.CreatedText}}</td><td class="num" data-v="{{.WallKey}}">{{.WallText}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- end}}`
+)
+
+var pageTemplate = func() *template.Template {
+	t := template.Must(template.New("report").Parse(pageHead + CSS + pageBody))
+	template.Must(t.New("figures").Parse(figuresText))
+	return t
+}()

@@ -213,3 +213,51 @@ func heapSampler() (stop func(), peak *uint64) {
 	}()
 	return func() { close(done); wg.Wait() }, peak
 }
+
+// TestReportRenderFragment: the fragment is the page's body below its
+// title, without the page around it or its script; with no episodes it
+// says what it is given.
+func TestReportRenderFragment(t *testing.T) {
+	es := synthetic(50, 3)
+	es[0].Labels["note"] = `<script>alert("label")</script>`
+	f := Build(es, t0.Add(30*24*time.Hour))
+	var b bytes.Buffer
+	if err := RenderFragment(&b, f, "unused: there are episodes"); err != nil {
+		t.Fatal(err)
+	}
+	frag := b.String()
+	page := render(t, f, "report")
+	start := strings.Index(page, "</h1>\n") + len("</h1>\n")
+	if !strings.Contains(page[start:], frag+"\n<script>") {
+		t.Errorf("the fragment is not the page's body below its title:\n%.400s", frag)
+	}
+	for _, id := range ChartIDs {
+		if !strings.Contains(frag, `<figure id="`+id+`">`) {
+			t.Errorf("no figure %s", id)
+		}
+	}
+	for _, bad := range []string{"<script", "<html", "<head", "<style", "<body", "<!DOCTYPE", "unused: there are episodes"} {
+		if strings.Contains(frag, bad) {
+			t.Errorf("the fragment contains %q", bad)
+		}
+	}
+	if !strings.Contains(frag, `<table id="episodes">`) || !strings.Contains(frag, `&lt;script&gt;alert(&#34;label&#34;)`) {
+		t.Errorf("the fragment lacks the table or its escaped label")
+	}
+	if m := reExternal.FindString(frag); m != "" {
+		t.Errorf("an external reference: %q", m)
+	}
+
+	for empty, want := range map[string]string{"": "No episodes: nothing in the ledger matches this selection.", "Nothing <yet>.": "Nothing &lt;yet&gt;."} {
+		b.Reset()
+		if err := RenderFragment(&b, Build(nil, t0), empty); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.String(); !strings.Contains(got, `<p id="no-episodes" class="empty">`+want+`</p>`) || strings.Contains(got, "<figure") {
+			t.Errorf("empty fragment (%q):\n%s", empty, got)
+		}
+	}
+	if !strings.Contains(CSS, "svg.chart") || strings.Contains(CSS, "</style") || !strings.Contains(page, "<style>\n"+CSS+"</style>") {
+		t.Errorf("CSS is not the page's stylesheet")
+	}
+}

@@ -225,14 +225,14 @@ func (s *Server) Handler() http.Handler {
 	if s.opt.Head != nil {
 		mux.HandleFunc("GET /global_config_dict_yaml", s.auth(s.handleHead))
 	}
+	s.routeUI(mux) // GET /ui, GET /ui/figures (ui.go)
 	return mux
 }
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.opt.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opt.Token)) != 1 {
+			if !s.bearerOK(r) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="nemorl-slurm"`)
 				_ = s.writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token (Authorization: Bearer <serve.token>)"})
 				return
@@ -240,6 +240,13 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// bearerOK says whether r carries the token as "Authorization: Bearer
+// <token>" (compared in constant time).
+func (s *Server) bearerOK(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.opt.Token)) == 1
 }
 
 // writeJSON answers v with status; the secrets never leave. The error
