@@ -23,9 +23,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/chromium"
+	rpt "github.com/nemorl/nemorl-slurm/report"
 )
 
 const serveConcurrency = 4
@@ -75,11 +79,13 @@ func TestServeLab(t *testing.T) {
 	answers := make([]map[string]any, len(rows))
 	codes := make([]int, len(rows))
 	var wg sync.WaitGroup
+	var answered atomic.Int32
 	for i, body := range rows {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			codes[i], answers[i] = srv.post(t, "/run", body)
+			answered.Add(1)
 		}()
 	}
 	// While they run, /episodes never shows more than the bound in flight.
@@ -105,9 +111,67 @@ func TestServeLab(t *testing.T) {
 			}
 		}
 	}()
+	// The live page, in a real browser, while they run: episodes in flight.
+	requireChromium(t)
+	eventually(t, quickTimeout, 200*time.Millisecond, func() string {
+		var doc struct {
+			InFlight int `json:"in_flight"`
+		}
+		if code, raw := srv.get(t, "/episodes"); code != 200 || json.Unmarshal(raw, &doc) != nil || doc.InFlight == 0 {
+			return "no episode in flight yet"
+		}
+		return ""
+	})
+	during := x.livePage(t, srv, false, "")
+	// One page kept open while the rows run: its own script refreshes it,
+	// and the count it shows changes, down to 0, without a reload (a
+	// reload would end the watching script).
+	type watchResult struct {
+		w    liveWatch
+		page *chromium.Page
+		err  error
+	}
+	watched := make(chan watchResult, 1)
+	go func() {
+		w, page, err := watchLivePage(srv)
+		watched <- watchResult{w, page, err}
+	}()
+	// Once a first wave has ended, others run: the page with its pictures.
+	eventually(t, episodeTimeout, 200*time.Millisecond, func() string {
+		if answered.Load() < serveConcurrency {
+			return "the first rows have not been answered"
+		}
+		return ""
+	})
+	mid := x.livePage(t, srv, false, os.Getenv("NEMORL_UI_SCREENSHOT"))
 	wg.Wait()
 	close(stopSampling)
 	<-sampled
+	after := x.livePage(t, srv, true, "")
+	wr := <-watched
+	if wr.err != nil {
+		t.Fatal(wr.err)
+	}
+	browserClean(t, wr.page)
+	w := wr.w
+	var counts []string
+	for _, s := range w.Seen {
+		counts = append(counts, fmt.Sprintf("%s at %.1fs", s.V, float64(s.MS)/1000))
+	}
+	if len(w.Seen) < 2 || w.Seen[0].V == "0" || w.Seen[len(w.Seen)-1].V != "0" || w.Swaps < 2 {
+		t.Errorf("/ui kept open in Chromium: in flight %v over %d refreshes, want a count that changes down to 0 over refreshes", counts, w.Swaps)
+	}
+	t.Logf("/ui kept open in Chromium, refreshed %d times by its own script: in flight %s", w.Swaps, strings.Join(counts, ", "))
+	if during.Inflight == "0" || after.Inflight != "0" {
+		t.Errorf("/ui in Chromium: %q in flight while the rows ran, %q after, want some then 0", during.Inflight, after.Inflight)
+	}
+	if mid.Rows <= during.Rows && during.Rows < len(rows)-1 {
+		t.Errorf("/ui in Chromium: %d episodes at first, %d after the first answers, want more", during.Rows, mid.Rows)
+	}
+	if after.Rows != len(rows)-1 { // the doubled row is one episode
+		t.Errorf("/ui in Chromium after the rows: %d episode rows, want %d", after.Rows, len(rows)-1)
+	}
+	t.Logf("/ui in Chromium: %s in flight (%d episodes) at first, %s (%d) after %d answers, %s (%d) at the end", during.Inflight, during.Rows, mid.Inflight, mid.Rows, serveConcurrency, after.Inflight, after.Rows)
 	if maxSeen > serveConcurrency || maxSeen == 0 {
 		t.Errorf("/episodes showed %d in flight at most, want 1..%d", maxSeen, serveConcurrency)
 	}
@@ -179,6 +243,18 @@ func TestServeLab(t *testing.T) {
 	if code != 200 || !bytes.Contains(raw, []byte(`nemorl_serve_outcomes_total{outcome="scored",reason=""} 8`)) ||
 		!bytes.Contains(raw, []byte("nemorl_serve_attached_total 1")) || bytes.Contains(raw, []byte(x.apiKey)) {
 		t.Errorf("/metrics: %d\n%s", code, raw)
+	}
+	// The exposition as Prometheus reads it, with the episodes' histograms.
+	promtool := exec.Command("promtool", "check", "metrics")
+	promtool.Stdin = bytes.NewReader(raw)
+	if out, err := promtool.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics on serve's /metrics: %v\n%s", err, out)
+	}
+	if n := metricValue(t, raw, "nemorl_serve_episode_duration_seconds_count"); n != int64(len(rows)-1) {
+		t.Errorf("nemorl_serve_episode_duration_seconds_count %d, want %d episodes", n, len(rows)-1)
+	}
+	if !bytes.Contains(raw, []byte(`nemorl_serve_stage_run_seconds_bucket{stage="train",le="3600"}`)) {
+		t.Errorf("/metrics has no train run-time bucket at 1 h")
 	}
 	// One sacct per poll, for every job of every episode in flight: the
 	// commands serve ran on the cluster, counted where they are sent.
@@ -587,4 +663,85 @@ func sshConnections(t *testing.T, pid, port int) int {
 		return 0
 	}
 	return strings.Count(string(out), fmt.Sprintf("pid=%d,", pid))
+}
+
+// liveWatch is what watchScript saw of one /ui page kept open: each
+// in-flight count it showed, from when, and how many times the page's
+// own script swapped in new figures.
+type liveWatch struct {
+	Seen []struct {
+		V  string `json:"v"`
+		MS int64  `json:"ms"`
+	} `json:"seen"`
+	Swaps int `json:"swaps"`
+}
+
+// watchScript follows #inflight-now every 250 ms until it shows 0 (or four
+// minutes pass) and counts the swaps of #live's content.
+const watchScript = `new Promise((resolve) => {
+  const t0 = Date.now();
+  let swaps = 0;
+  new MutationObserver(() => { swaps++; }).observe(document.getElementById("live"), {childList: true});
+  const seen = [];
+  const look = () => {
+    const el = document.getElementById("inflight-now");
+    const v = el ? el.textContent.trim() : "";
+    if (seen.length === 0 || seen[seen.length - 1].v !== v) seen.push({v: v, ms: Date.now() - t0});
+    if (v === "0" || Date.now() - t0 > 240000) { resolve({seen: seen, swaps: swaps}); return; }
+    setTimeout(look, 250);
+  };
+  look();
+})`
+
+// watchLivePage loads serve's /ui once and keeps it open under
+// watchScript. It runs beside the test, so it reports instead of failing.
+func watchLivePage(srv *serveProc) (liveWatch, *chromium.Page, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var w liveWatch
+	page, err := chromium.Load(ctx, srv.url+"/ui", chromium.Options{AllowLoopback: true, Script: watchScript})
+	if err != nil {
+		return w, nil, fmt.Errorf("chromium /ui kept open: %w", err)
+	}
+	if err := json.Unmarshal(page.Result, &w); err != nil {
+		return w, page, fmt.Errorf("/ui kept open, its answer %s: %w", page.Result, err)
+	}
+	return w, page, nil
+}
+
+// livePageView is what chartsScript saw of serve's /ui.
+type livePageView struct {
+	Charts   map[string]bool `json:"charts"`
+	Rows     int             `json:"rows"`
+	Inflight string          `json:"inflight"`
+}
+
+// livePage is serve's /ui as headless Chromium shows it (loopback only):
+// every chart present (drawn, with withData: it may say "no data" while
+// no episode has ended), nothing logged wrong; png, when set, gets its
+// screenshot.
+func (x *labCLI) livePage(t *testing.T, srv *serveProc, withData bool, png string) livePageView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opt := chromium.Options{AllowLoopback: true, Script: chartsScript}
+	if png != "" { // a PNG of the page, for the README
+		opt.Width, opt.Height, opt.Screenshot = 1100, 1300, png
+	}
+	page, err := chromium.Load(ctx, srv.url+"/ui", opt)
+	if err != nil {
+		t.Fatalf("chromium /ui: %v", err)
+	}
+	var v livePageView
+	if err := json.Unmarshal(page.Result, &v); err != nil {
+		t.Fatalf("/ui's answer %s: %v", page.Result, err)
+	}
+	for _, id := range rpt.ChartIDs {
+		drawn, present := v.Charts[id]
+		if !present || withData && !drawn {
+			t.Errorf("/ui in Chromium: chart #%s present %v, drawn %v", id, present, drawn)
+		}
+	}
+	browserClean(t, page)
+	return v
 }

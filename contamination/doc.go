@@ -133,6 +133,9 @@
 //     CSV) holds all of them.
 //
 // On 3,747 ordinary patches the false-positive count is 0 for both sets.
+// Measured again later with the real set from a public copy and 36 files of
+// NeMo RL's and NeMo Gym's upstream sources (nemo_rl/, nemo_gym/, configs,
+// docs) as NEMORL_CONTAM_EXTRA_NEG: 0 of 3,801; the same 75 of 90 pairs.
 //
 // # Limits
 //

@@ -21,12 +21,8 @@ import (
 // NEMORL_REQUIRE_LAB=1 (CI, where lab/up installs Debian's chromium).
 func browserOrSkip(t *testing.T) {
 	t.Helper()
-	if _, err := chromium.Find(); err != nil {
-		if labtest.Required() {
-			t.Fatalf("chromium is required (NEMORL_REQUIRE_LAB=1) but not found: %v", err)
-		}
-		t.Skipf("no chromium: %v", err)
-	}
+	_, err := chromium.Find()
+	labtest.Need(t, "chromium", err)
 }
 
 // writeReport renders f to a file and returns its file:// URL.

@@ -269,6 +269,7 @@ func rewardChart(f *Figures) (*plot.Plot, string, string, error) {
 	}
 	p := newPlot("Reward of scored episodes", "reward", "episodes")
 	p.Add(histogram(d.Bins, blue, 1))
+	p.Y.Tick.Marker = countTicks{}
 	return p, caption, "", nil
 }
 
@@ -284,10 +285,44 @@ func (t timeXYs) XY(i int) (float64, float64) {
 	return float64(at.UnixNano()) / 1e9, v
 }
 
-func timeAxis(p *plot.Plot) {
-	p.X.Tick.Marker = plot.TimeTicks{Format: "01-02\n15:04", Time: func(t float64) time.Time {
+// countTicks labels a count axis with whole numbers only: a histogram of
+// three episodes has no tick at 0.5 episodes.
+type countTicks struct{}
+
+func (countTicks) Ticks(min, max float64) []plot.Tick {
+	var out []plot.Tick
+	for _, t := range (plot.DefaultTicks{}).Ticks(min, max) {
+		if t.Label != "" && t.Value != math.Trunc(t.Value) {
+			continue // a fraction of an episode
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func timeAxis(p *plot.Plot) { p.X.Tick.Marker = spanTimeTicks{} }
+
+// spanTimeTicks labels a time axis with as much of the clock as its span
+// needs: seconds for a run of minutes, the day for one of weeks.
+type spanTimeTicks struct{}
+
+func (spanTimeTicks) Ticks(min, max float64) []plot.Tick {
+	return plot.TimeTicks{Format: timeTickFormat(max - min), Time: func(t float64) time.Time {
 		return time.Unix(0, int64(t*1e9)).UTC()
-	}}
+	}}.Ticks(min, max)
+}
+
+func timeTickFormat(spanS float64) string {
+	switch {
+	case spanS < 10:
+		return "15:04:05.00"
+	case spanS <= 2*3600:
+		return "15:04:05"
+	case spanS <= 3*86400:
+		return "01-02\n15:04"
+	default:
+		return "2006-01-02"
+	}
 }
 
 func rewardTimeChart(f *Figures) (*plot.Plot, string, string, error) {
@@ -334,12 +369,13 @@ func rewardTimeChart(f *Figures) (*plot.Plot, string, string, error) {
 	l.LineStyle.Color, l.LineStyle.Width = orange, vg.Points(1.5)
 	p.Add(l)
 	p.Legend.Add("running median", l)
-	p.Legend.Top = true
-	// Inside the axes, clear of the right edge (the thumbnails are drawn
-	// right of the text) and smaller than the axis labels.
-	p.Legend.XOffs, p.Legend.YOffs = -vg.Points(8), -vg.Points(4)
+	// Top left inside the axes, thumbnails first: a browser's font wider
+	// than the one gonum measured runs into empty space, not the glyphs.
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), -vg.Points(4)
 	p.Legend.TextStyle.Font.Size = vg.Points(10)
 	p.Legend.Padding = vg.Points(2)
+	p.Y.Min = 0 // rewards are read against 0 to 1, whatever the data's range
 	if p.Y.Max <= 1 {
 		p.Y.Max = 1.3 // room for the legend above the rewards
 	}
@@ -425,6 +461,7 @@ func wallChart(f *Figures) (*plot.Plot, string, string, error) {
 	}
 	scale, unit := unitOf(*d.Max)
 	p := newPlot("Episode wall time", unit, "episodes")
+	p.Y.Tick.Marker = countTicks{}
 	p.Add(histogram(d.Bins, blue, scale))
 	return p, caption, "", nil
 }

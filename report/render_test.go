@@ -261,3 +261,58 @@ func TestReportRenderFragment(t *testing.T) {
 		t.Errorf("CSS is not the page's stylesheet")
 	}
 }
+
+func TestTimeTickFormat(t *testing.T) {
+	for _, c := range []struct {
+		span float64
+		want string
+	}{
+		{0, "15:04:05.00"},
+		{1.2, "15:04:05.00"},
+		{10, "15:04:05"},
+		{7 * 60, "15:04:05"},
+		{2 * 3600, "15:04:05"},
+		{2*3600 + 1, "01-02\n15:04"},
+		{3 * 86400, "01-02\n15:04"},
+		{30 * 86400, "2006-01-02"},
+	} {
+		if got := timeTickFormat(c.span); got != c.want {
+			t.Errorf("timeTickFormat(%v) = %q, want %q", c.span, got, c.want)
+		}
+	}
+	// The labelled ticks of a seven-minute run and of a batch submitted
+	// within a second carry enough of the clock to differ.
+	base := float64(time.Date(2026, 12, 3, 9, 29, 0, 0, time.UTC).Unix())
+	for _, span := range []float64{1.2, 7 * 60, 5 * 3600, 20 * 86400} {
+		seen := map[string]bool{}
+		for _, tk := range (spanTimeTicks{}).Ticks(base, base+span) {
+			if tk.Label != "" {
+				if seen[tk.Label] {
+					t.Errorf("tick label %q twice on an axis of %v s", tk.Label, span)
+				}
+				seen[tk.Label] = true
+			}
+		}
+		if len(seen) < 2 {
+			t.Errorf("axis of %v s has labels %v, want at least two", span, seen)
+		}
+	}
+}
+
+func TestCountTicks(t *testing.T) {
+	for _, max := range []float64{1, 2, 3, 7, 250} {
+		labels := 0
+		for _, tk := range (countTicks{}).Ticks(0, max) {
+			if tk.Label == "" {
+				continue
+			}
+			labels++
+			if tk.Value != float64(int(tk.Value)) {
+				t.Errorf("count axis 0..%v labels %v (%q)", max, tk.Value, tk.Label)
+			}
+		}
+		if labels < 2 {
+			t.Errorf("count axis 0..%v has %d labels, want at least 2", max, labels)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -368,11 +369,9 @@ func TestMetricsPollHistogram(t *testing.T) {
 func TestMetricsPromtool(t *testing.T) {
 	tool, err := exec.LookPath("promtool")
 	if err != nil {
-		if labtest.Required() {
-			t.Fatalf("promtool is required (NEMORL_REQUIRE_LAB=1) but not found: %v; apt-get install prometheus", err)
-		}
-		t.Skipf("no promtool: %v", err)
+		err = fmt.Errorf("%w (apt-get install prometheus)", err)
 	}
+	labtest.Need(t, "promtool", err)
 	s, _ := metricsServer(t, Options{})
 	body, _ := scrape(t, s)
 	cmd := exec.Command(tool, "check", "metrics")

@@ -30,12 +30,7 @@ import (
 func browserOrSkip(t *testing.T) string {
 	t.Helper()
 	bin, err := Find()
-	if err != nil {
-		if labtest.Required() {
-			t.Fatalf("chromium is required (NEMORL_REQUIRE_LAB=1) but not found: %v", err)
-		}
-		t.Skipf("no chromium: %v", err)
-	}
+	labtest.Need(t, "chromium", err)
 	// Where the profiles go: short, for the browser's socket (see
 	// maxTmpDir).
 	tmp, err := os.MkdirTemp("", "chromium-test-")

@@ -64,6 +64,20 @@ func Path() string {
 // Required says whether a missing lab fails tests (NEMORL_REQUIRE_LAB=1).
 func Required() bool { return os.Getenv("NEMORL_REQUIRE_LAB") == "1" }
 
+// Need stops t when a program the test needs (what: "chromium",
+// "promtool") was not found (err): a failure under NEMORL_REQUIRE_LAB=1,
+// where lab/up has installed it, else a skip. A nil err does nothing.
+func Need(t testing.TB, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if Required() {
+		t.Fatalf("%s is required (NEMORL_REQUIRE_LAB=1) but not found: %v", what, err)
+	}
+	t.Skipf("no %s: %v", what, err)
+}
+
 // Env returns the lab, or skips t (fails it when Required) when there is
 // none. A lab.env that exists but is broken always fails t.
 //
