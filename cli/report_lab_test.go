@@ -25,10 +25,10 @@ func TestReportLab(t *testing.T) {
 	requireChromium(t)
 	state := t.TempDir()
 	// 70 % scored, 15 % no_patch, 10 % evals without a record (masked),
-	// 5 % with two (the policy's 0 without isolation): n episodes, 40 by
+	// 5 % with two (the policy's 0 without isolation): n episodes, 20 by
 	// default (the lab runs two jobs at a time), NEMORL_REPORT_EPISODES=100
 	// for the README's picture.
-	n := 40
+	n := 20
 	if v := os.Getenv("NEMORL_REPORT_EPISODES"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 20 || n%20 != 0 {

@@ -132,8 +132,10 @@ func TestServeLab(t *testing.T) {
 		err  error
 	}
 	watched := make(chan watchResult, 1)
+	watchCtx, stopWatch := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(func() { stopWatch(); <-watched }) // no browser outlives the test
 	go func() {
-		w, page, err := watchLivePage(srv)
+		w, page, err := watchLivePage(watchCtx, srv)
 		watched <- watchResult{w, page, err}
 	}()
 	// Once a first wave has ended, others run: the page with its pictures.
@@ -149,6 +151,7 @@ func TestServeLab(t *testing.T) {
 	<-sampled
 	after := x.livePage(t, srv, true, "")
 	wr := <-watched
+	watched <- wr // for the cleanup
 	if wr.err != nil {
 		t.Fatal(wr.err)
 	}
@@ -695,9 +698,7 @@ const watchScript = `new Promise((resolve) => {
 
 // watchLivePage loads serve's /ui once and keeps it open under
 // watchScript. It runs beside the test, so it reports instead of failing.
-func watchLivePage(srv *serveProc) (liveWatch, *chromium.Page, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+func watchLivePage(ctx context.Context, srv *serveProc) (liveWatch, *chromium.Page, error) {
 	var w liveWatch
 	page, err := chromium.Load(ctx, srv.url+"/ui", chromium.Options{AllowLoopback: true, Script: watchScript})
 	if err != nil {

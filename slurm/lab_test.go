@@ -378,13 +378,13 @@ func TestLabTimeLimitAndHold(t *testing.T) {
 	}
 	// sacct may first record the job with reason None (seen with the lab
 	// busy), then JobHeldUser.
-	got := waitFor(t, c, []string{id}, time.Minute, func(j JobInfo) bool { return j.Source == SourceSacct && j.Reason != "None" })
+	got := waitFor(t, c, []string{id}, labWait, func(j JobInfo) bool { return j.Source == SourceSacct && j.Reason != "None" })
 	if j := got[id]; j.TimeLimit != 5*time.Minute || j.HeldBy() != "user" || j.Class() != Pending {
 		t.Errorf("Query after sbatch --time=5 --hold: time limit %v, held by %q: %+v", j.TimeLimit, j.HeldBy(), j)
 	}
 
 	scontrol(t, "update", "jobid="+id, "TimeLimit=1")
-	got = waitFor(t, c, []string{id}, time.Minute, func(j JobInfo) bool { return j.TimeLimit != 5*time.Minute })
+	got = waitFor(t, c, []string{id}, labWait, func(j JobInfo) bool { return j.TimeLimit != 5*time.Minute })
 	if j := got[id]; j.TimeLimit != time.Minute || j.Source != SourceSacct || j.HeldBy() != "user" {
 		t.Errorf("Query after scontrol update TimeLimit=1: time limit %v, held by %q: %+v", j.TimeLimit, j.HeldBy(), j)
 	}
@@ -401,7 +401,7 @@ func TestLabTimeLimitAndHold(t *testing.T) {
 		got, _ = c.Query(ctx, []string{id})
 		t.Logf("Query after scontrol hold as root: reason %q (%s)", got[id].Reason, got[id].Source)
 		scontrol(t, "update", "jobid="+id, "TimeLimit=UNLIMITED")
-		got = waitFor(t, c, []string{id}, time.Minute, func(j JobInfo) bool { return j.TimeLimit != time.Minute })
+		got = waitFor(t, c, []string{id}, labWait, func(j JobInfo) bool { return j.TimeLimit != time.Minute })
 		if j := got[id]; j.TimeLimit != Unlimited {
 			t.Errorf("Query after scontrol update TimeLimit=UNLIMITED: %v: %+v", j.TimeLimit, j)
 		}

@@ -71,7 +71,7 @@ func TestSSHChain(t *testing.T) {
 		t.Errorf("sbatch ran %d times, want 3", n)
 	}
 
-	waitFor(t, c, ids[:1], time.Minute, func(j JobInfo) bool { return j.State.Class == Running })
+	waitFor(t, c, ids[:1], labWait, func(j JobInfo) bool { return j.State.Class == Running })
 
 	// 300 ids, the chain's among them, in one sacct process.
 	all := append([]string{}, ids...)
@@ -101,7 +101,7 @@ func TestSSHChain(t *testing.T) {
 	if err := c.Cancel(ctx, ids[:1]); err != nil {
 		t.Fatal(err)
 	}
-	final := waitFor(t, c, ids, time.Minute, func(j JobInfo) bool { return j.Terminal() })
+	final := waitFor(t, c, ids, labWait, func(j JobInfo) bool { return j.Terminal() })
 	if s := final[ids[0]].State; s.Failure != FailureCancelled {
 		t.Errorf("parent: %+v, want cancelled", s)
 	}
