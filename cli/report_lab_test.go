@@ -55,24 +55,9 @@ func TestReportLab(t *testing.T) {
 		args := append([]string{"--json", "--config", m.config, "submit", "--count", strconv.Itoa(m.count / rounds), "--label", "mix=" + m.label}, m.set...)
 		r := x.run(t, state, 2*quickTimeout, args...)
 		r.want(t, ExitOK)
-		var many struct {
-			Episode  string `json:"episode"` // --count 1: one object
-			Episodes []struct {
-				Episode string `json:"episode"`
-			} `json:"episodes"`
-		}
-		oneJSON(t, r, &many)
-		if many.Episode != "" {
-			many.Episodes = append(many.Episodes, struct {
-				Episode string `json:"episode"`
-			}{many.Episode})
-		}
-		if len(many.Episodes) == 0 {
-			t.Fatalf("submit --count %d: no episodes\n%s", m.count, r)
-		}
-		for _, e := range many.Episodes {
-			eps = append(eps, e.Episode)
-			t.Cleanup(func() { cleanupEpisode(t, e.Episode) })
+		for _, ep := range submittedIDs(t, r) {
+			eps = append(eps, ep)
+			t.Cleanup(func() { cleanupEpisode(t, ep) })
 		}
 	}
 	if len(eps) != n {
@@ -115,38 +100,74 @@ func TestReportLab(t *testing.T) {
 	// The page, in a real browser with the network off.
 	out := filepath.Join(t.TempDir(), "report.html")
 	x.run(t, state, quickTimeout, "report", "--out", out, "--title", fmt.Sprintf("%d lab episodes", n)).want(t, ExitOK)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	page, err := chromium.Load(ctx, "file://"+out, chromium.Options{Script: chartsScript})
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	var seen struct {
-		Charts map[string]bool `json:"charts"`
-		Rows   int             `json:"rows"`
-	}
-	if err := json.Unmarshal(page.Result, &seen); err != nil {
-		t.Fatalf("the page's answer %s: %v", page.Result, err)
-	}
-	for _, id := range rpt.ChartIDs {
-		if !seen.Charts[id] {
-			t.Errorf("the report in Chromium has no chart #%s with an SVG", id)
-		}
-	}
+	seen := loadPage(t, "the report", "file://"+out, chromium.Options{}, true, os.Getenv("NEMORL_REPORT_SCREENSHOT"), 2400)
 	if seen.Rows != n {
 		t.Errorf("the report's table has %d rows in Chromium, want %d", seen.Rows, n)
-	}
-	browserClean(t, page)
-	if png := os.Getenv("NEMORL_REPORT_SCREENSHOT"); png != "" {
-		if err := chromium.Screenshot(ctx, "file://"+out, png, 1100, 2400); err != nil {
-			t.Errorf("screenshot: %v", err)
-		}
 	}
 	b, err := json.Marshal(outcomes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("report of %d lab episodes: outcomes %s, %d charts present, no console error", n, b, len(rpt.ChartIDs))
+}
+
+// submittedIDs are the episodes a submit --json printed: one object, or
+// with --count N > 1 {"episodes": [...]}.
+func submittedIDs(t *testing.T, r cliRun) []string {
+	t.Helper()
+	var doc struct {
+		Episode  string `json:"episode"`
+		Episodes []struct {
+			Episode string `json:"episode"`
+		} `json:"episodes"`
+	}
+	oneJSON(t, r, &doc)
+	var ids []string
+	if doc.Episode != "" {
+		ids = append(ids, doc.Episode)
+	}
+	for _, e := range doc.Episodes {
+		ids = append(ids, e.Episode)
+	}
+	if len(ids) == 0 {
+		t.Fatalf("submit printed no episode\n%s", r)
+	}
+	return ids
+}
+
+// pageView is what chartsScript saw of a report or /ui page.
+type pageView struct {
+	Charts   map[string]bool `json:"charts"`
+	Rows     int             `json:"rows"`
+	Inflight string          `json:"inflight"`
+}
+
+// loadPage opens url in headless Chromium under opt with chartsScript:
+// every chart of report.ChartIDs present (and drawn, with drawn), nothing
+// logged wrong. png, when set, gets a screenshot 1100 wide and height high.
+func loadPage(t *testing.T, what, url string, opt chromium.Options, drawn bool, png string, height int) pageView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opt.Script = chartsScript
+	if png != "" { // a PNG of the page, for the README
+		opt.Width, opt.Height, opt.Screenshot = 1100, height, png
+	}
+	page, err := chromium.Load(ctx, url, opt)
+	if err != nil {
+		t.Fatalf("chromium, %s: %v", what, err)
+	}
+	var v pageView
+	if err := json.Unmarshal(page.Result, &v); err != nil {
+		t.Fatalf("%s in Chromium answered %s: %v", what, page.Result, err)
+	}
+	for _, id := range rpt.ChartIDs {
+		if has, present := v.Charts[id]; !present || drawn && !has {
+			t.Errorf("%s in Chromium: chart #%s present %v, drawn %v", what, id, present, has)
+		}
+	}
+	browserClean(t, page)
+	return v
 }
 
 // chartsScript runs in a report or /ui page once it loaded: which of the

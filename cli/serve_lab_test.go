@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/internal/chromium"
-	rpt "github.com/nemorl/nemorl-slurm/report"
 )
 
 const serveConcurrency = 4
@@ -103,21 +102,15 @@ func TestServeLab(t *testing.T) {
 			if n := sshConnections(t, srv.cmd.Process.Pid, x.lab.SSHPort); n > maxConns {
 				maxConns = n
 			}
-			var doc struct {
-				InFlight int `json:"in_flight"`
-			}
-			if code, raw := srv.get(t, "/episodes"); code == 200 && json.Unmarshal(raw, &doc) == nil && doc.InFlight > maxSeen {
-				maxSeen = doc.InFlight
+			if n := srv.inFlight(t); n > maxSeen {
+				maxSeen = n
 			}
 		}
 	}()
 	// The live page, in a real browser, while they run: episodes in flight.
 	requireChromium(t)
 	eventually(t, quickTimeout, 200*time.Millisecond, func() string {
-		var doc struct {
-			InFlight int `json:"in_flight"`
-		}
-		if code, raw := srv.get(t, "/episodes"); code != 200 || json.Unmarshal(raw, &doc) != nil || doc.InFlight == 0 {
+		if srv.inFlight(t) <= 0 {
 			return "no episode in flight yet"
 		}
 		return ""
@@ -126,17 +119,17 @@ func TestServeLab(t *testing.T) {
 	// One page kept open while the rows run: its own script refreshes it,
 	// and the count it shows changes, down to 0, without a reload (a
 	// reload would end the watching script).
-	type watchResult struct {
-		w    liveWatch
-		page *chromium.Page
-		err  error
-	}
-	watched := make(chan watchResult, 1)
+	var (
+		w         liveWatch
+		watchPage *chromium.Page
+		watchErr  error
+	)
+	watched := make(chan struct{})
 	watchCtx, stopWatch := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(func() { stopWatch(); <-watched }) // no browser outlives the test
 	go func() {
-		w, page, err := watchLivePage(watchCtx, srv)
-		watched <- watchResult{w, page, err}
+		defer close(watched)
+		w, watchPage, watchErr = watchLivePage(watchCtx, srv)
 	}()
 	// Once a first wave has ended, others run: the page with its pictures.
 	eventually(t, episodeTimeout, 200*time.Millisecond, func() string {
@@ -150,13 +143,11 @@ func TestServeLab(t *testing.T) {
 	close(stopSampling)
 	<-sampled
 	after := x.livePage(t, srv, true, "")
-	wr := <-watched
-	watched <- wr // for the cleanup
-	if wr.err != nil {
-		t.Fatal(wr.err)
+	<-watched
+	if watchErr != nil {
+		t.Fatal(watchErr)
 	}
-	browserClean(t, wr.page)
-	w := wr.w
+	browserClean(t, watchPage)
 	var counts []string
 	for _, s := range w.Seen {
 		counts = append(counts, fmt.Sprintf("%s at %.1fs", s.V, float64(s.MS)/1000))
@@ -552,6 +543,17 @@ func (s *serveProc) get(t *testing.T, path string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// inFlight is serve's in_flight of /episodes, or -1 when it does not answer.
+func (s *serveProc) inFlight(t *testing.T) int {
+	var doc struct {
+		InFlight int `json:"in_flight"`
+	}
+	if code, raw := s.get(t, "/episodes"); code != 200 || json.Unmarshal(raw, &doc) != nil {
+		return -1
+	}
+	return doc.InFlight
+}
+
 // post sends body and decodes the JSON answer (no client timeout: a /run
 // lasts the episode; the test's own deadline bounds it).
 func (s *serveProc) post(t *testing.T, path, body string) (int, map[string]any) {
@@ -710,39 +712,11 @@ func watchLivePage(ctx context.Context, srv *serveProc) (liveWatch, *chromium.Pa
 	return w, page, nil
 }
 
-// livePageView is what chartsScript saw of serve's /ui.
-type livePageView struct {
-	Charts   map[string]bool `json:"charts"`
-	Rows     int             `json:"rows"`
-	Inflight string          `json:"inflight"`
-}
-
 // livePage is serve's /ui as headless Chromium shows it (loopback only):
 // every chart present (drawn, with withData: it may say "no data" while
 // no episode has ended), nothing logged wrong; png, when set, gets its
 // screenshot.
-func (x *labCLI) livePage(t *testing.T, srv *serveProc, withData bool, png string) livePageView {
+func (x *labCLI) livePage(t *testing.T, srv *serveProc, withData bool, png string) pageView {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	opt := chromium.Options{AllowLoopback: true, Script: chartsScript}
-	if png != "" { // a PNG of the page, for the README
-		opt.Width, opt.Height, opt.Screenshot = 1100, 1300, png
-	}
-	page, err := chromium.Load(ctx, srv.url+"/ui", opt)
-	if err != nil {
-		t.Fatalf("chromium /ui: %v", err)
-	}
-	var v livePageView
-	if err := json.Unmarshal(page.Result, &v); err != nil {
-		t.Fatalf("/ui's answer %s: %v", page.Result, err)
-	}
-	for _, id := range rpt.ChartIDs {
-		drawn, present := v.Charts[id]
-		if !present || withData && !drawn {
-			t.Errorf("/ui in Chromium: chart #%s present %v, drawn %v", id, present, drawn)
-		}
-	}
-	browserClean(t, page)
-	return v
+	return loadPage(t, "/ui", srv.url+"/ui", chromium.Options{AllowLoopback: true}, withData, png, 1300)
 }
