@@ -18,6 +18,8 @@ const (
 	KindStatement Kind = "statement" // a problem's statement, or most of it, in the added lines
 	KindAnswers   Kind = "answers"   // many of the answers together, as a list
 	KindPair      Kind = "pair"      // part of a statement with its answer nearby
+	KindName      Kind = "name"      // the eval set named (a dataset name or id)
+	KindBinary    Kind = "binary"    // a binary section the checker cannot decode or rebuild: refused
 )
 
 // Finding is one piece of evidence of contamination.
@@ -34,6 +36,12 @@ type Report struct {
 	Contaminated bool      `json:"contaminated"`
 	Findings     []Finding `json:"findings,omitempty"` // answers first, then by problem in dataset order; at most one per problem
 	AddedLines   int       `json:"added_lines"`
+	// BinarySections is how many "GIT binary patch" sections the patch
+	// has; DecodedBytes what their forward hunks decoded to (read as added
+	// text, in DecodedLines lines).
+	BinarySections int   `json:"binary_sections,omitempty"`
+	DecodedBytes   int64 `json:"decoded_bytes,omitempty"`
+	DecodedLines   int   `json:"decoded_lines,omitempty"`
 	// the parameters used, for the record
 	N         int     `json:"ngram"`
 	Threshold float64 `json:"threshold"`
@@ -82,10 +90,16 @@ var defaults = params{
 }
 
 // Check inspects the added lines of a unified diff: lines starting with '+'
-// inside hunks (not the "+++ " file header; "GIT binary patch" sections are
-// skipped). It never panics.
+// inside hunks (not the "+++ " file header), and what the forward hunks of
+// "GIT binary patch" sections decode to (a delta is refused: Check has no
+// pristine files; CheckWith does). It never panics.
 func Check(patch []byte, problems []Problem) Report {
-	r, _ := check(patch, problems, defaults)
+	return CheckWith(patch, problems, Options{})
+}
+
+// CheckWith is Check with the pristine files that binary deltas apply to.
+func CheckWith(patch []byte, problems []Problem, o Options) Report {
+	r, _ := check(patch, problems, defaults, o)
 	return r
 }
 
@@ -99,6 +113,7 @@ type scores struct {
 	MaxPairOverlap []float64 // per problem: best weak-cluster overlap with its answer nearby
 	AnswersFound   int       // best window: distinct eligible answers
 	AnswersElig    int       // eligible answers
+	ColumnAnswers  int       // best column window: distinct eligible answers
 }
 
 // ---- preparation -------------------------------------------------------
@@ -130,6 +145,7 @@ type prob struct {
 // pstate is one Check call's state for one problem.
 type pstate struct {
 	*prob
+	pi         int32 // its index
 	cl         cluster
 	lastEvent  int64
 	lastAnswer int // line of the last uncovered answer occurrence
@@ -387,17 +403,26 @@ type checker struct {
 	ansK     int
 	best     int
 	bestLine []int
+	// round two
+	text     []byte           // the added line being lexed, for excerpts
+	names    nameState        // the eval set named
+	cols     columns          // answers per column
+	ordinal  int              // standalone numbers so far in this line
+	covered  [64]bool         // token positions inside a matched n-gram (a ring)
+	lineHas  map[int][]uint64 // recent lines: the problems with matched text on them
+	binLines map[int]string   // patch lines of binary hunks: the file they patch
+	refused  []Finding        // binary sections refused
 }
 
 const bloomBits = 1 << 20
 
-func check(patch []byte, problems []Problem, pr params) (Report, scores) {
+func check(patch []byte, problems []Problem, pr params, o Options) (Report, scores) {
 	rep := Report{N: pr.N, Threshold: pr.Threshold}
-	c := &checker{pr: pr, byAns: map[int][]int32{}, ansIdx: map[int]int{}}
+	c := &checker{pr: pr, byAns: map[int][]int32{}, ansIdx: map[int]int{}, lineHas: map[int][]uint64{}}
 	pp := prepareCached(problems, pr)
 	c.index, c.bloom = pp.index, pp.bloom
-	for _, p := range pp.probs {
-		c.probs = append(c.probs, &pstate{prob: p, lastEvent: -1, lastAnswer: math.MinInt32,
+	for pi, p := range pp.probs {
+		c.probs = append(c.probs, &pstate{prob: p, pi: int32(pi), lastEvent: -1, lastAnswer: math.MinInt32,
 			cl: cluster{bits: make([]uint64, (p.grams+63)/64)}})
 	}
 	c.keys = make([]uint64, len(c.index))
@@ -416,28 +441,78 @@ func check(patch []byte, problems []Problem, pr params) (Report, scores) {
 		c.counts = make([]int, len(c.ansIdx))
 		w := 2 * len(problems)
 		c.win = make([]numSlot, w)
+		c.cols = columns{m: map[string]*column{}, w: w, na: len(c.ansIdx)}
 	}
 
 	lx := newLexer(c.token)
-	forEachAdded(patch, func(lineNo int, text []byte) {
-		rep.AddedLines++
+	added := func(lineNo int, text []byte) {
 		c.line = lineNo
+		c.text = text
+		c.ordinal = 0
 		c.pruneCands()
 		lx.text(text)
+	}
+	maxDecoded := o.MaxDecoded
+	if maxDecoded <= 0 {
+		maxDecoded = DefaultMaxDecoded
+	}
+	forEachAdded(patch, func(lineNo int, text []byte) {
+		rep.AddedLines++
+		added(lineNo, text)
+	}, func(sec *binSection) {
+		rep.BinarySections++
+		out, used, err := decodeSection(sec, o, maxDecoded-rep.DecodedBytes)
+		rep.DecodedBytes += used
+		if err != nil {
+			if len(c.refused) < maxLines {
+				c.refused = append(c.refused, Finding{
+					Kind: KindBinary, Lines: []int{sec.line}, Overlap: 1,
+					Detail: fmt.Sprintf("the GIT binary patch of %s at line %d of the patch cannot be checked, so it is refused: %v",
+						strconv.QuoteToASCII(sec.name()), sec.line, err),
+				})
+			}
+			return
+		}
+		at := sec.hunks[0].line
+		if len(c.binLines) < 1<<16 {
+			if c.binLines == nil {
+				c.binLines = map[int]string{}
+			}
+			c.binLines[at] = sec.name()
+		}
+		forEachLine(out, func(l []byte) {
+			rep.DecodedLines++
+			added(at, l)
+		})
 	})
 	c.finish()
 
 	var sc scores
 	sc.AnswersElig = len(c.ansIdx)
 	sc.AnswersFound = c.best
-	if c.ansK > 0 && c.best >= c.ansK {
+	sc.ColumnAnswers = c.cols.best
+	rep.Findings = append(rep.Findings, c.refused...)
+	if f := c.nameFinding(); f != nil {
+		rep.Findings = append(rep.Findings, *f)
+	}
+	switch {
+	case c.ansK > 0 && c.best >= c.ansK && c.best >= c.cols.best:
 		lines := c.bestLine
 		rep.Findings = append(rep.Findings, Finding{
 			Kind:    KindAnswers,
 			Lines:   lines,
 			Overlap: float64(c.best) / float64(len(c.ansIdx)),
-			Detail: fmt.Sprintf("%d of the %d answers of at least %d found within %d consecutive numbers in added %s of the patch",
-				c.best, len(c.ansIdx), pr.AnswersMinValue, len(c.win), lineRange(lines)),
+			Detail: fmt.Sprintf("%d of the %d answers of at least %d found within %d consecutive numbers in added %s of the patch%s",
+				c.best, len(c.ansIdx), pr.AnswersMinValue, len(c.win), lineRange(lines), c.whereLines(lines)),
+		})
+	case c.ansK > 0 && c.cols.best >= c.ansK:
+		lines := c.cols.bestLine
+		rep.Findings = append(rep.Findings, Finding{
+			Kind:    KindAnswers,
+			Lines:   lines,
+			Overlap: float64(c.cols.best) / float64(len(c.ansIdx)),
+			Detail: fmt.Sprintf("%d of the %d answers of at least %d found within %d consecutive records (%s) in added %s of the patch%s",
+				c.cols.best, len(c.ansIdx), pr.AnswersMinValue, len(c.win), columnName(c.cols.bestKey), lineRange(lines), c.whereLines(lines)),
 		})
 	}
 	for _, p := range c.probs {
@@ -452,21 +527,40 @@ func check(patch []byte, problems []Problem, pr params) (Report, scores) {
 			r := p.stmt
 			rep.Findings = append(rep.Findings, Finding{
 				Kind: KindStatement, Problem: p.id, Lines: r.lines, Overlap: r.overlap,
-				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (longest run %d of its %d words) in added %s of the patch",
-					p.id, 100*r.overlap, p.n, r.run, len(p.toks), lineRange(r.lines)),
+				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (longest run %d of its %d words) in added %s of the patch%s",
+					p.id, 100*r.overlap, p.n, r.run, len(p.toks), lineRange(r.lines), c.whereLines(r.lines)),
 			})
 		case p.pair != nil:
 			r := p.pair
 			lines := addLine(append([]int(nil), r.lines...), r.ansLine)
 			rep.Findings = append(rep.Findings, Finding{
 				Kind: KindPair, Problem: p.id, Lines: lines, Overlap: r.overlap,
-				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (run of %d of its %d words) in added %s, with its answer %d on line %d",
-					p.id, 100*r.overlap, p.n, r.run, len(p.toks), lineRange(r.lines), p.answer, r.ansLine),
+				Detail: fmt.Sprintf("problem %s: %.0f%% of its %d-grams (run of %d of its %d words) in added %s, with its answer %d on line %d%s",
+					p.id, 100*r.overlap, p.n, r.run, len(p.toks), lineRange(r.lines), p.answer, r.ansLine, c.whereLines(lines)),
 			})
 		}
 	}
 	rep.Contaminated = len(rep.Findings) > 0
 	return rep, sc
+}
+
+// where names the binary section a patch line's text was decoded from
+// ("" for a text line).
+func (c *checker) where(line int) string {
+	if f, ok := c.binLines[line]; ok {
+		return fmt.Sprintf(" (decoded from the GIT binary patch of %s)", strconv.QuoteToASCII(f))
+	}
+	return ""
+}
+
+// whereLines is where for the first decoded line among lines.
+func (c *checker) whereLines(lines []int) string {
+	for _, l := range lines {
+		if w := c.where(l); w != "" {
+			return w
+		}
+	}
+	return ""
 }
 
 // addLine inserts l into sorted lines (deduplicated, capped at maxLines).
@@ -490,17 +584,28 @@ func lineRange(lines []int) string {
 	return "lines " + strconv.Itoa(a) + "-" + strconv.Itoa(b)
 }
 
-// forEachAdded calls f for each added line of a unified diff.
-func forEachAdded(patch []byte, f func(lineNo int, text []byte)) {
+// forEachAdded calls f for each added line of a unified diff, and bin for
+// each "GIT binary patch" section (read, not decoded).
+func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *binSection)) {
 	const (
 		outside = iota
 		hunk    // counts known and not yet exhausted
 		soft    // after a hunk whose counts ran out, or with unparsable counts
-		binary
+		binStart
+		binHunk
+		binAfter
 	)
 	state := outside
 	oldLeft, newLeft := 0, 0
 	lineNo := 0
+	var hdr fileHeader
+	var sec *binSection
+	emit := func() {
+		if sec != nil {
+			bin(sec)
+			sec = nil
+		}
+	}
 	for len(patch) > 0 {
 		var l []byte
 		if i := bytes.IndexByte(patch, '\n'); i >= 0 {
@@ -512,11 +617,41 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte)) {
 		if n := len(l); n > 0 && l[n-1] == '\r' {
 			l = l[:n-1]
 		}
+		switch state {
+		case binStart:
+			if d, size, ok := parseBinaryHunkHeader(l); ok {
+				sec.hunks = append(sec.hunks, secHunk{line: lineNo, delta: d, size: size})
+				state = binHunk
+				continue
+			}
+			sec.err = fmt.Sprintf("line %d after it is not a literal or delta line", lineNo)
+			emit()
+			state = outside
+		case binHunk:
+			if len(l) == 0 {
+				if len(sec.hunks) == 2 {
+					emit()
+					state = outside
+				} else {
+					state = binAfter
+				}
+				continue
+			}
+			h := &sec.hunks[len(sec.hunks)-1]
+			h.body = append(h.body, l)
+			continue
+		case binAfter:
+			if d, size, ok := parseBinaryHunkHeader(l); ok {
+				sec.hunks = append(sec.hunks, secHunk{line: lineNo, delta: d, size: size})
+				state = binHunk
+				continue
+			}
+			emit()
+			state = outside
+		}
 		if bytes.HasPrefix(l, []byte("diff ")) {
 			state = outside
-			continue
-		}
-		if state == binary {
+			headerLine(l, &hdr)
 			continue
 		}
 		if bytes.HasPrefix(l, []byte("@@ ")) {
@@ -567,9 +702,16 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte)) {
 			state = outside
 		}
 		if bytes.HasPrefix(l, []byte("GIT binary patch")) {
-			state = binary
+			sec = &binSection{line: lineNo, file: hdr}
+			state = binStart
+			continue
 		}
+		headerLine(l, &hdr)
 	}
+	if sec != nil && state == binStart {
+		sec.err = "the patch ends before its literal or delta line"
+	}
+	emit()
 }
 
 // hunkCounts parses "@@ -a[,b] +c[,d] @@".
@@ -608,8 +750,12 @@ func (c *checker) token(tok []byte, h uint64, num int) {
 	s.h = h
 	s.line = c.line
 	s.n = uint8(copy(s.b[:], tok))
+	c.covered[c.pos&63] = false
 	c.pos++
 	cur := c.pos - 1
+	if len(tok) <= 4 {
+		c.nameToken()
+	}
 	for ii := range c.index {
 		ix := &c.index[ii]
 		n := ix.n
@@ -633,6 +779,19 @@ func (c *checker) token(tok []byte, h uint64, num int) {
 	}
 	if num >= 0 {
 		c.number(num, cur)
+		var prev []byte
+		if c.pos >= 2 {
+			ps := &c.ring[(c.pos-2)&(ringSize-1)]
+			prev = ps.b[:ps.n]
+		}
+		if c.cols.m != nil {
+			a := -1
+			if i, ok := c.ansIdx[num]; ok {
+				a = i
+			}
+			c.columnNumber(a, prev, c.ordinal)
+		}
+		c.ordinal++
 	}
 	if c.npend > 0 {
 		c.resolve(cur, false)
@@ -698,7 +857,9 @@ func (c *checker) event(r ref, n int, cur int64) {
 	cl.lastPos = cur
 	cl.lastLine = c.line
 	for k := 0; k < n; k++ {
+		c.covered[(c.pos-int64(n)+int64(k))&63] = true
 		l := c.ring[(c.pos-int64(n)+int64(k))&(ringSize-1)].line
+		c.markLine(l, r.p)
 		cl.allLines = appendLine(cl.allLines, l)
 		if r.rare {
 			cl.lines = appendLine(cl.lines, l)
@@ -773,8 +934,38 @@ func (c *checker) setPair(p *pstate, res result) {
 	}
 }
 
+// markLine notes that line l holds matched text of problem p.
+func (c *checker) markLine(l int, p int32) {
+	bits := c.lineHas[l]
+	if bits == nil {
+		bits = make([]uint64, (len(c.probs)+63)/64)
+		c.lineHas[l] = bits
+	}
+	bits[p>>6] |= 1 << (p & 63)
+}
+
+// foreignLine tells whether line l holds matched text of another problem
+// than p and none of p's: an answer there belongs to that problem's row.
+func (c *checker) foreignLine(l int, p int32) bool {
+	bits := c.lineHas[l]
+	if bits == nil || bits[p>>6]&(1<<(p&63)) != 0 {
+		return false
+	}
+	for _, w := range bits {
+		if w != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // pruneCands drops weak clusters whose answer window has passed.
 func (c *checker) pruneCands() {
+	for l := range c.lineHas {
+		if l < c.line-2*c.pr.PairLines-2 {
+			delete(c.lineHas, l)
+		}
+	}
 	for _, p := range c.probs {
 		if len(p.cands) == 0 {
 			continue
@@ -880,8 +1071,11 @@ func (c *checker) resolve(cur int64, final bool) {
 				continue
 			}
 			c.npend--
-			if p.lastEvent >= o.pos {
-				continue // part of a matched copy of the statement itself
+			if c.covered[o.pos&63] {
+				continue // part of a matched copy of a statement
+			}
+			if c.foreignLine(o.line, p.pi) {
+				continue // on another problem's row
 			}
 			c.answerAt(p, o.line)
 		}

@@ -107,7 +107,7 @@ func runMustCatch(t *testing.T, problems []Problem, strictPairs bool) *margins {
 		for _, inj := range pairInjections(p, uint64(i)) {
 			pairs++
 			if !strictPairs {
-				rep, sc := check([]byte(addedFile("data/train.txt", inj.lines)), problems, defaults)
+				rep, sc := check([]byte(addedFile("data/train.txt", inj.lines)), problems, defaults, Options{})
 				if !rep.Contaminated && sc.MaxRareOverlap[i] == 0 {
 					stock = append(stock, p.ID+"/"+inj.name)
 					continue
@@ -229,9 +229,7 @@ func TestCleanPatches(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("diff --git a/x.txt b/x.txt\n--- a/x.txt\n+++ b/x.txt\n@@ -1,2 +1,2 @@\n")
 	b.WriteString("-" + ps[3].Statement + "\n " + ps[4].Statement + "\n+fixed a typo\n")
-	b.WriteString("diff --git a/y.bin b/y.bin\nnew file mode 100644\nindex 0000000..1111111\nGIT binary patch\nliteral 40\n")
-	b.WriteString("+" + ps[5].Statement + "\n\n")
-	cases["removed-context-binary"] = []byte(b.String())
+	cases["removed-context"] = []byte(b.String())
 	// a statement in the "+++ " header line is not an added line
 	cases["header"] = []byte("diff --git a/x b/x\n--- a/x\n+++ b/" + ps[6].Statement + "\n@@ -1 +1 @@\n-a\n+b\n")
 	for name, patch := range cases {
@@ -240,7 +238,7 @@ func TestCleanPatches(t *testing.T) {
 			t.Errorf("%s: flagged: %+v", name, rep.Findings)
 		}
 	}
-	rep := Check(cases["removed-context-binary"], ps)
+	rep := Check(cases["removed-context"], ps)
 	if rep.AddedLines != 1 {
 		t.Errorf("AddedLines %d, want 1", rep.AddedLines)
 	}

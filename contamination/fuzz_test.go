@@ -34,27 +34,40 @@ func checkReport(t *testing.T, rep Report, patch []byte, nProblems int) {
 	if rep.AddedLines < 0 || rep.AddedLines > nLines {
 		t.Fatalf("AddedLines %d of %d lines", rep.AddedLines, nLines)
 	}
-	if len(rep.Findings) > nProblems+1 {
+	if len(rep.Findings) > nProblems+2+maxLines {
 		t.Fatalf("%d findings", len(rep.Findings))
 	}
+	if rep.DecodedBytes < 0 || rep.DecodedBytes > DefaultMaxDecoded || rep.DecodedLines < 0 || rep.BinarySections < 0 {
+		t.Fatalf("decoded %d bytes in %d lines from %d sections", rep.DecodedBytes, rep.DecodedLines, rep.BinarySections)
+	}
 	seen := map[string]bool{}
+	binary := 0
 	for _, f := range rep.Findings {
 		switch f.Kind {
-		case KindAnswers:
-			if f.Problem != "" {
-				t.Fatalf("answers finding names problem %q", f.Problem)
+		case KindBinary:
+			binary++
+			if f.Problem != "" || binary > rep.BinarySections {
+				t.Fatalf("binary finding %d of %d sections, problem %q", binary, rep.BinarySections, f.Problem)
 			}
+		case KindAnswers, KindName:
+			if f.Problem != "" {
+				t.Fatalf("%s finding names problem %q", f.Kind, f.Problem)
+			}
+			if seen[string(f.Kind)] {
+				t.Fatalf("two %s findings", f.Kind)
+			}
+			seen[string(f.Kind)] = true
 		case KindStatement, KindPair:
 			if f.Problem == "" {
 				t.Fatalf("%s finding without a problem", f.Kind)
 			}
+			if seen["problem "+f.Problem] {
+				t.Fatalf("two findings for problem %q", f.Problem)
+			}
+			seen["problem "+f.Problem] = true
 		default:
 			t.Fatalf("kind %q", f.Kind)
 		}
-		if seen[f.Problem] {
-			t.Fatalf("two findings for problem %q", f.Problem)
-		}
-		seen[f.Problem] = true
 		if !(f.Overlap >= 0 && f.Overlap <= 1) {
 			t.Fatalf("overlap %v", f.Overlap)
 		}

@@ -2,8 +2,11 @@ package contamination
 
 import (
 	"bytes"
+	"html"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // maxTokBytes bounds the bytes of one token that are kept for verification;
@@ -27,15 +30,18 @@ const noNumber = -1
 type lexer struct {
 	emit func(tok []byte, h uint64, num int)
 
-	buf     []byte // current token, truncated to maxTokBytes
-	h       uint64 // FNV-1a over the whole current token
-	blen    int    // length of the whole current token
-	kind    uint8  // 0 none, 1 letters, 2 digits
-	numOK   bool   // current digit run did not start right after a letter
-	digits  int    // digits in the current run
-	val     int    // value of the current digit run
-	prevLet bool   // the previous raw character was (part of) a letter token
-	split   int    // pending single-character arguments of an unbraced \frac
+	buf     []byte          // current token, truncated to maxTokBytes
+	h       uint64          // FNV-1a over the whole current token
+	blen    int             // length of the whole current token
+	kind    uint8           // 0 none, 1 letters, 2 digits
+	numOK   bool            // current digit run did not start right after a letter
+	digits  int             // digits in the current run
+	val     int             // value of the current digit run
+	prevLet bool            // the previous raw character was (part of) a letter token
+	split   int             // pending single-character arguments of an unbraced \frac
+	script  bool            // the current token is superscript or subscript characters ("3⁶" is "3 6")
+	fold    map[rune]string // compatibility decompositions seen (NFKD, marks dropped)
+	pre     []byte          // foldText's buffer
 }
 
 const (
@@ -61,6 +67,7 @@ func mix(x uint64) uint64 {
 // letter comes right after it (then it is not a standalone number).
 func (lx *lexer) flush(followedByLetter bool) {
 	if lx.kind == 0 {
+		lx.script = false
 		return
 	}
 	num := noNumber
@@ -74,6 +81,7 @@ func (lx *lexer) flush(followedByLetter bool) {
 	lx.kind = 0
 	lx.digits = 0
 	lx.val = 0
+	lx.script = false
 }
 
 func (lx *lexer) addByte(b byte) {
@@ -96,6 +104,7 @@ func (lx *lexer) sep() {
 
 // letter appends one lowercase letter (as UTF-8 bytes).
 func (lx *lexer) letterBytes(p []byte) {
+	lx.scriptBoundary(false)
 	if lx.kind == 2 {
 		lx.flush(true)
 	}
@@ -117,6 +126,7 @@ func (lx *lexer) letterBytes(p []byte) {
 }
 
 func (lx *lexer) digit(c byte) {
+	lx.scriptBoundary(false)
 	if lx.kind == 1 {
 		lx.flush(false)
 	}
@@ -140,6 +150,18 @@ func (lx *lexer) digit(c byte) {
 	lx.prevLet = false
 }
 
+// scriptBoundary ends the current token where superscript or subscript
+// characters begin or end: "3⁶" reads like "3^6", "xⁿ" like "x^n".
+func (lx *lexer) scriptBoundary(script bool) {
+	if lx.script != script {
+		if lx.kind != 0 {
+			lx.flush(false)
+		}
+		lx.prevLet = false
+		lx.script = script
+	}
+}
+
 // word emits w as a token of its own.
 func (lx *lexer) word(w string) {
 	lx.flush(false)
@@ -152,6 +174,8 @@ func (lx *lexer) word(w string) {
 	lx.flush(false)
 	lx.prevLet = false
 }
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
 func isDigit(c byte) bool       { return c >= '0' && c <= '9' }
@@ -227,7 +251,7 @@ func (lx *lexer) command(name string) {
 	lx.flush(false)
 	lx.prevLet = false
 	lx.split = 0
-	act, ok := latex[name]
+	act, ok := latexCommand(name)
 	if !ok {
 		lx.word(lowerASCII(name))
 		return
@@ -240,6 +264,17 @@ func (lx *lexer) command(name string) {
 	default:
 		lx.word(act)
 	}
+}
+
+// latexCommand looks a command name up as written, then in lower case
+// ("\FRAC", "\Sqrt"): LaTeX itself is case-sensitive, but a copy written
+// with the case changed is the same text to a reader or a tokenizer.
+func latexCommand(name string) (string, bool) {
+	if act, ok := latex[name]; ok {
+		return act, true
+	}
+	act, ok := latex[lowerASCII(name)]
+	return act, ok
 }
 
 func lowerASCII(s string) string {
@@ -257,8 +292,73 @@ func lowerASCII(s string) string {
 	return s
 }
 
+// fold rewrites the non-ASCII characters of s that stand for ASCII ones
+// before lexing, so that they cannot split a word or a LaTeX command name
+// wherever they sit ("\\fr\u200bac", "\\ｆrac", "Fi\u0301nd"): invisible format
+// characters and combining marks are dropped, and characters whose
+// compatibility decomposition is ASCII letters or digits (fullwidth forms,
+// mathematical alphanumerics, ligatures, accented letters) are replaced by
+// it. Superscripts and subscripts, and the symbols with a reading of their
+// own, are left for runeText. s is returned as is when it is all ASCII.
+func (lx *lexer) foldText(s []byte) []byte {
+	ascii := true
+	for _, c := range s {
+		if c >= 0x80 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return s
+	}
+	out := lx.pre[:0]
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < 0x80 {
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		raw := s[i : i+size]
+		i += size
+		if r == utf8.RuneError && size == 1 {
+			out = append(out, raw...)
+			continue
+		}
+		if unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me) {
+			continue
+		}
+		if _, ok := scriptChar(r); ok {
+			out = append(out, raw...)
+			continue
+		}
+		if _, ok := symbols[r]; ok {
+			out = append(out, raw...)
+			continue
+		}
+		if f := lx.compat(r); f != "" && isASCIIWord(f) {
+			out = append(out, f...)
+			continue
+		}
+		out = append(out, raw...)
+	}
+	lx.pre = out
+	return out
+}
+
+func isASCIIWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isASCIILetter(s[i]) && !isDigit(s[i]) {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // text lexes s (one patch line, or a whole statement).
 func (lx *lexer) text(s []byte) {
+	s = lx.foldText(s)
 	i := 0
 	for i < len(s) {
 		c := s[i]
@@ -284,17 +384,15 @@ func (lx *lexer) text(s []byte) {
 			lx.digit(c)
 			i++
 		case c == '\\':
-			j := i
-			for j < len(s) && s[j] == '\\' {
-				j++ // any run of backslashes is one: escaping levels collapse
-			}
-			i = lx.escape(s, j)
+			i = lx.backslash(s, i+1)
+		case c == '&':
+			i = lx.entity(s, i)
 		case c < 0x80:
 			if e := escLetter(c); e != 0 {
 				j := letterRun(s, i+1)
 				if j > i+1 {
 					name := string(e) + string(s[i+1:j])
-					if _, ok := latex[name]; ok {
+					if _, ok := latexCommand(name); ok {
 						lx.command(name)
 						i = j
 						continue
@@ -312,6 +410,103 @@ func (lx *lexer) text(s []byte) {
 	lx.flush(false)
 	lx.prevLet = false
 	// an armed unbraced \frac stays armed across a line break
+}
+
+// backslash handles the text after a backslash at s[j:]: a run of
+// backslashes, written as themselves or encoded ("\x5c", "\u005c",
+// "\134", "&#92;", "&bsol;"), is one backslash, whatever the escaping
+// level; then the escape or command that follows. It returns the index
+// from which normal lexing resumes.
+func (lx *lexer) backslash(s []byte, j int) int {
+	for j < len(s) {
+		if s[j] == '\\' {
+			j++
+			continue
+		}
+		if k := encodedBackslash(s, j); k > j {
+			j = k
+			continue
+		}
+		break
+	}
+	return lx.escape(s, j)
+}
+
+// encodedBackslash returns the index after an encoded backslash at s[i:]
+// (the escape's own backslash already consumed: "x5c", "u005c",
+// "U0000005c", "134"; or an HTML reference "&#92;", "&#x5c;", "&bsol;"),
+// else i.
+func encodedBackslash(s []byte, i int) int {
+	if i >= len(s) {
+		return i
+	}
+	switch s[i] {
+	case 'x':
+		if r, ok := hexAt(s, i+1, 2); ok && r == '\\' {
+			return i + 3
+		}
+	case 'u':
+		if r, ok := hexAt(s, i+1, 4); ok && r == '\\' {
+			return i + 5
+		}
+	case 'U':
+		if r, ok := hexAt(s, i+1, 8); ok && r == '\\' {
+			return i + 9
+		}
+	case '1':
+		if i+3 <= len(s) && string(s[i:i+3]) == "134" {
+			return i + 3
+		}
+	case '&':
+		if r, k := entityAt(s, i); k > i && r == "\\" {
+			return k
+		}
+	}
+	return i
+}
+
+// entityAt decodes an HTML character reference at s[i:] ('&'): it returns
+// the decoded text and the index after the ';', or i when there is none.
+func entityAt(s []byte, i int) (string, int) {
+	const maxEntity = 34 // "&CounterClockwiseContourIntegral;" is the longest name
+	end := -1
+	for k := i + 1; k < len(s) && k-i <= maxEntity; k++ {
+		c := s[k]
+		if c == ';' {
+			end = k
+			break
+		}
+		if !isASCIILetter(c) && !isDigit(c) && c != '#' {
+			break
+		}
+	}
+	if end <= i+1 {
+		return "", i
+	}
+	ref := string(s[i : end+1])
+	dec := html.UnescapeString(ref)
+	if dec == ref {
+		return "", i
+	}
+	return dec, end + 1
+}
+
+// entity handles an '&' at s[i]: an HTML character reference is read as the
+// characters it stands for ("&lt;", "&#8730;", "&sup2;"), anything else is
+// a separator.
+func (lx *lexer) entity(s []byte, i int) int {
+	dec, k := entityAt(s, i)
+	if k == i {
+		lx.sep()
+		return i + 1
+	}
+	if dec == "\\" {
+		return lx.backslash(s, k)
+	}
+	for _, r := range dec {
+		lx.runeText(r)
+	}
+	return k
 }
 
 // escape handles what follows a run of backslashes at s[j:]; it returns the
@@ -345,6 +540,13 @@ func (lx *lexer) escape(s []byte, j int) int {
 			lx.runeText(r)
 			return j + 3
 		}
+	case '0', '1', '2', '3':
+		// an octal escape of three digits ("\141" is "a"), as C, Python
+		// and git's quoted paths write bytes
+		if j+3 <= len(s) && isOctal(s[j+1]) && isOctal(s[j+2]) {
+			lx.runeText(rune(c-'0')<<6 | rune(s[j+1]-'0')<<3 | rune(s[j+2]-'0'))
+			return j + 3
+		}
 	}
 	lx.sep() // a backslash is a separator unless it encodes a character
 	if !isASCIILetter(c) {
@@ -352,7 +554,7 @@ func (lx *lexer) escape(s []byte, j int) int {
 	}
 	k := letterRun(s, j)
 	name := string(s[j:k])
-	if _, ok := latex[name]; ok {
+	if _, ok := latexCommand(name); ok {
 		lx.command(name)
 		return k
 	}
@@ -386,13 +588,128 @@ func (lx *lexer) runeText(r rune) {
 		}
 		return
 	}
-	if unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) {
+	if unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me) {
+		// invisible format characters (zero-width space and joiners, soft
+		// hyphen, BOM) and combining marks are nothing: "Fi\u200bnd" and
+		// "F\u0303ind" are "find"
+		return
+	}
+	if d, ok := scriptChar(r); ok {
+		lx.scriptBoundary(true)
+		lx.script = true
+		if isDigit(d) {
+			lx.scriptDigit(d)
+		} else {
+			lx.scriptLetter(d)
+		}
+		return
+	}
+	if f := lx.compat(r); f != "" {
+		// a compatibility form: fullwidth "Ｆｉｎｄ", mathematical
+		// alphanumerics, ligatures, precomposed letters with their marks
+		// dropped ("é" is "e")
+		for _, fr := range f {
+			lx.runeText(fr)
+		}
+		return
+	}
+	if unicode.IsLetter(r) || unicode.IsDigit(r) {
 		var b [utf8.UTFMax]byte
 		n := utf8.EncodeRune(b[:], unicode.ToLower(r))
 		lx.letterBytes(b[:n])
 		return
 	}
 	lx.sep()
+}
+
+// scriptDigit and scriptLetter add to a superscript or subscript token.
+func (lx *lexer) scriptDigit(c byte) {
+	if lx.kind == 1 {
+		lx.flush(false)
+		lx.script = true
+	}
+	if lx.kind == 0 {
+		lx.h = fnvOffset
+		lx.kind = 2
+		lx.numOK = true
+	}
+	lx.addByte(c)
+	lx.digits++
+	if lx.digits <= 6 {
+		lx.val = lx.val*10 + int(c-'0')
+	}
+	lx.prevLet = false
+}
+
+func (lx *lexer) scriptLetter(c byte) {
+	if lx.kind == 2 {
+		lx.flush(true)
+		lx.script = true
+	}
+	if lx.kind == 0 {
+		lx.h = fnvOffset
+		lx.kind = 1
+	}
+	lx.addByte(c)
+	lx.prevLet = true
+}
+
+// scriptChar maps superscript and subscript digits and letters to their
+// ASCII character.
+func scriptChar(r rune) (byte, bool) {
+	switch r {
+	case '¹':
+		return '1', true
+	case '²':
+		return '2', true
+	case '³':
+		return '3', true
+	}
+	if r >= 0x2070 && r <= 0x209f || r >= 0x1d2c && r <= 0x1d6a || r >= 0x02b0 && r <= 0x02b8 || r == 0x2071 || r == 0x207f {
+		d := norm.NFKD.String(string(r))
+		if len(d) == 1 && (isDigit(d[0]) || isASCIILetter(d[0])) {
+			return d[0] | lowerBit(d[0]), true
+		}
+	}
+	return 0, false
+}
+
+func lowerBit(c byte) byte {
+	if isASCIILetter(c) {
+		return 0x20
+	}
+	return 0
+}
+
+// compat returns r's compatibility decomposition with combining marks
+// dropped, when that differs from r ("" when it does not).
+func (lx *lexer) compat(r rune) string {
+	if f, ok := lx.fold[r]; ok {
+		return f
+	}
+	d := norm.NFKD.String(string(r))
+	var b []rune
+	for _, x := range d {
+		if !unicode.In(x, unicode.Mn, unicode.Me, unicode.Cf) {
+			b = append(b, x)
+		}
+	}
+	f := string(b)
+	if f == string(r) || len(b) == 0 {
+		f = ""
+	}
+	for _, x := range b {
+		if x == r {
+			f = "" // no progress: avoid a loop
+		}
+	}
+	if lx.fold == nil {
+		lx.fold = map[rune]string{}
+	}
+	if len(lx.fold) < 4096 {
+		lx.fold[r] = f
+	}
+	return f
 }
 
 // tokenize returns the tokens of s (for statements; tests).

@@ -27,14 +27,24 @@ func TestTokenize(t *testing.T) {
 		{`\tThe \rrest`, "the rest"},
 		{`\\triangle ABC`, "triangle abc"},
 		{`\\\\frac{1}{2}`, "1 2"},
-		{`caf\u00e9 \u0024x\u0024`, "café x"},
+		{`caf\u00e9 \u0024x\u0024`, "cafe x"},
 		{"Δ ≤ √2, π, 60°", "delta sqrt 2 pi 60 circ"},
 		{"$12x^2$ x86 17-gon", "12 x 2 x 86 17 gon"},
 		{"\x0crac{m}{n}", "m n"},          // a form feed that swallowed "\f"
 		{"\triangle DEF", "triangle def"}, // a tab that swallowed "\t"
 		{`\overarc{DE} \unknowncmd`, "overarc de unknowncmd"},
 		{`\operatorname{if} \text{and} \mathcal{B}`, "if and b"},
-		{"Ünïcödé WORDS", "ünïcödé words"},
+		{"Ünïcödé WORDS", "unicode words"},
+		// round two (issue 31): commands in upper case, encoded
+		// backslashes, superscripts, invisible and compatibility forms
+		{`\FRAC{m}{n} \SQRT{3} \Boxed{70} \LEFT( x \RIGHT)`, "m n sqrt 3 70 x"},
+		{`\x5cfrac{1}{2} \x5c\x5ctriangle ABC \u005cboxed{7}`, "1 2 triangle abc 7"},
+		{`\U0000005csqrt{2} \134frac{1}{3} &#92;frac{2}{5} &bsol;angle A`, "sqrt 2 1 3 2 5 angle a"},
+		{`$3⁶$ x² y₁₂ 2ⁿ`, "3 6 x 2 y 12 2 n"},
+		{"Fi\u200bnd F\u0303ind the\u00adsum", "find find thesum"},
+		{"Ｆｉｎｄ 𝐭𝐡𝐞 ﬁve", "find the five"},
+		{`&lt;x&gt; &amp; &#8730;2 &pi; &sup2;`, "x sqrt 2 pi 2"},
+		{`\141\142c`, "abc"},
 	}
 	for _, c := range cases {
 		if got := toks(c.in); got != c.want {

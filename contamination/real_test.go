@@ -56,8 +56,8 @@ func TestRealFalsePositives(t *testing.T) {
 				continue
 			}
 			name := strings.TrimPrefix(p, "/")
-			extra.add(t, p, filePatch(name, data), ps)
-			st.add(t, p, filePatch(name, data), ps)
+			extra.add(t, p, filePatch(name, data), ps, false)
+			st.add(t, p, filePatch(name, data), ps, false)
 		}
 		extra.log(t, "source extra-negatives")
 	}
@@ -65,7 +65,7 @@ func TestRealFalsePositives(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		seq = append(seq, strconv.Itoa(i)+",")
 	}
-	st.add(t, "range-table", []byte(addedFile("t.py", seq)), ps)
+	st.add(t, "range-table", []byte(addedFile("t.py", seq)), ps, false)
 	if len(st.flagged) > 0 {
 		t.Errorf("%d of %d ordinary patches flagged against the real set: %v", len(st.flagged), st.n, st.flagged)
 	}
