@@ -38,6 +38,7 @@ func evaluateCommand(e *env) *ucli.Command {
 					&ucli.StringFlag{Name: "patch", Required: true, Usage: "the author's change.diff (read as data, never applied)"},
 					&ucli.StringFlag{Name: "problems", Required: true, Usage: "the eval problems (JSON Lines: question, expected_answer)"},
 					&ucli.StringFlag{Name: "report", Usage: "write the report (JSON) here too, for evaluate score --contamination"},
+					&ucli.StringFlag{Name: "pristine", Usage: "the image's pristine tree (holding NeMo-RL/), where the bases of binary deltas are read; without it a binary delta is refused"},
 				),
 				Action: e.contamination,
 			},
@@ -90,7 +91,7 @@ func (e *env) contamination(c *ucli.Context) error {
 	if c.NArg() != 0 {
 		return usageErr("contamination takes no arguments (--patch, --problems)")
 	}
-	chk, err := evaluate.CheckContamination(c.String("patch"), c.String("problems"))
+	chk, err := evaluate.CheckContamination(c.String("patch"), c.String("problems"), c.String("pristine"))
 	if err != nil {
 		return fmt.Errorf("contamination: %w", err)
 	}
@@ -111,6 +112,9 @@ func (e *env) contamination(c *ucli.Context) error {
 	rep := chk.Report
 	e.logf("contamination: %d added lines of the patch (%d bytes, sha256 %s) against %d problems (sha256 %s)",
 		rep.AddedLines, chk.PatchBytes, chk.PatchSHA256, chk.Problems, chk.ProblemsSHA256)
+	if rep.BinarySections > 0 {
+		e.logf("contamination: %d binary sections, decoded to %d bytes in %d lines", rep.BinarySections, rep.DecodedBytes, rep.DecodedLines)
+	}
 	if !rep.Contaminated {
 		e.logf("contamination: none found")
 		return nil

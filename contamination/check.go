@@ -753,7 +753,7 @@ func (c *checker) token(tok []byte, h uint64, num int) {
 	c.covered[c.pos&63] = false
 	c.pos++
 	cur := c.pos - 1
-	if len(tok) <= 4 {
+	if len(tok) >= 2 && len(tok) <= 16 {
 		c.nameToken()
 	}
 	for ii := range c.index {

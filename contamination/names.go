@@ -5,25 +5,38 @@ import (
 	"strconv"
 )
 
-// evalSetNames are the eval set's names as lexer tokens: an added line that
-// names the set (a config's dataset_name, a loader's id, a Hugging Face
-// dataset id, a file name) trains on it as surely as a copy does when the
-// data is reachable, so naming it is a finding (KindName). The lexer splits
-// letters from digits and drops punctuation, so ["aime", "2025"] covers
-// "AIME2025", "aime_2025", "AIME-2025", "AIME 2025", "opencompass/AIME2025",
-// "MathArena/aime_2025", "yentinglin/aime_2025" and "aime2025.jsonl";
-// ["aime", "25"] covers "aime25", "AIME-25", "math-ai/aime25" and
-// "AIME'25".
-var evalSetNames = [][]string{
-	{"aime", "2025"},
-	{"aime", "25"},
-	{"2025", "aime"}, // "2025 AIME I", "the 2025 AIME"
-	{"aime", "i", "2025"},
-	{"aime", "ii", "2025"},
-}
+// The eval set's name. An added line that names the set (a config's
+// dataset_name, a loader's class or registry key, a Hugging Face dataset
+// id, a file name) trains on it as surely as a copy does when the data is
+// reachable, so naming it is a finding (KindName). Read on the lexer's
+// tokens, which split letters from digits and drop punctuation: a year
+// token ("2025" or "25") within nameWindow tokens after an AIME token, or
+// "2025" right before "aime". That covers "AIME2025", "aime_2025",
+// "AIME-2025", "AIME 2025 I", "AIME'25", "aime25", the Hugging Face ids
+// (opencompass/AIME2025, MathArena/aime_2025, MathArena/aime_2025_I,
+// yentinglin/aime_2025, HuggingFaceH4/aime_2025, math-ai/aime25,
+// TIGER-Lab/AIME25), NeMo RL's registry keys and classes ("AIME2025",
+// "aime2025", AIME2025Dataset, partial(AIMEDataset, variant="2025")), NeMo
+// Gym's benchmarks/aime25 and "the 2025 AIME".
 
-// maxNameSeq is the longest sequence of evalSetNames.
-const maxNameSeq = 3
+// nameWindow is how many tokens after an AIME token the year may come.
+const nameWindow = 4
+
+// aimeSuffixes are the words glued to "aime" in identifiers that name an
+// AIME dataset ("AIMEDataset"); other words ("aimed") are not AIME.
+var aimeSuffixes = []string{"", "dataset", "datasets", "data", "set", "bench", "benchmark", "problems", "eval", "loader", "test", "split"}
+
+func isAIMEToken(tok []byte) bool {
+	if len(tok) < 4 || string(tok[:4]) != "aime" {
+		return false
+	}
+	for _, s := range aimeSuffixes {
+		if string(tok[4:]) == s {
+			return true
+		}
+	}
+	return false
+}
 
 // nameState tracks the eval set's name in the added text.
 type nameState struct {
@@ -33,34 +46,36 @@ type nameState struct {
 	excerpt string // that line, quoted and cut
 }
 
-// nameToken checks whether the tokens ending at the ring's newest slot
-// spell one of evalSetNames.
+// nameToken checks whether the newest token completes a name of the eval
+// set.
 func (c *checker) nameToken() {
-	for _, seq := range evalSetNames {
-		k := len(seq)
-		if c.pos < int64(k) {
-			continue
-		}
-		ok := true
-		for i := 0; i < k; i++ {
-			s := &c.ring[(c.pos-int64(k)+int64(i))&(ringSize-1)]
-			if string(s.b[:s.n]) != seq[i] {
-				ok = false
+	tokAt := func(back int64) []byte {
+		s := &c.ring[(c.pos-1-back)&(ringSize-1)]
+		return s.b[:s.n]
+	}
+	cur := tokAt(0)
+	found := false
+	switch {
+	case string(cur) == "2025" || string(cur) == "25":
+		for k := int64(1); k <= nameWindow && k < c.pos; k++ {
+			if isAIMEToken(tokAt(k)) {
+				found = true
 				break
 			}
 		}
-		if !ok {
-			continue
-		}
-		n := &c.names
-		n.count++
-		if n.count == 1 {
-			n.first = c.line
-			n.excerpt = excerpt(c.text)
-		}
-		n.lines = appendLine(n.lines, c.line)
+	case isAIMEToken(cur):
+		found = c.pos >= 2 && string(tokAt(1)) == "2025"
+	}
+	if !found {
 		return
 	}
+	n := &c.names
+	n.count++
+	if n.count == 1 {
+		n.first = c.line
+		n.excerpt = excerpt(c.text)
+	}
+	n.lines = appendLine(n.lines, c.line)
 }
 
 // excerpt quotes a line of the patch for a finding's detail: ASCII only,

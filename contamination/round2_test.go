@@ -257,6 +257,12 @@ func TestEvalSetNamed(t *testing.T) {
 		`The 2025 AIME II problems`,
 		`"dataset": "AIME_2025_I"`,
 		`TRAIN = "AIME'25"`,
+		`    "AIME2025": partial(AIMEDataset, variant="2025"),`,
+		`  - dataset_name: nemo_rl.data.datasets.response_datasets.aime25.AIME2025Dataset`,
+		`'data.validation=[{dataset_name: AIME2025, repeat: 4}]'`,
+		`ds = load_dataset("MathArena/aime_2025_I")`,
+		`jsonl_fpath: benchmarks/aime25/data/aime25_benchmark.jsonl`,
+		`x = AIMEDataset(variant="2025")`,
 	} {
 		rep := Check([]byte(addedFile("examples/configs/grpo.yaml", []string{"grpo:", l, "  lr: 1e-6"})), ps)
 		f := findingOf(rep, KindName)
@@ -270,7 +276,8 @@ func TestEvalSetNamed(t *testing.T) {
 	}
 	for _, l := range []string{
 		"dataset_name: AIME2024", "aime_2024", "AIMO 2025", "aimed 2025 targets", "aime250", "AIME 2.5",
-		"year: 2025", "the 2025 release of NeMo RL",
+		"year: 2025", "the 2025 release of NeMo RL", "we aimed 2025 units", "AIMEDataset(variant=\"2024\")",
+		"HuggingFaceH4/aime_2024", "BytedTsinghua-SIA/AIME-2024",
 	} {
 		if rep := Check([]byte(addedFile("x.yaml", []string{l})), ps); rep.Contaminated {
 			t.Errorf("%q: flagged: %+v", l, rep.Findings)

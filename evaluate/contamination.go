@@ -37,9 +37,11 @@ type ContaminationCheck struct {
 
 // CheckContamination reads the patch (a regular file of at most
 // stages.MaxPatchBytes) and the problems file (JSON Lines, question and
-// expected_answer) and runs contamination.Check. The patch is only read:
-// it is data here, never applied.
-func CheckContamination(patchPath, problemsPath string) (ContaminationCheck, error) {
+// expected_answer) and runs contamination.CheckWith. The patch is only
+// read: it is data here, never applied. pristineDir, when not "", is the
+// image's pristine tree (recipe.yaml and NeMo-RL/ as the patch names them):
+// the bases of binary deltas are read from it, never outside it.
+func CheckContamination(patchPath, problemsPath, pristineDir string) (ContaminationCheck, error) {
 	patch, err := readBounded(patchPath, stages.MaxPatchBytes)
 	if err != nil {
 		return ContaminationCheck{}, fmt.Errorf("patch: %w", err)
@@ -52,7 +54,18 @@ func CheckContamination(patchPath, problemsPath string) (ContaminationCheck, err
 	if err != nil {
 		return ContaminationCheck{}, fmt.Errorf("problems %s: %w", problemsPath, err)
 	}
-	rep := contamination.Check(patch, problems)
+	var opts contamination.Options
+	if pristineDir != "" {
+		root, err := os.OpenRoot(pristineDir)
+		if err != nil {
+			return ContaminationCheck{}, fmt.Errorf("pristine tree: %w", err)
+		}
+		defer root.Close()
+		opts.Pristine = func(name string) ([]byte, error) {
+			return readBoundedIn(root, name, contamination.DefaultMaxDecoded)
+		}
+	}
+	rep := contamination.CheckWith(patch, problems, opts)
 	return ContaminationCheck{
 		PatchSHA256: sha256Hex(patch), PatchBytes: int64(len(patch)),
 		ProblemsSHA256: sha256Hex(raw), Problems: len(problems),
@@ -67,7 +80,17 @@ func Evidence(rep contamination.Report) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("the eval problems are in the patch: ")
+	refusedOnly := true
+	for _, f := range rep.Findings {
+		if f.Kind != contamination.KindBinary {
+			refusedOnly = false
+		}
+	}
+	if refusedOnly {
+		b.WriteString("the patch cannot be checked for the eval problems: ")
+	} else {
+		b.WriteString("the eval problems are in the patch: ")
+	}
 	for i, f := range rep.Findings {
 		part := f.Detail
 		if i > 0 {
@@ -151,6 +174,21 @@ func readBounded(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readOpened(f, path, max)
+}
+
+// readBoundedIn is readBounded for a name inside root (no escape by "..",
+// an absolute path or a symbolic link).
+func readBoundedIn(root *os.Root, name string, max int64) ([]byte, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readOpened(f, name, max)
+}
+
+func readOpened(f *os.File, path string, max int64) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err

@@ -59,7 +59,7 @@ func TestCheckContamination(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := writeFile(t, "change.diff", c.patch)
-			chk, err := CheckContamination(p, standInProblems)
+			chk, err := CheckContamination(p, standInProblems, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestCheckContaminationInputs(t *testing.T) {
 		{"problems malformed", writeFile(t, "p.diff", ""), badRows, "problems " + badRows + ": line 2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := CheckContamination(c.patch, c.problems)
+			_, err := CheckContamination(c.patch, c.problems, "")
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err %v, want one containing %q", err, c.want)
 			}
@@ -134,7 +134,7 @@ func TestEvidenceBound(t *testing.T) {
 // itself, or names no hashes, is refused.
 func TestLoadContaminationCheck(t *testing.T) {
 	p := writeFile(t, "change.diff", addedFile("data/x.jsonl", strings.Split(strings.TrimSpace(mustRead(t, standInProblems)), "\n")))
-	chk, err := CheckContamination(p, standInProblems)
+	chk, err := CheckContamination(p, standInProblems, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestLoadContaminationCheck(t *testing.T) {
 // formats and scans back; Score refuses a contaminated check.
 func TestContaminatedRecord(t *testing.T) {
 	p := writeFile(t, "change.diff", addedFile("data/x.jsonl", strings.Split(strings.TrimSpace(mustRead(t, standInProblems)), "\n")))
-	chk, err := CheckContamination(p, standInProblems)
+	chk, err := CheckContamination(p, standInProblems, "")
 	if err != nil {
 		t.Fatal(err)
 	}

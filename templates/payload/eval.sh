@@ -11,7 +11,10 @@
 # 3. nemorl-slurm evaluate contamination: the author's patch (read as data,
 #    never applied) against the image's AIME25 problems: their statements,
 #    their answers as a list, or parts of statements with their answers in
-#    its added lines. Found (its exit 4): the weights are not scored, and
+#    its added lines, what its binary sections decode to (a delta's base read
+#    from the image's pristine tree, $root/src), and the eval set named.
+#    Found, or a binary section that cannot be decoded (its exit 4): the
+#    weights are not scored, and
 #    evaluate score prints the record of reward 0 with the evidence; exit 0.
 #    The report is kept as contamination.json in the work directory;
 # 4. serve the weights (with the image's config and tokenizer at the pinned
@@ -76,7 +79,7 @@ log "weights accepted: sha256 $sha"
 problems=$root/eval/aime25.jsonl
 report=$work/contamination.json
 contaminated=0
-"$bin" evaluate contamination --patch "$NEMORL_PATCH" --problems "$problems" --report "$report" || contaminated=$?
+"$bin" evaluate contamination --patch "$NEMORL_PATCH" --problems "$problems" --pristine "$root/src" --report "$report" || contaminated=$?
 cp -- "$report" "$NEMORL_OUT/contamination.json" 2>/dev/null || true
 if [ "$contaminated" = 4 ]; then
   log "the patch holds the eval problems (contamination.json): the weights are not scored, the reward is 0"
