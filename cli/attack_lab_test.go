@@ -477,9 +477,15 @@ func (x *labCLI) testContamination(t *testing.T) {
 	}{
 		{"clean", nil, nil, "scored", "", ""},
 		{"problems as a training file", []string{"--add-file", problems, "data/extra_math.jsonl"}, nil, "policy_failure", "contaminated",
-			"eval's contamination check: the eval problems are in the patch: problem 1: 100% of its 10-grams"},
+			"; problem 1: 100% of its 10-grams"},
 		{"a clean patch shown to eval", []string{"--add-file", problems, "data/extra_math.jsonl"}, []string{"--clean-patch"}, "policy_failure", "checked_patch_mismatch",
 			"eval's contamination check read a patch with sha256"},
+		// round two (issue 31): the problems as a GIT binary patch (written
+		// by the real git), and the eval set named in the recipe
+		{"problems as a binary patch", []string{"--add-binary-file", problems, "NeMo-RL/data/extra_math.jsonl"}, nil, "policy_failure", "contaminated",
+			`(decoded from the GIT binary patch of "NeMo-RL/data/extra_math.jsonl")`},
+		{"AIME2025 named in the recipe", []string{"--dataset-name", "AIME2025"}, nil, "policy_failure", "contaminated",
+			`the eval set is named in added line 15 of the patch: "  dataset_name: AIME2025"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

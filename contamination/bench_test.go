@@ -68,3 +68,62 @@ func BenchmarkCheck32MiB(b *testing.B) {
 		}
 	}
 }
+
+// binarySectionPatch renders content as a new file's GIT binary patch, as
+// git diff --binary writes it (forward literal, empty reverse).
+func binarySectionPatch(name string, content []byte) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "diff --git a/%s b/%s\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..%s\nGIT binary patch\n", name, name, gitBlobID(content))
+	b.WriteString(hunkText(false, content))
+	b.WriteString(hunkText(false, nil))
+	return []byte(b.String())
+}
+
+var benchBin struct {
+	once               sync.Once
+	noise, text        []byte
+	noiseLen, textSize int
+}
+
+// BenchmarkCheck32MiBBinary: the check of patches whose bulk is one GIT
+// binary patch section: "noise", a 32 MiB section of incompressible bytes
+// (what a binary file costs: base85 + zlib decoded, then lexed); "text",
+// the 32 MiB ordinary patch of BenchmarkCheck32MiB (up to the decoding
+// bound) compressed into one literal, its three problems found in it.
+func BenchmarkCheck32MiBBinary(b *testing.B) {
+	benchBin.once.Do(func() {
+		r := rand.New(rand.NewPCG(32, 33))
+		// 32 MiB of section: base85 lines carry 52 bytes in 66 characters
+		raw := make([]byte, (32<<20)/66*52)
+		for i := range raw {
+			raw[i] = byte(r.Uint32())
+		}
+		benchBin.noise = binarySectionPatch("NeMo-RL/assets/noise.bin", raw)
+		benchBin.noiseLen = len(raw)
+		text, _ := bench32MiB()
+		text = text[:DefaultMaxDecoded-1<<10]
+		benchBin.text = binarySectionPatch("NeMo-RL/data/code.jsonl", text)
+		benchBin.textSize = len(text)
+	})
+	ps := standInProblems()
+	Check(nil, ps)
+	for _, c := range []struct {
+		name     string
+		patch    []byte
+		findings int
+	}{{"noise", benchBin.noise, 0}, {"text", benchBin.text, 3}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.patch)))
+			b.ReportAllocs()
+			var rep Report
+			for i := 0; i < b.N; i++ {
+				rep = Check(c.patch, ps)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(rep.DecodedBytes)/(1<<20), "decoded-MiB")
+			if rep.BinarySections != 1 || len(rep.Findings) != c.findings {
+				b.Fatalf("%s: %d sections, %d bytes decoded, findings %+v", c.name, rep.BinarySections, rep.DecodedBytes, rep.Findings)
+			}
+		})
+	}
+}

@@ -46,10 +46,25 @@ func (cs *columns) add(key []byte, a int, line int) {
 		if len(cs.m) >= maxColumns {
 			cs.evict()
 		}
-		col = &column{vals: make([]int16, cs.w), lines: make([]int32, cs.w)}
+		col = &column{}
 		cs.m[string(key)] = col
 	}
 	w := cs.w
+	if col.vals == nil {
+		// no eligible answer yet: only the count of values matters (the
+		// ring would hold nothing but -1)
+		if a < 0 {
+			if col.n < w {
+				col.n++
+			}
+			return
+		}
+		col.vals, col.lines = make([]int16, w), make([]int32, w)
+		for i := range col.vals {
+			col.vals[i] = -1
+		}
+		col.head = col.n % w
+	}
 	if col.n == w {
 		if old := col.vals[col.head]; old >= 0 {
 			col.counts[old]--
