@@ -5,12 +5,14 @@ go 1.26.5
 require (
 	github.com/apptainer/sif/v2 v2.25.0
 	github.com/kevinburke/ssh_config v1.6.0
+	github.com/klauspost/compress v1.20.1
 	github.com/pkg/sftp v1.13.12
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/skeema/knownhosts v1.3.3
+	github.com/ulikunitz/xz v0.5.17
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/crypto v0.59.0
 	golang.org/x/term v0.48.0

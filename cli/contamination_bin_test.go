@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"compress/gzip"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +55,8 @@ func TestContaminationRoundTwo(t *testing.T) {
 		"NeMo-RL/assets/lookup.bin":      binBase,
 		"NeMo-RL/nemo_rl/data/x.py":      []byte("X = 1\n"),
 		"NeMo-RL/examples/configs/a.yml": []byte("a: 1\n"),
+		// a loader of the eval set, as NeMo RL ships one for evaluation
+		"NeMo-RL/nemo_rl/data/eval_datasets/aime2025.py": []byte("class AIME2025Dataset:\n    def __init__(self):\n        self.ds = load_dataset(\"opencompass/AIME2025\", split=\"test\")\n"),
 	}
 	for name, b := range files {
 		p := filepath.Join(pristine, name)
@@ -94,6 +98,10 @@ func TestContaminationRoundTwo(t *testing.T) {
 		os.WriteFile(filepath.Join(w, ".git", "info", "attributes"), []byte("*.jsonl -diff\n*.bin -diff\n"), 0o644)
 		for name, b := range edits {
 			p := filepath.Join(w, name)
+			if b == nil {
+				os.Remove(p)
+				continue
+			}
 			os.MkdirAll(filepath.Dir(p), 0o755)
 			if err := os.WriteFile(p, b, 0o644); err != nil {
 				t.Fatal(err)
@@ -114,6 +122,18 @@ func TestContaminationRoundTwo(t *testing.T) {
 		fmt.Fprintf(&x5c, "    \"%s\",\n", strings.ReplaceAll(r.Question, `\`, `\x5c`))
 		fmt.Fprintf(&supers, "%s\n", sup.Replace(r.Question))
 	}
+	var gzJSONL bytes.Buffer
+	zw := gzip.NewWriter(&gzJSONL)
+	zw.Write(jsonl.Bytes())
+	zw.Close()
+	var b64 strings.Builder
+	b64.WriteString("BLOB = \"\"\"\n")
+	enc := base64.StdEncoding.EncodeToString(gzJSONL.Bytes())
+	for len(enc) > 76 {
+		b64.WriteString(enc[:76] + "\n")
+		enc = enc[76:]
+	}
+	b64.WriteString(enc + "\n\"\"\"\nROWS = gzip.decompress(base64.b64decode(BLOB))\n")
 	spliced := append(append(append([]byte(nil), binBase[:50000]...), jsonl.Bytes()...), binBase[50000:]...)
 
 	for _, c := range []struct {
@@ -127,6 +147,9 @@ func TestContaminationRoundTwo(t *testing.T) {
 		{"binary literal", map[string][]byte{"NeMo-RL/data/extra_math.jsonl": jsonl.Bytes()}, 4, "statement", `decoded from the GIT binary patch of "NeMo-RL/data/extra_math.jsonl"`, 30},
 		{"binary delta", map[string][]byte{"NeMo-RL/assets/lookup.bin": spliced}, 4, "statement", `decoded from the GIT binary patch of "NeMo-RL/assets/lookup.bin"`, 30},
 		{"binary ordinary", map[string][]byte{"NeMo-RL/assets/lookup.bin": append(append([]byte(nil), binBase...), "\x00new rows"...)}, 0, "", "", 0},
+		{"gzip file in a binary section", map[string][]byte{"NeMo-RL/data/extra_math.jsonl.gz": gzJSONL.Bytes()}, 4, "statement", `decoded from the GIT binary patch of "NeMo-RL/data/extra_math.jsonl.gz" (gzip)`, 30},
+		{"gzip and base64 in code", map[string][]byte{"NeMo-RL/nemo_rl/data/x.py": []byte(b64.String())}, 4, "statement", "decoded from base64 text at line 8 (gzip)", 30},
+		{"a loader renamed into training", map[string][]byte{"NeMo-RL/nemo_rl/data/eval_datasets/aime2025.py": nil, "NeMo-RL/nemo_rl/data/datasets/math.py": files["NeMo-RL/nemo_rl/data/eval_datasets/aime2025.py"]}, 4, "name", `decoded from the rename of "NeMo-RL/nemo_rl/data/eval_datasets/aime2025.py" to "NeMo-RL/nemo_rl/data/datasets/math.py"`, 1},
 		{"named in the recipe", map[string][]byte{"recipe.yaml": bytes.Replace(files["recipe.yaml"], []byte("OpenMathInstruct-2"), []byte("AIME2025"), 1)}, 4, "name", `the eval set is named in added line 10 of the patch: "  dataset_name: AIME2025"`, 1},
 		{"named as a Hugging Face id", map[string][]byte{"NeMo-RL/nemo_rl/data/x.py": []byte("X = load_dataset(\"opencompass/AIME2025\", \"AIME2025-I\")\n")}, 4, "name", "opencompass/AIME2025", 1},
 		{"answer key with metadata", map[string][]byte{"NeMo-RL/examples/configs/a.yml": answerKey.Bytes()}, 4, "answers", `consecutive records (the values of the key "answer")`, 1},

@@ -1,6 +1,7 @@
 package contamination
 
 import (
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -81,7 +82,7 @@ func binarySectionPatch(name string, content []byte) []byte {
 
 var benchBin struct {
 	once               sync.Once
-	noise, text        []byte
+	noise, text, b64   []byte
 	noiseLen, textSize int
 }
 
@@ -104,6 +105,19 @@ func BenchmarkCheck32MiBBinary(b *testing.B) {
 		text = text[:DefaultMaxDecoded-1<<10]
 		benchBin.text = binarySectionPatch("NeMo-RL/data/code.jsonl", text)
 		benchBin.textSize = len(text)
+		// the text as one base64 blob wrapped at 76 columns, filling 32 MiB
+		enc := base64.StdEncoding.EncodeToString(text[:(32<<20)/77*76/4*3])
+		var w strings.Builder
+		w.Grow(len(enc) + len(enc)/76*2 + 200)
+		w.WriteString("diff --git a/NeMo-RL/blob.py b/NeMo-RL/blob.py\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/NeMo-RL/blob.py\n")
+		n := (len(enc) + 75) / 76
+		fmt.Fprintf(&w, "@@ -0,0 +1,%d @@\n", n)
+		for len(enc) > 0 {
+			k := min(76, len(enc))
+			w.WriteString("+" + enc[:k] + "\n")
+			enc = enc[k:]
+		}
+		benchBin.b64 = []byte(w.String())
 	})
 	ps := standInProblems()
 	Check(nil, ps)
@@ -111,7 +125,7 @@ func BenchmarkCheck32MiBBinary(b *testing.B) {
 		name     string
 		patch    []byte
 		findings int
-	}{{"noise", benchBin.noise, 0}, {"text", benchBin.text, 3}} {
+	}{{"noise", benchBin.noise, 0}, {"text", benchBin.text, 3}, {"base64", benchBin.b64, -1}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.patch)))
 			b.ReportAllocs()
@@ -121,6 +135,12 @@ func BenchmarkCheck32MiBBinary(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(rep.DecodedBytes)/(1<<20), "decoded-MiB")
+			if c.findings < 0 { // base64: no binary section; the problems in its first 24 MiB
+				if rep.BinarySections != 0 || len(rep.Findings) == 0 || rep.DecodedBytes < 20<<20 {
+					b.Fatalf("%s: %d bytes decoded, findings %+v", c.name, rep.DecodedBytes, rep.Findings)
+				}
+				return
+			}
 			if rep.BinarySections != 1 || len(rep.Findings) != c.findings {
 				b.Fatalf("%s: %d sections, %d bytes decoded, findings %+v", c.name, rep.BinarySections, rep.DecodedBytes, rep.Findings)
 			}

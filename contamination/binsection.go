@@ -40,6 +40,8 @@ type fileHeader struct {
 	oldPath, newPath string
 	oldID, newID     string
 	newFile          bool
+	copyKind         string // "copy" or "rename" when the header says so
+	copyLine         int    // its "copy from" / "rename from" line
 }
 
 type secHunk struct {
@@ -69,7 +71,7 @@ func (s *binSection) name() string {
 }
 
 // headerLine reads one extended header line of a "diff --git" file into h.
-func headerLine(l []byte, h *fileHeader) {
+func headerLine(l []byte, lineNo int, h *fileHeader) {
 	s := string(l)
 	switch {
 	case strings.HasPrefix(s, "diff --git "):
@@ -77,8 +79,10 @@ func headerLine(l []byte, h *fileHeader) {
 		h.oldPath, h.newPath = gitHeaderPaths(s[len("diff --git "):])
 	case strings.HasPrefix(s, "rename from "):
 		h.oldPath = unquotePath(s[len("rename from "):], "")
+		h.copyKind, h.copyLine = "rename", lineNo
 	case strings.HasPrefix(s, "copy from "):
 		h.oldPath = unquotePath(s[len("copy from "):], "")
+		h.copyKind, h.copyLine = "copy", lineNo
 	case strings.HasPrefix(s, "rename to "):
 		h.newPath = unquotePath(s[len("rename to "):], "")
 	case strings.HasPrefix(s, "copy to "):

@@ -410,7 +410,7 @@ type checker struct {
 	ordinal  int              // standalone numbers so far in this line
 	covered  [64]bool         // token positions inside a matched n-gram (a ring)
 	lineHas  map[int][]uint64 // recent lines: the problems with matched text on them
-	binLines map[int]string   // patch lines of binary hunks: the file they patch
+	binLines map[int]string   // patch lines whose text was decoded: from what
 	refused  []Finding        // binary sections refused
 }
 
@@ -444,47 +444,16 @@ func check(patch []byte, problems []Problem, pr params, o Options) (Report, scor
 		c.cols = columns{m: map[string]*column{}, w: w, na: len(c.ansIdx)}
 	}
 
-	lx := newLexer(c.token)
-	added := func(lineNo int, text []byte) {
-		c.line = lineNo
-		c.text = text
-		c.ordinal = 0
-		c.pruneCands()
-		lx.text(text)
-	}
 	maxDecoded := o.MaxDecoded
 	if maxDecoded <= 0 {
 		maxDecoded = DefaultMaxDecoded
 	}
+	fd := &feed{c: c, lx: newLexer(c.token), rep: &rep, o: o, max: maxDecoded}
 	forEachAdded(patch, func(lineNo int, text []byte) {
 		rep.AddedLines++
-		added(lineNo, text)
-	}, func(sec *binSection) {
-		rep.BinarySections++
-		out, used, err := decodeSection(sec, o, maxDecoded-rep.DecodedBytes)
-		rep.DecodedBytes += used
-		if err != nil {
-			if len(c.refused) < maxLines {
-				c.refused = append(c.refused, Finding{
-					Kind: KindBinary, Lines: []int{sec.line}, Overlap: 1,
-					Detail: fmt.Sprintf("the GIT binary patch of %s at line %d of the patch cannot be checked, so it is refused: %v",
-						strconv.QuoteToASCII(sec.name()), sec.line, err),
-				})
-			}
-			return
-		}
-		at := sec.hunks[0].line
-		if len(c.binLines) < 1<<16 {
-			if c.binLines == nil {
-				c.binLines = map[int]string{}
-			}
-			c.binLines[at] = sec.name()
-		}
-		forEachLine(out, func(l []byte) {
-			rep.DecodedLines++
-			added(at, l)
-		})
-	})
+		fd.line(lineNo, text, 0)
+	}, fd.section, fd.copied)
+	fd.flushB64(0)
 	c.finish()
 
 	var sc scores
@@ -548,7 +517,7 @@ func check(patch []byte, problems []Problem, pr params, o Options) (Report, scor
 // ("" for a text line).
 func (c *checker) where(line int) string {
 	if f, ok := c.binLines[line]; ok {
-		return fmt.Sprintf(" (decoded from the GIT binary patch of %s)", strconv.QuoteToASCII(f))
+		return " (decoded from " + f + ")"
 	}
 	return ""
 }
@@ -586,7 +555,7 @@ func lineRange(lines []int) string {
 
 // forEachAdded calls f for each added line of a unified diff, and bin for
 // each "GIT binary patch" section (read, not decoded).
-func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *binSection)) {
+func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *binSection), copied func(h fileHeader)) {
 	const (
 		outside = iota
 		hunk    // counts known and not yet exhausted
@@ -651,7 +620,10 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *b
 		}
 		if bytes.HasPrefix(l, []byte("diff ")) {
 			state = outside
-			headerLine(l, &hdr)
+			if hdr.copyKind != "" {
+				copied(hdr)
+			}
+			headerLine(l, lineNo, &hdr)
 			continue
 		}
 		if bytes.HasPrefix(l, []byte("@@ ")) {
@@ -706,12 +678,17 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *b
 			state = binStart
 			continue
 		}
-		headerLine(l, &hdr)
+		if state == outside {
+			headerLine(l, lineNo, &hdr)
+		}
 	}
 	if sec != nil && state == binStart {
 		sec.err = "the patch ends before its literal or delta line"
 	}
 	emit()
+	if hdr.copyKind != "" {
+		copied(hdr)
+	}
 }
 
 // hunkCounts parses "@@ -a[,b] +c[,d] @@".

@@ -26,6 +26,17 @@
 // section, lines are read again from the outside state (git apply takes a
 // traditional "---"/"+++" patch there).
 //
+// Encoded text (feed.go, containers.go): what a binary section decodes to
+// and every base64 blob of the added text (minBase64 characters or more,
+// one string or wrapped over lines) is decoded; gzip, zlib, bzip2, xz,
+// zstd, zip and tar are unpacked, nested up to maxUnpackDepth; the result
+// is read as added lines credited to the line where it began. A stream cut
+// short yields what came before the cut; 7z and rar, or more than
+// Options.MaxDecoded bytes decoded in all, are refused. A copy or rename
+// ("copy from", "rename from") puts the pristine source's text at a new
+// path with no '+' line: the source is read (Options.Pristine) as added
+// text, or the patch refused without it.
+//
 // # Normalisation
 //
 // Statements and added lines go through the same lexer, which yields
@@ -169,8 +180,8 @@
 //
 // # Limits
 //
-// Out of reach: text that is encoded other than as git's binary patch
-// (base64, hex, a compressed or encrypted file), text generated at run time
+// Out of reach: text that is encoded other than as above (hex, a cipher,
+// parquet's compressed pages, an image), text generated at run time
 // (a script that downloads or assembles the problems, a name built from
 // parts), homoglyphs, paraphrase, translation, heavy rewording (a word
 // changed every few words breaks every 10-gram), and answers written as

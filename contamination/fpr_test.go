@@ -2,6 +2,7 @@ package contamination
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -229,6 +230,7 @@ func runCorpus(t *testing.T, problems []Problem, budget time.Duration) *fprStats
 	t.Helper()
 	total := &fprStats{}
 	start := time.Now()
+	var seenFiles []string
 	for _, src := range corpusSources() {
 		if len(src.roots) == 0 {
 			t.Logf("source %s: not on this machine, skipped", src.name)
@@ -250,6 +252,9 @@ func runCorpus(t *testing.T, problems []Problem, budget time.Duration) *fprStats
 			patch := filePatch(strings.TrimPrefix(p, "/"), data)
 			st.add(t, p, patch, problems, src.evaluator)
 			total.add(t, p, patch, problems, src.evaluator)
+			if !src.evaluator {
+				seenFiles = append(seenFiles, p)
+			}
 		}
 		st.log(t, "source "+src.name)
 	}
@@ -275,6 +280,34 @@ func runCorpus(t *testing.T, problems []Problem, budget time.Duration) *fprStats
 		total.add(t, name, patch, problems, false)
 	}
 	st.log(t, "source generated-math")
+	// round two: ordinary files in the encoded forms the checker now reads
+	// (a GIT binary patch of the file, of its gzip, of a zip holding it,
+	// and the file as a wrapped base64 string in code)
+	st = &fprStats{}
+	const encodedCap = 240
+	for i := 0; i < encodedCap && len(seenFiles) > 0; i++ {
+		p := seenFiles[i*len(seenFiles)/encodedCap]
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimPrefix(p, "/")
+		var patch []byte
+		switch i % 4 {
+		case 0:
+			patch = binarySectionPatch(name, data)
+		case 1:
+			patch = binarySectionPatch(name+".gz", gz(data))
+		case 2:
+			patch = binarySectionPatch(name+".zip", zipOf(filepath.Base(name), data))
+		case 3:
+			patch = []byte(addedFile(name+".py", append(append([]string{`BLOB = """`}, wrap76(base64.StdEncoding.EncodeToString(data))...), `"""`)))
+		}
+		label := fmt.Sprintf("encoded-%d:%s", i%4, p)
+		st.add(t, label, patch, problems, false)
+		total.add(t, label, patch, problems, false)
+	}
+	st.log(t, "source encoded-forms")
 	total.log(t, "ALL")
 	return total
 }

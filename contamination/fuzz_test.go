@@ -11,6 +11,8 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte(addedFile("a.txt", []string{ps[0].Statement, "Answer: " + ps[0].Answer})), "")
 	f.Add([]byte("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,3 @@\n ctx\n-old\n+\\frac \\\n+mn \\u00e9\\\\\\n\n"), `Let $x=\frac12$ be [asy] draw((0,0)); [/asy] so.`)
 	f.Add([]byte("GIT binary patch\nliteral 5\n+abc\n@@ -a +b @@\n+ANSWERS = [1, 2, 3]\n"), "\t\x0c\\")
+	f.Add([]byte("diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to b\n"), "")
+	f.Add([]byte(addedFile("x.py", []string{`X = """`, "SGVsbG8gd29ybGQsIHRoaXMgaXMgYSBiYXNlNjQgYmxvYiB0aGF0IHJ1bnMgb3ZlciBzZXZlcmFsIGxp", "bmVzIG9mIHRleHQ=", `"""`})), "")
 	f.Fuzz(func(t *testing.T, patch []byte, extra string) {
 		problems := ps
 		if extra != "" {
@@ -46,8 +48,9 @@ func checkReport(t *testing.T, rep Report, patch []byte, nProblems int) {
 		switch f.Kind {
 		case KindBinary:
 			binary++
-			if f.Problem != "" || binary > rep.BinarySections {
-				t.Fatalf("binary finding %d of %d sections, problem %q", binary, rep.BinarySections, f.Problem)
+			// refusals: binary sections, encoded content, copies
+			if f.Problem != "" || binary > maxLines {
+				t.Fatalf("refusal %d (%d binary sections), problem %q", binary, rep.BinarySections, f.Problem)
 			}
 		case KindAnswers, KindName:
 			if f.Problem != "" {

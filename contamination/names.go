@@ -58,7 +58,8 @@ func (c *checker) nameToken() {
 	switch {
 	case string(cur) == "2025" || string(cur) == "25":
 		for k := int64(1); k <= nameWindow && k < c.pos; k++ {
-			if isAIMEToken(tokAt(k)) {
+			// "American Invitational Mathematics Examination 2025" too
+			if t := tokAt(k); isAIMEToken(t) || string(t) == "invitational" && k+1 < c.pos && string(tokAt(k+1)) == "american" {
 				found = true
 				break
 			}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -263,6 +264,7 @@ func TestEvalSetNamed(t *testing.T) {
 		`ds = load_dataset("MathArena/aime_2025_I")`,
 		`jsonl_fpath: benchmarks/aime25/data/aime25_benchmark.jsonl`,
 		`x = AIMEDataset(variant="2025")`,
+		`# problems of the American Invitational Mathematics Examination 2025`,
 	} {
 		rep := Check([]byte(addedFile("examples/configs/grpo.yaml", []string{"grpo:", l, "  lr: 1e-6"})), ps)
 		f := findingOf(rep, KindName)
@@ -270,7 +272,7 @@ func TestEvalSetNamed(t *testing.T) {
 			t.Errorf("%q: not flagged: %+v", l, rep.Findings)
 			continue
 		}
-		if len(f.Lines) != 1 || f.Lines[0] != patchLine(1) || !strings.Contains(f.Detail, fmt.Sprintf("added line %d", patchLine(1))) || !strings.Contains(strings.ToLower(f.Detail), "aime") {
+		if len(f.Lines) != 1 || f.Lines[0] != patchLine(1) || !strings.Contains(f.Detail, fmt.Sprintf("added line %d", patchLine(1))) || !strings.Contains(f.Detail, strconv.QuoteToASCII(l)) {
 			t.Errorf("%q: finding %+v", l, f)
 		}
 	}
