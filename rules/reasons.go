@@ -53,6 +53,9 @@ const (
 	ReasonPolicyEndpointFailed = "policy_endpoint_failed" // the policy's model endpoint failed the author stage (exit 75)
 	ReasonScriptRefused        = "script_refused"         // a batch script refused to start its payload (exit 64–79)
 	ReasonRolloutsRejected     = "rollouts_rejected"      // the evaluator's score step rejected the rollouts (exit 4)
+	// serve's own: a row that reached no episode.
+	ReasonSubmitFailed  = "submit_failed"  // serve could not stage or submit the row's episode
+	ReasonServeShutdown = "serve_shutdown" // serve stopped before the row's episode ended (the episode goes on; a re-sent row attaches)
 
 	// Nobody's, if isolation holds (no reward, masked, an alarm). Without
 	// isolation the policy's code can do each of them: policy_failure.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -24,6 +25,7 @@ const (
 	keyTaskIndex    = "_ng_task_index"
 	keyRolloutIndex = "_ng_rollout_index"
 	keyAttemptIndex = "_ng_attempt_index"
+	keyRolloutID    = "_ng_rollout_id"
 )
 
 // row is a validated /run body.
@@ -93,6 +95,10 @@ func decodeObject(b []byte, field string) (map[string]json.RawMessage, *requestE
 // parseRow validates a /run body: responses_create_params an object, the
 // task found, Gym's indices integers when present. Every other key is
 // allowed and ignored.
+
+// rolloutIDPattern is Gym's ROLLOUT_ID_PATTERN for _ng_rollout_id.
+var rolloutIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
 func parseRow(b []byte) (*row, *requestError) {
 	top, rerr := decodeObject(b, "body")
 	if rerr != nil {
@@ -110,6 +116,15 @@ func parseRow(b []byte) (*row, *requestError) {
 	for k, v := range top {
 		if strings.HasPrefix(k, "_ng_") {
 			rw.ng[k] = v
+		}
+	}
+	if raw, ok := top[keyRolloutID]; ok && string(raw) != "null" {
+		// Gym rejects a malformed explicit id rather than rewrite it
+		// (nemo_gym's ROLLOUT_ID_PATTERN): it is a path segment and a
+		// file name downstream.
+		var id string
+		if err := json.Unmarshal(raw, &id); err != nil || !rolloutIDPattern.MatchString(id) {
+			return nil, bad(keyRolloutID, "must be a string of letters, digits, dots, dashes or underscores starting with a letter or digit; got %s", abbreviate(string(raw)))
 		}
 	}
 	if raw, ok := top[keyAttemptIndex]; ok && string(raw) != "null" {

@@ -52,6 +52,9 @@ type RunResponse struct {
 
 	FailureClass    string          `json:"_ng_failure_class,omitempty"`
 	FailureTerminal bool            `json:"_ng_failure_terminal,omitempty"`
+	// NoPersist: Gym writes the answer nowhere and dispatches the row
+	// again on resume (an answer cut short by serve's own shutdown).
+	NoPersist bool `json:"_ng_no_persist,omitempty"`
 	InstanceConfig  *InstanceConfig `json:"instance_config,omitempty"`
 	// Error is set on HTTP 500 (serve.failures: error) and 503, and on a
 	// malformed row (data_error), with Field naming what is wrong.
@@ -88,14 +91,31 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key str
 	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[string]rules.JobSummary{}, Stored: stored}
 	switch {
 	case errors.Is(err, errClosed):
-		s.count(http.StatusServiceUnavailable)
-		resp.Error = "the server is shutting down; a running episode goes on and a re-sent row attaches to it on the next start"
+		const msg = "the server is shutting down; a running episode goes on and a re-sent row attaches to it on the next start"
+		if s.opt.Failures == configs.ServeFailuresError {
+			s.count(http.StatusServiceUnavailable)
+			resp.Error = msg
+			resp.Response = s.placeholderResponse("")
+			_ = s.writeJSON(w, http.StatusServiceUnavailable, resp)
+			return
+		}
+		// Gym's collector aborts on a non-2xx /run: a 200 that it stores
+		// nowhere (_ng_no_persist), so that resume dispatches the row
+		// again, masked for a caller that reads it anyway.
+		resp.Outcome = string(rules.InfraFailure)
+		resp.FailureReason, resp.FailureStage = rules.ReasonServeShutdown, "serve"
+		resp.MaskSample, resp.Detail = true, msg
+		resp.Isolation = s.isolation()
+		resp.NoPersist = true
 		resp.Response = s.placeholderResponse("")
-		_ = s.writeJSON(w, http.StatusServiceUnavailable, resp)
+		resp.FailureClass = resp.Outcome + "/" + resp.FailureReason
+		resp.InstanceConfig = &InstanceConfig{MaskSample: true}
+		s.count(http.StatusOK)
+		_ = s.writeJSON(w, http.StatusOK, resp)
 		return
 	case err != nil:
 		resp.Outcome = string(rules.InfraFailure)
-		resp.FailureReason, resp.FailureStage = "submit_failed", "submit"
+		resp.FailureReason, resp.FailureStage = rules.ReasonSubmitFailed, "submit"
 		resp.MaskSample, resp.Detail = true, err.Error()
 		resp.Isolation = s.isolation()
 	default:

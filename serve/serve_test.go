@@ -91,6 +91,14 @@ func TestParseRow(t *testing.T) {
 		{"content wrong type", `{"responses_create_params": {"input": [{"role": "user", "content": 5}]}}`, "", "responses_create_params.input[0].content"},
 		{"task index string", `{"responses_create_params": {"input": "x"}, "_ng_task_index": "3"}`, "", "_ng_task_index"},
 		{"rollout index float", `{"responses_create_params": {"input": "x"}, "_ng_rollout_index": 1.5}`, "", "_ng_rollout_index"},
+		// _ng_rollout_id as Gym validates it (ROLLOUT_ID_PATTERN)
+		{"rollout id", `{"responses_create_params": {"input": "x"}, "_ng_rollout_id": "step-3.task_7-r0"}`, "x", ""},
+		{"rollout id null", `{"responses_create_params": {"input": "x"}, "_ng_rollout_id": null}`, "x", ""},
+		{"rollout id leading dot", `{"responses_create_params": {"input": "x"}, "_ng_rollout_id": ".hidden"}`, "", "_ng_rollout_id"},
+		{"rollout id slash", `{"responses_create_params": {"input": "x"}, "_ng_rollout_id": "a/b"}`, "", "_ng_rollout_id"},
+		{"rollout id empty", `{"responses_create_params": {"input": "x"}, "_ng_rollout_id": ""}`, "", "_ng_rollout_id"},
+		{"rollout id number", `{"responses_create_params": {"input": "x"}, "_ng_rollout_id": 7}`, "", "_ng_rollout_id"},
+		{"rollout id space", `{"responses_create_params": {"input": "x"}, "_ng_rollout_id": "a b"}`, "", "_ng_rollout_id"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -412,7 +420,9 @@ func TestClaim(t *testing.T) {
 		t.Errorf("claim of a mapping without an entry: %v %v %v", r, st, err)
 	}
 
-	// Shutdown answers the waiting rows 503 and submits nothing.
+	// Shutdown answers the waiting rows 200 with _ng_no_persist (Gym
+	// stores them nowhere and dispatches them again on resume), masked,
+	// and submits nothing.
 	s.Shutdown()
 	select {
 	case <-a.done:
@@ -421,8 +431,20 @@ func TestClaim(t *testing.T) {
 	}
 	w := httptest.NewRecorder()
 	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", a.entry, a.err, false)
-	if w.Code != http.StatusServiceUnavailable {
-		t.Errorf("a row that never started, on shutdown: %d, want 503", w.Code)
+	var got map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != http.StatusOK || got["_ng_no_persist"] != true || got["_ng_failure_class"] != "infra_failure/serve_shutdown" ||
+		got["mask_sample"] != true || got["instance_config"].(map[string]any)["mask_sample"] != true || got["reward"] != 0.0 {
+		t.Errorf("a row that never started, on shutdown: %d %s", w.Code, w.Body)
+	}
+	// with serve.failures: error, a 503 as before
+	s.opt.Failures = configs.ServeFailuresError
+	w = httptest.NewRecorder()
+	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", a.entry, a.err, false)
+	if w.Code != http.StatusServiceUnavailable || strings.Contains(w.Body.String(), "_ng_no_persist") {
+		t.Errorf("on shutdown with failures: error: %d %s", w.Code, w.Body)
 	}
 	if all, _ := d.Ledger.List(); len(all) != 2 {
 		t.Errorf("ledger has %d entries, want the 2 the test wrote", len(all))
