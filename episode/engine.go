@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/slurm"
 )
 
 // Engine is a long-lived Watch over a set of episodes that changes while it
@@ -37,6 +38,9 @@ type EngineOptions struct {
 // EngineStats are counters for metrics.
 type EngineStats struct {
 	Polls, PollFailures int64
+	// Backoffs counts the failed polls whose answer was the controller's
+	// "busy" (rate limit, socket timeout): each waits PollMax.
+	Backoffs int64
 	// LastPoll is how long the last poll (sacct and advancing) took.
 	LastPoll time.Duration
 	// PollSeconds is the total time spent polling.
@@ -132,7 +136,7 @@ func (g *Engine) Run(ctx context.Context) error {
 		}
 	}()
 	var last []Row
-	return d.pollLoop(ctx, g.opt.PollMin, g.opt.PollMax, g.wake, func(ctx context.Context) (bool, bool, error) {
+	return d.pollLoop(ctx, g.opt.PollMin, g.opt.PollMax, g.wake, func(ctx context.Context) (pollStep, error) {
 		g.mu.Lock()
 		added := len(g.pending) > 0
 		for _, p := range g.pending {
@@ -150,13 +154,15 @@ func (g *Engine) Run(ctx context.Context) error {
 
 		var rows []Row
 		var err error
+		busy := false
 		if len(st.order) > 0 {
 			t0 := time.Now()
 			rows, err = d.poll(ctx, st, true)
 			took := time.Since(t0)
 			if ctx.Err() != nil {
-				return false, true, ctx.Err()
+				return pollStep{done: true}, ctx.Err()
 			}
+			busy = err != nil && slurm.IsControllerBusy(err)
 			g.mu.Lock()
 			g.stats.Polls++
 			g.stats.LastPoll = took
@@ -164,12 +170,20 @@ func (g *Engine) Run(ctx context.Context) error {
 			if err != nil {
 				g.stats.PollFailures++
 			}
+			if busy {
+				g.stats.Backoffs++
+			}
 			observers := g.onPoll
 			g.mu.Unlock()
 			for _, f := range observers {
 				f(took, err != nil)
 			}
-			if err != nil {
+			switch {
+			case busy:
+				// A throttled or busy controller is asked again at
+				// PollMax; the episodes stay followed, nothing is failed.
+				d.logf("poll: the controller is busy (backing off): %v", err)
+			case err != nil:
 				// A failed poll is retried; the episodes stay followed.
 				d.logf("poll failed (retrying): %v", err)
 			}
@@ -179,7 +193,7 @@ func (g *Engine) Run(ctx context.Context) error {
 		}
 		changed := err == nil && (added || !sameRows(rows, last))
 		last = rows
-		return changed, false, nil
+		return pollStep{changed: changed, busy: busy}, nil
 	})
 }
 

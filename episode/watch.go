@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -146,18 +147,25 @@ func (d *Driver) Watch(ctx context.Context, episodes []string, opt WatchOptions)
 	}
 	failures := 0
 	var last []Row
-	err := d.pollLoop(ctx, opt.PollMin, opt.PollMax, nil, func(ctx context.Context) (bool, bool, error) {
+	err := d.pollLoop(ctx, opt.PollMin, opt.PollMax, nil, func(ctx context.Context) (pollStep, error) {
 		rows, err := d.poll(ctx, st, opt.Act)
 		if ctx.Err() != nil {
-			return false, true, ctx.Err()
+			return pollStep{done: true}, ctx.Err()
 		}
-		if err != nil {
+		busy := false
+		switch {
+		case err != nil && slurm.IsControllerBusy(err):
+			// A throttled or busy controller is asked again, more
+			// slowly; it says nothing about the connection or the jobs.
+			busy = true
+			d.logf("poll: the controller is busy; backing off to %v: %v", opt.PollMax, err)
+		case err != nil:
 			failures++
 			d.logf("poll %d/%d failed: %v", failures, maxFail, err)
 			if failures >= maxFail {
-				return false, true, fmt.Errorf("%w: %d polls in a row failed; the jobs keep running, resume re-attaches: %w", ErrConnectionLost, failures, err)
+				return pollStep{done: true}, fmt.Errorf("%w: %d polls in a row failed; the jobs keep running, resume re-attaches: %w", ErrConnectionLost, failures, err)
 			}
-		} else {
+		default:
 			failures = 0
 			if opt.Observe != nil {
 				opt.Observe(rows)
@@ -169,17 +177,26 @@ func (d *Driver) Watch(ctx context.Context, episodes []string, opt WatchOptions)
 		}
 		changed := err == nil && !sameRows(rows, last)
 		last = rows
-		return changed, done || opt.Once, nil
+		return pollStep{changed: changed, done: done || opt.Once, busy: busy}, nil
 	})
 	return st.entries, err
 }
 
+// pollStep is what one poll tells the loop.
+type pollStep struct {
+	changed bool // something moved: poll again soon
+	done    bool // stop
+	busy    bool // the controller said it is busy or throttling: back off to pollMax
+}
+
 // pollLoop is the one poll loop of Watch and Engine.Run: it calls poll,
 // then waits an interval that starts at pollMin (zero: the config's) and
-// doubles up to pollMax while poll reports no change, or until woken (a
-// nil wake never wakes), and goes on until poll says it is done, returns
-// an error, or ctx ends.
-func (d *Driver) pollLoop(ctx context.Context, pollMin, pollMax time.Duration, wake <-chan struct{}, poll func(context.Context) (changed, done bool, err error)) error {
+// doubles up to pollMax while poll reports no change (at once to pollMax
+// when the controller said it is busy), or until woken (a nil wake never
+// wakes), and goes on until poll says it is done, returns an error, or
+// ctx ends. Every wait is jittered by up to ±20 %, so that many watchers
+// of one controller do not poll in step.
+func (d *Driver) pollLoop(ctx context.Context, pollMin, pollMax time.Duration, wake <-chan struct{}, poll func(context.Context) (pollStep, error)) error {
 	if pollMin <= 0 {
 		pollMin = d.Config.Episodes.PollMin.Duration
 	}
@@ -188,16 +205,12 @@ func (d *Driver) pollLoop(ctx context.Context, pollMin, pollMax time.Duration, w
 	}
 	interval := pollMin
 	for {
-		changed, done, err := poll(ctx)
-		if err != nil || done {
+		step, err := poll(ctx)
+		if err != nil || step.done {
 			return err
 		}
-		if changed {
-			interval = pollMin
-		} else {
-			interval = min(interval*2, pollMax)
-		}
-		t := time.NewTimer(interval)
+		interval = nextInterval(interval, step, pollMin, pollMax)
+		t := time.NewTimer(jitter(interval))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -207,6 +220,26 @@ func (d *Driver) pollLoop(ctx context.Context, pollMin, pollMax time.Duration, w
 		case <-t.C:
 		}
 	}
+}
+
+// nextInterval is the wait after a poll: pollMax when the controller was
+// busy, pollMin after a change, else twice the last, up to pollMax.
+func nextInterval(last time.Duration, step pollStep, pollMin, pollMax time.Duration) time.Duration {
+	switch {
+	case step.busy:
+		return pollMax
+	case step.changed:
+		return pollMin
+	}
+	return min(last*2, pollMax)
+}
+
+// jitter spreads d by up to ±20 %.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
 }
 
 func sameRows(a, b []Row) bool {

@@ -156,6 +156,8 @@ var (
 		"Polls of the cluster (one sacct for every job in flight each).", nil, nil)
 	descPollFailures = prometheus.NewDesc("nemorl_serve_sacct_poll_failures_total",
 		"Polls that failed.", nil, nil)
+	descPollBackoffs = prometheus.NewDesc("nemorl_serve_sacct_poll_backoffs_total",
+		"Failed polls whose answer was the controller's busy or rate limit: each waited poll_max.", nil, nil)
 	descLastPoll = prometheus.NewDesc("nemorl_serve_sacct_poll_seconds",
 		"Duration of the last poll (sacct and advancing the episodes).", nil, nil)
 	descPollSeconds = prometheus.NewDesc("nemorl_serve_sacct_poll_seconds_total",
@@ -170,7 +172,7 @@ var (
 
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descQueue, descEpisodes, descOutcomes, descAnswers, descAttached,
-		descPolls, descPollFailures, descLastPoll, descPollSeconds, descReconnects, descCommands, descFileOps} {
+		descPolls, descPollFailures, descPollBackoffs, descLastPoll, descPollSeconds, descReconnects, descCommands, descFileOps} {
 		ch <- d
 	}
 }
@@ -217,6 +219,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	st := s.opt.Engine.Stats()
 	counter(descPolls, float64(st.Polls))
 	counter(descPollFailures, float64(st.PollFailures))
+	counter(descPollBackoffs, float64(st.Backoffs))
 	gauge(descLastPoll, st.LastPoll.Seconds())
 	counter(descPollSeconds, st.PollSeconds)
 	if s.opt.Reconnects != nil {
