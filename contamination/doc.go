@@ -117,8 +117,9 @@
 // # Name rule (KindName)
 //
 // An added line that names the eval set (names.go: an AIME token, "aime"
-// or an identifier such as AIMEDataset, followed within 4 tokens by "2025"
-// or "25", or "2025" right before "aime") is a finding quoting the line.
+// or an identifier such as AIMEDataset, followed within 12 tokens by
+// "2025" (a loader and its variant a few config keys apart) or right after
+// by "25", or "2025" right before "aime") is a finding quoting the line.
 // This repository's own files name AIME25 (it is the evaluator); the
 // false-positive measurement counts them apart.
 //

@@ -10,7 +10,8 @@ import (
 // id, a file name) trains on it as surely as a copy does when the data is
 // reachable, so naming it is a finding (KindName). Read on the lexer's
 // tokens, which split letters from digits and drop punctuation: a year
-// token ("2025" or "25") within nameWindow tokens after an AIME token, or
+// token ("2025", or "25" right after) within nameWindow tokens after an
+// AIME token, or
 // "2025" right before "aime". That covers "AIME2025", "aime_2025",
 // "AIME-2025", "AIME 2025 I", "AIME'25", "aime25", the Hugging Face ids
 // (opencompass/AIME2025, MathArena/aime_2025, MathArena/aime_2025_I,
@@ -19,8 +20,14 @@ import (
 // "aime2025", AIME2025Dataset, partial(AIMEDataset, variant="2025")), NeMo
 // Gym's benchmarks/aime25 and "the 2025 AIME".
 
-// nameWindow is how many tokens after an AIME token the year may come.
-const nameWindow = 4
+// nameWindow is how many tokens after an AIME token the year "2025" may
+// come (a loader's class and its variant="2025" a few config keys apart);
+// the short form "25" must come right after it ("AIME 2024
+// accuracy was 25" is no name).
+const (
+	nameWindow      = 12
+	shortNameWindow = 1
+)
 
 // aimeSuffixes are the words glued to "aime" in identifiers that name an
 // AIME dataset ("AIMEDataset"); other words ("aimed") are not AIME.
@@ -57,7 +64,11 @@ func (c *checker) nameToken() {
 	found := false
 	switch {
 	case string(cur) == "2025" || string(cur) == "25":
-		for k := int64(1); k <= nameWindow && k < c.pos; k++ {
+		window := int64(nameWindow)
+		if string(cur) == "25" {
+			window = shortNameWindow
+		}
+		for k := int64(1); k <= window && k < c.pos; k++ {
 			// "American Invitational Mathematics Examination 2025" too
 			if t := tokAt(k); isAIMEToken(t) || string(t) == "invitational" && k+1 < c.pos && string(tokAt(k+1)) == "american" {
 				found = true

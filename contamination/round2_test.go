@@ -265,14 +265,17 @@ func TestEvalSetNamed(t *testing.T) {
 		`jsonl_fpath: benchmarks/aime25/data/aime25_benchmark.jsonl`,
 		`x = AIMEDataset(variant="2025")`,
 		`# problems of the American Invitational Mathematics Examination 2025`,
+		"  dataset_name: nemo_rl.data.datasets.response_datasets.aime.AIMEDataset\n  split: test\n  repeat: 16\n  variant: \"2025\"",
 	} {
-		rep := Check([]byte(addedFile("examples/configs/grpo.yaml", []string{"grpo:", l, "  lr: 1e-6"})), ps)
+		block := strings.Split(l, "\n") // the year on the block's last line
+		rep := Check([]byte(addedFile("examples/configs/grpo.yaml", append(append([]string{"grpo:"}, block...), "  lr: 1e-6"))), ps)
 		f := findingOf(rep, KindName)
 		if f == nil || !rep.Contaminated {
 			t.Errorf("%q: not flagged: %+v", l, rep.Findings)
 			continue
 		}
-		if len(f.Lines) != 1 || f.Lines[0] != patchLine(1) || !strings.Contains(f.Detail, fmt.Sprintf("added line %d", patchLine(1))) || !strings.Contains(f.Detail, strconv.QuoteToASCII(l)) {
+		at, last := patchLine(len(block)), block[len(block)-1]
+		if len(f.Lines) != 1 || f.Lines[0] != at || !strings.Contains(f.Detail, fmt.Sprintf("added line %d", at)) || !strings.Contains(f.Detail, strconv.QuoteToASCII(last)) {
 			t.Errorf("%q: finding %+v", l, f)
 		}
 	}
@@ -280,6 +283,7 @@ func TestEvalSetNamed(t *testing.T) {
 		"dataset_name: AIME2024", "aime_2024", "AIMO 2025", "aimed 2025 targets", "aime250", "AIME 2.5",
 		"year: 2025", "the 2025 release of NeMo RL", "we aimed 2025 units", "AIMEDataset(variant=\"2024\")",
 		"HuggingFaceH4/aime_2024", "BytedTsinghua-SIA/AIME-2024",
+		"AIME 2024 accuracy was 25 percent", "aime24: 25 problems",
 	} {
 		if rep := Check([]byte(addedFile("x.yaml", []string{l})), ps); rep.Contaminated {
 			t.Errorf("%q: flagged: %+v", l, rep.Findings)
