@@ -177,6 +177,14 @@ func (lx *lexer) word(w string) {
 
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
+func isSpace(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\r', '\f', '\v':
+		return true
+	}
+	return false
+}
+
 func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
 func isDigit(c byte) bool       { return c >= '0' && c <= '9' }
 
@@ -378,6 +386,18 @@ func (lx *lexer) text(s []byte) {
 		}
 		switch {
 		case isASCIILetter(c):
+			if lx.kind == 0 && (i == 0 || isSpace(s[i-1]) || s[i-1] == '"' || s[i-1] == '\'') {
+				// a command whose escape letter and control character were
+				// lost ("rac{m}{n}" after a reflow of "\x0crac{m}{n}"),
+				// after whitespace or the quote of a string literal
+				if j := letterRun(s, i); j-i >= 3 {
+					if cmd, ok := orphanTails[string(s[i:j])]; ok {
+						lx.command(cmd)
+						i = j
+						continue
+					}
+				}
+			}
 			lx.letterBytes([]byte{c | 0x20})
 			i++
 		case isDigit(c):

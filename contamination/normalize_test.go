@@ -45,6 +45,11 @@ func TestTokenize(t *testing.T) {
 		{"Ｆｉｎｄ 𝐭𝐡𝐞 ﬁve", "find the five"},
 		{`&lt;x&gt; &amp; &#8730;2 &pi; &sup2;`, "x sqrt 2 pi 2"},
 		{`\141\142c`, "abc"},
+		// a command whose escape and control character were lost: "rac"
+		// after whitespace is \frac, as the form feed + "rac" it came from
+		{"the product rac{m}{n} and\nriangle ABC", "the product m n and triangle abc"},
+		{"\x0crac{m}{n}", "m n"},
+		{"bracket racket rac_id", "bracket racket id"},
 	}
 	for _, c := range cases {
 		if got := toks(c.in); got != c.want {

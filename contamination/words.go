@@ -98,6 +98,23 @@ var latex = map[string]string{
 	"digamma": "digamma",
 }
 
+// orphanTails are the rest of LaTeX commands whose first letter a string
+// escape ate and whose control character was then lost as whitespace
+// ("\frac" written with one backslash in JSON is a form feed and "rac";
+// a copy that reflows the text turns the form feed into a space): a word
+// that starts after whitespace and is one of these is read as its command.
+// Only tails that are no English word, code word or command of their own.
+var orphanTails = map[string]string{
+	"rac": "frac", "riangle": "triangle", "riangleq": "triangleq", "imes": "times", "heta": "theta",
+	"ilde": "tilde", "lpha": "alpha", "abla": "nabla", "ight": "right", "ightarrow": "rightarrow",
+	"egin": "begin", "ext": "text", "extbf": "textbf", "extit": "textit", "extrm": "textrm",
+	"oxed": "boxed", "pprox": "approx", "orall": "forall", "herefore": "therefore", "ecause": "because",
+	"inom": "binom", "rccos": "arccos", "rcsin": "arcsin", "rctan": "arctan", "ullet": "bullet",
+	"leph": "aleph", "arepsilon": "varepsilon", "arphi": "varphi", "artheta": "vartheta", "otin": "notin",
+	"ewline": "newline", "oindent": "noindent", "onumber": "nonumber", "oldsymbol": "boldsymbol",
+	"igcup": "bigcup", "igcap": "bigcap", "anh": "tanh", "ackslash": "backslash",
+}
+
 // symbols maps non-ASCII characters to what they become: "" (a separator)
 // or a word, so that "≤", "√2", "60°", "π" and "△ABC" read like their LaTeX
 // spellings.
