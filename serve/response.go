@@ -50,12 +50,12 @@ type RunResponse struct {
 	// rollout (a re-sent row), not a new one.
 	Stored bool `json:"stored,omitempty"`
 
-	FailureClass    string          `json:"_ng_failure_class,omitempty"`
-	FailureTerminal bool            `json:"_ng_failure_terminal,omitempty"`
+	FailureClass    string `json:"_ng_failure_class,omitempty"`
+	FailureTerminal bool   `json:"_ng_failure_terminal,omitempty"`
 	// NoPersist: Gym writes the answer nowhere and dispatches the row
 	// again on resume (an answer cut short by serve's own shutdown).
-	NoPersist bool `json:"_ng_no_persist,omitempty"`
-	InstanceConfig  *InstanceConfig `json:"instance_config,omitempty"`
+	NoPersist      bool            `json:"_ng_no_persist,omitempty"`
+	InstanceConfig *InstanceConfig `json:"instance_config,omitempty"`
 	// Error is set on HTTP 500 (serve.failures: error) and 503, and on a
 	// malformed row (data_error), with Field naming what is wrong.
 	Error string `json:"error,omitempty"`
