@@ -194,8 +194,8 @@ type pollStep struct {
 // doubles up to pollMax while poll reports no change (at once to pollMax
 // when the controller said it is busy), or until woken (a nil wake never
 // wakes), and goes on until poll says it is done, returns an error, or
-// ctx ends. Every wait is jittered by up to ±20 %, so that many watchers
-// of one controller do not poll in step.
+// ctx ends. Every wait is lengthened by a random 0-20 %, so that many
+// watchers of one controller do not poll in step.
 func (d *Driver) pollLoop(ctx context.Context, pollMin, pollMax time.Duration, wake <-chan struct{}, poll func(context.Context) (pollStep, error)) error {
 	if pollMin <= 0 {
 		pollMin = d.Config.Episodes.PollMin.Duration
@@ -234,12 +234,13 @@ func nextInterval(last time.Duration, step pollStep, pollMin, pollMax time.Durat
 	return min(last*2, pollMax)
 }
 
-// jitter spreads d by up to ±20 %.
+// jitter lengthens d by up to 20 %: never shorter, so that poll_max stays
+// the slowest a quiet controller is asked.
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return d
 	}
-	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+	return d + time.Duration(rand.Float64()*0.2*float64(d))
 }
 
 func sameRows(a, b []Row) bool {
