@@ -147,7 +147,6 @@ type pstate struct {
 	*prob
 	pi         int32 // its index
 	cl         cluster
-	lastEvent  int64
 	lastAnswer int // line of the last uncovered answer occurrence
 	pend       []ansOcc
 	inPend     bool
@@ -422,7 +421,7 @@ func check(patch []byte, problems []Problem, pr params, o Options) (Report, scor
 	pp := prepareCached(problems, pr)
 	c.index, c.bloom = pp.index, pp.bloom
 	for pi, p := range pp.probs {
-		c.probs = append(c.probs, &pstate{prob: p, pi: int32(pi), lastEvent: -1, lastAnswer: math.MinInt32,
+		c.probs = append(c.probs, &pstate{prob: p, pi: int32(pi), lastAnswer: math.MinInt32,
 			cl: cluster{bits: make([]uint64, (p.grams+63)/64)}})
 	}
 	c.keys = make([]uint64, len(c.index))
@@ -842,7 +841,6 @@ func (c *checker) event(r ref, n int, cur int64) {
 			cl.lines = appendLine(cl.lines, l)
 		}
 	}
-	p.lastEvent = cur
 }
 
 // close ends p's open cluster and judges it.

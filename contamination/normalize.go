@@ -617,11 +617,7 @@ func (lx *lexer) runeText(r rune) {
 	if d, ok := scriptChar(r); ok {
 		lx.scriptBoundary(true)
 		lx.script = true
-		if isDigit(d) {
-			lx.scriptDigit(d)
-		} else {
-			lx.scriptLetter(d)
-		}
+		lx.scriptByte(d)
 		return
 	}
 	if f := lx.compat(r); f != "" {
@@ -642,36 +638,30 @@ func (lx *lexer) runeText(r rune) {
 	lx.sep()
 }
 
-// scriptDigit and scriptLetter add to a superscript or subscript token.
-func (lx *lexer) scriptDigit(c byte) {
-	if lx.kind == 1 {
-		lx.flush(false)
+// scriptByte adds an ASCII digit or letter to a superscript or subscript
+// token; a digit run and a letter run are tokens of their own.
+func (lx *lexer) scriptByte(c byte) {
+	kind := uint8(1)
+	if isDigit(c) {
+		kind = 2
+	}
+	if lx.kind != 0 && lx.kind != kind {
+		lx.flush(kind == 1) // a digit run followed by a letter is no number
 		lx.script = true
 	}
 	if lx.kind == 0 {
 		lx.h = fnvOffset
-		lx.kind = 2
+		lx.kind = kind
 		lx.numOK = true
 	}
 	lx.addByte(c)
-	lx.digits++
-	if lx.digits <= 6 {
-		lx.val = lx.val*10 + int(c-'0')
+	if kind == 2 {
+		lx.digits++
+		if lx.digits <= 6 {
+			lx.val = lx.val*10 + int(c-'0')
+		}
 	}
-	lx.prevLet = false
-}
-
-func (lx *lexer) scriptLetter(c byte) {
-	if lx.kind == 2 {
-		lx.flush(true)
-		lx.script = true
-	}
-	if lx.kind == 0 {
-		lx.h = fnvOffset
-		lx.kind = 1
-	}
-	lx.addByte(c)
-	lx.prevLet = true
+	lx.prevLet = kind == 1
 }
 
 // scriptChar maps superscript and subscript digits and letters to their
