@@ -177,9 +177,10 @@ func TestEnvRequired(t *testing.T) {
 // useLockPath points the lab lock at p (in a temporary directory, not the
 // one real lab tests use) for t.
 func useLockPath(t *testing.T, p string) {
-	old := lockPath
+	old, oldClear := lockPath, clearQueue
 	lockPath = func() string { return p }
-	t.Cleanup(func() { lockPath = old })
+	clearQueue = func(testing.TB) {} // these tests' LockLab is not the lab's
+	t.Cleanup(func() { lockPath, clearQueue = old, oldClear })
 }
 
 // canFlock says whether another holder (another open file: to flock, the
