@@ -13,9 +13,9 @@ func statusCommand(e *env) *ucli.Command {
 	return &ucli.Command{
 		Name: "status",
 		Description: `Examples:
-   nemorl-slurm status            # every unfinished episode, one sacct
+   nemorl-slurm status            # every unfinished episode, one poll (one squeue)
    nemorl-slurm status --all --json`,
-		Usage:     "show the episodes' jobs (default: every unfinished episode) with one sacct",
+		Usage:     "show the episodes' jobs (default: every unfinished episode) with one poll: one squeue, sacct only for jobs that left it",
 		ArgsUsage: "[EPISODE…]",
 		Flags: withGlobals(
 			&ucli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "finished episodes too (list shows the whole ledger without asking the cluster)"},

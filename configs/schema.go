@@ -50,6 +50,12 @@ type Cluster struct {
 	// (exit 70, no GPU) when nothing matches it, on the node and, with a
 	// container runtime, inside the container after --nv.
 	GPUDevices string `yaml:"gpu_devices"`
+	// SubmitRate caps the sbatch commands this tool runs on the cluster,
+	// per second (0, the default: no cap). Sites that throttle users
+	// (SlurmctldParameters=rl_enable) answer a burst of sbatch with "rate
+	// limit"; a rate below the site's refill keeps a burst of rows from
+	// being refused.
+	SubmitRate float64 `yaml:"submit_rate"`
 }
 
 // Login is how to reach the login node over SSH.

@@ -124,6 +124,9 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 	if !reDevGlob.MatchString(cl.GPUDevices) || strings.Contains(cl.GPUDevices, "..") {
 		c.add("cluster.gpu_devices", "want a glob of device files under /dev of [A-Za-z0-9._/*?[]-] such as /dev/nvidia[0-9]*, got %q", cl.GPUDevices)
 	}
+	if cl.SubmitRate < 0 || cl.SubmitRate > 1000 {
+		c.add("cluster.submit_rate", "want sbatch per second from 0 (no cap) to 1000, got %v", cl.SubmitRate)
+	}
 	for i, o := range cl.ExtraSbatch {
 		p := fmt.Sprintf("cluster.extra_sbatch[%d]", i)
 		m := reSbatchOpt.FindStringSubmatch(o)

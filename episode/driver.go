@@ -58,9 +58,67 @@ type Driver struct {
 	policyOnce sync.Once
 	policyNext atomic.Uint64 // round-robin over policy_model.base_url
 
+	gateOnce sync.Once
+	gate     *pacer // cluster.submit_rate; nil: no cap
+
 	uidMu sync.Mutex
 	uid   *int   // the cluster user's uid, once asked
 	user  string // and name
+}
+
+// submitGate is the pace of cluster.submit_rate, nil when there is none.
+func (d *Driver) submitGate() *pacer {
+	d.gateOnce.Do(func() {
+		if r := d.Config.Cluster.SubmitRate; r > 0 {
+			d.gate = &pacer{gap: time.Duration(float64(time.Second) / r)}
+		}
+	})
+	return d.gate
+}
+
+// pacer spaces the starts of sbatch at least gap apart, on whichever path
+// they run (a batch's script, or one submission).
+type pacer struct {
+	gap  time.Duration
+	mu   sync.Mutex
+	next time.Time // the earliest the next start may be
+}
+
+// reserve takes n starts, gap apart, and returns when the first may be.
+func (p *pacer) reserve(now time.Time, n int) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := now
+	if p.next.After(start) {
+		start = p.next
+	}
+	p.next = start.Add(time.Duration(n) * p.gap)
+	return start
+}
+
+// ranUntil says that starts ran until t (a batch's script, which paces
+// itself and may run late): the next is gap after t at the earliest.
+func (p *pacer) ranUntil(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.Add(p.gap).After(p.next) {
+		p.next = t.Add(p.gap)
+	}
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func (d *Driver) logf(format string, args ...any) {

@@ -10,7 +10,7 @@ import (
 )
 
 // Engine is a long-lived Watch over a set of episodes that changes while it
-// runs (serve): episodes are added with Follow, one poll (one sacct) covers
+// runs (serve): episodes are added with Follow, one poll (one squeue; sacct for jobs that left it) covers
 // every job of every episode followed, each episode is advanced as Watch
 // advances it, and whoever follows an episode is told once it is final.
 // Final episodes leave the set (their locks released).
@@ -47,6 +47,9 @@ type EngineStats struct {
 	PollSeconds float64
 	// Followed is how many episodes the engine follows now.
 	Followed int
+	// Cost is what the polls ran, summed: the squeue and sacct commands,
+	// and the job ids asked of sacct (only those that left squeue).
+	Cost slurm.PollCost
 }
 
 type pendingEpisode struct {
@@ -167,6 +170,7 @@ func (g *Engine) Run(ctx context.Context) error {
 			g.stats.Polls++
 			g.stats.LastPoll = took
 			g.stats.PollSeconds += took.Seconds()
+			g.stats.Cost = st.cost
 			if err != nil {
 				g.stats.PollFailures++
 			}
@@ -213,6 +217,11 @@ func (g *Engine) settle(st *watchState, rows []Row) {
 			l.Unlock()
 		}
 		delete(st.locks, ep)
+		for _, s := range e.Jobs {
+			if s != nil {
+				delete(st.runs, s.JobID)
+			}
+		}
 		delete(st.entries, ep)
 		for k := range st.since {
 			if len(k) > len(ep) && k[:len(ep)+1] == ep+"/" {

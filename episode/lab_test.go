@@ -21,32 +21,37 @@ import (
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
-// sacctCounter counts the sacct processes run through it, and remembers
-// when each started.
-type sacctCounter struct {
+// slurmCounter remembers when each squeue and sacct process run through it
+// started: the poll's own squeue (the one given --jobs) apart.
+type slurmCounter struct {
 	inner remote.Runner
 	mu    sync.Mutex
-	at    []time.Time
+	polls []time.Time // squeue --jobs=…: one per poll
+	sacct []time.Time
 }
 
-func (c *sacctCounter) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
-	if slices.Contains(cmd.Argv, "sacct") {
-		c.mu.Lock()
-		c.at = append(c.at, time.Now())
-		c.mu.Unlock()
+func (c *slurmCounter) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
+	c.mu.Lock()
+	switch {
+	case slices.Contains(cmd.Argv, "sacct"):
+		c.sacct = append(c.sacct, time.Now())
+	case slices.Contains(cmd.Argv, "squeue") && slices.ContainsFunc(cmd.Argv, func(a string) bool { return strings.HasPrefix(a, "--jobs=") }):
+		c.polls = append(c.polls, time.Now())
 	}
+	c.mu.Unlock()
 	return c.inner.Run(ctx, cmd)
 }
 
-func (c *sacctCounter) calls() []time.Time {
+// calls returns the times of the polls' squeue and of every sacct.
+func (c *slurmCounter) calls() (polls, sacct []time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.at)
+	return slices.Clone(c.polls), slices.Clone(c.sacct)
 }
 
 // labDriver is a Driver for configs/lab-none.yaml over SSH, its train stage
 // replaced by trainArgv, counting sacct.
-func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
+func labDriver(t *testing.T, trainArgv []string) (*Driver, *slurmCounter) {
 	t.Helper()
 	labtest.Env(t)
 	labtest.UseLab(t)
@@ -54,7 +59,7 @@ func labDriver(t *testing.T, trainArgv []string) (*Driver, *sacctCounter) {
 }
 
 // dialLab connects to the lab; retries is remote.Options.MaxRetries.
-func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *sacctCounter) {
+func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *slurmCounter) {
 	t.Helper()
 	lab := labtest.Env(t)
 	lab.WaitSSH(t, time.Minute)
@@ -78,17 +83,18 @@ func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *sacctCoun
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := &sacctCounter{inner: host}
+	counter := &slurmCounter{inner: host}
 	return &Driver{Config: cfg, ConfigPath: "../configs/lab-none.yaml", Host: host, Slurm: slurm.New(counter),
 		Ledger: lg, Version: "test", Logf: t.Logf}, counter
 }
 
 var sleepingTrain = []string{"/opt/nemorl-lab/stand-ins/train", "--sleep-forever"}
 
-// TestWatchOneSacctPerPoll watches three episodes at once: every poll is
-// one sacct for all their jobs, and while nothing changes (train sleeps)
-// the interval doubles from poll_min up to poll_max.
-func TestWatchOneSacctPerPoll(t *testing.T) {
+// TestWatchOneSqueuePerPoll watches three episodes at once: every poll is
+// one squeue for all their jobs, sacct is asked only about jobs that left
+// squeue (the author jobs that ended: none while train sleeps), and while
+// nothing changes the interval doubles from poll_min up to poll_max.
+func TestWatchOneSqueuePerPoll(t *testing.T) {
 	d, counter := labDriver(t, sleepingTrain)
 	ctx := context.Background()
 	var eps []string
@@ -114,7 +120,7 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 	unchanged := 0
 	wctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
-	before := len(counter.calls())
+	beforePolls, beforeSacct := counter.calls()
 	_, err := d.Watch(wctx, eps, WatchOptions{Act: true, PollMin: pollMin, PollMax: pollMax, Observe: func(rows []Row) {
 		polls = append(polls, time.Now())
 		// Stop after six polls in a row that saw the same rows, all at the
@@ -137,11 +143,20 @@ func TestWatchOneSacctPerPoll(t *testing.T) {
 	if err == nil || wctx.Err() == nil {
 		t.Fatalf("Watch returned %v before the test stopped it; rows %+v", err, lastRows)
 	}
-	sacct := counter.calls()[before:]
-	// One sacct per poll (the poll that was cancelled may have run its
-	// sacct without reaching Observe).
+	allPolls, allSacct := counter.calls()
+	sacct, sacctCalls := allPolls[len(beforePolls):], allSacct[len(beforeSacct):]
+	// One squeue per poll (the poll that was cancelled may have run its
+	// squeue without reaching Observe).
 	if n, p := len(sacct), len(polls); n != p && n != p+1 {
-		t.Fatalf("%d sacct calls for %d polls of %d episodes; want one per poll", n, p, len(eps))
+		t.Fatalf("%d squeue calls for %d polls of %d episodes; want one per poll", n, p, len(eps))
+	}
+	// sacct only for the jobs that left squeue: none in the polls that saw
+	// nothing change (the last six), so fewer than one per poll.
+	quiet := sacct[len(sacct)-6]
+	for _, at := range sacctCalls {
+		if at.After(quiet) {
+			t.Errorf("a sacct at %s, after the quiet polls began at %s: sacct must follow the jobs that left squeue only", at.Format(time.StampMilli), quiet.Format(time.StampMilli))
+		}
 	}
 	if len(lastRows) != 3 {
 		t.Fatalf("rows %+v", lastRows)

@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/shell"
@@ -60,7 +61,7 @@ const MaxBatch = 50
 // batchScript stages episodes and submits their author jobs in one
 // command:
 //
-//	sh -c batchScript sh PARENT MODE NCHECKS KEY=PATH… NEPS {EP NAME COMMENT SCRIPT}… [SBATCH ARGV…]
+//	sh -c batchScript sh PARENT MODE GAP NCHECKS KEY=PATH… NEPS {EP NAME COMMENT SCRIPT}… [SBATCH ARGV…]
 //
 // with the episodes' trees as one tar stream on stdin (EP/… for each, and
 // .next/EP: the manifest, on one line, with @NEMORL_JOB_ID@ where the
@@ -69,8 +70,9 @@ const MaxBatch = 50
 // The trees are unpacked into a fresh 0700 directory beside the episodes',
 // synced (syncfs), and each renamed into place whole (one mv for all).
 // Then, when SBATCH ARGV (the options common to every episode) is given,
-// each episode's sbatch runs (four at a time) with its job name, comment
-// and script, and its manifest gets the job id.
+// each episode's sbatch runs (four at a time; with a GAP other than "0",
+// one at a time and GAP seconds apart: cluster.submit_rate) with its job
+// name, comment and script, and its manifest gets the job id.
 // It prints one line per event, tab-separated: "nemorl-batch EP staged",
 // "… exists", "… failed", "… sbatch RC", "… out LINE" (sbatch's output).
 // Every process costs (a login node under load, a sandbox): the script
@@ -299,9 +301,13 @@ func (d *Driver) SubmitBatch(ctx context.Context, specs []Spec) []Submitted {
 		}
 	}
 	// Two batches at once: one stages while the other's sbatch waits on
-	// slurmctld.
+	// slurmctld; one at a time under cluster.submit_rate, whose pace the
+	// batch script keeps.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 2)
+	if d.submitGate() != nil {
+		sem = make(chan struct{}, 1)
+	}
 	for len(live) > 0 {
 		n := min(len(live), MaxBatch)
 		batch := live[:n]
@@ -486,7 +492,20 @@ func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, s
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
-	argv := []string{"sh", "-c", batchScript, "sh", parent, mode}
+	gap := "0"
+	if submit {
+		if g := d.submitGate(); g != nil {
+			// The batch's sbatch are paced on the cluster, gap apart;
+			// their starts are taken here, so that train and eval
+			// submissions wait behind them.
+			if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), len(ps)))); err != nil {
+				return nil, err
+			}
+			defer func() { g.ranUntil(time.Now()) }()
+			gap = strconv.FormatFloat(g.gap.Seconds(), 'f', 3, 64)
+		}
+	}
+	argv := []string{"sh", "-c", batchScript, "sh", parent, mode, gap}
 	if mode == "new" {
 		checks := d.preflightChecks()
 		keys := make([]string, 0, len(checks))
@@ -702,6 +721,11 @@ func (d *Driver) submitRemote(ctx context.Context, e *ledger.Entry, stage string
 		return slurm.SubmitResult{}, err
 	}
 	argv := append([]string{"sh", "-c", submitScript, "sh", path.Join(e.Dir, ManifestFile), pre, post}, sbatch...)
+	if g := d.submitGate(); g != nil {
+		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), 1))); err != nil {
+			return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: waiting for cluster.submit_rate: %w", err)
+		}
+	}
 	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Label: "sbatch"})
 	var ce *remote.CommandError
 	if errors.As(err, &ce) {

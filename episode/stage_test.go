@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -197,7 +198,7 @@ func TestStageScriptAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A truncated stream: tar fails, nothing is renamed into place.
-	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", batchScript, "sh", work, "new", "0", "1", "ep-cut", "n", "c", "/s"},
+	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", batchScript, "sh", work, "new", "0", "0", "1", "ep-cut", "n", "c", "/s"},
 		Stdin: strings.NewReader("not a gzipped tar stream")})
 	var ce *remote.CommandError
 	if !errors.As(err, &ce) || ce.ExitStatus != stageExitFailed {
@@ -271,4 +272,63 @@ func TestSubmitBatch(t *testing.T) {
 		}
 	}
 	_ = root
+}
+
+// TestSubmitRate: under cluster.submit_rate the batch's sbatch start one
+// after another at the rate's pace, on the cluster (the batch script),
+// and a train submission right after waits its turn behind them; without
+// it the batch starts four at a time.
+func TestSubmitRate(t *testing.T) {
+	starts := func(t *testing.T, rate float64, n int) []float64 {
+		d, root := stageDriver(t)
+		d.Config.Cluster.SubmitRate = rate
+		log := filepath.Join(root, "starts")
+		fake := "#!/bin/sh\ndate +%s.%N >> \"" + log + "\"\nsleep 0.05\nprintf '%s\\n' 4242\n"
+		if err := os.WriteFile(filepath.Join(root, "bin", "sbatch"), []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		specs := make([]Spec, n)
+		for i := range specs {
+			specs[i] = Spec{Prompt: []byte("p\n")}
+		}
+		out := d.SubmitBatch(ctx, specs)
+		for i, r := range out {
+			if r.Err != nil {
+				t.Fatalf("episode %d: %v", i, r.Err)
+			}
+			r.Lock.Unlock()
+		}
+		if err := d.submit(ctx, out[0].Entry, stages.Train, out[0].Entry.JobID(stages.Author)); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts []float64
+		for _, f := range strings.Fields(string(b)) {
+			var v float64
+			if _, err := fmt.Sscan(f, &v); err != nil {
+				t.Fatalf("start %q: %v", f, err)
+			}
+			ts = append(ts, v)
+		}
+		if len(ts) != n+1 {
+			t.Fatalf("%d sbatch, want %d", len(ts), n+1)
+		}
+		slices.Sort(ts)
+		return ts
+	}
+	const rate, n = 10.0, 6
+	ts := starts(t, rate, n)
+	for i := 1; i < len(ts); i++ {
+		if gap := ts[i] - ts[i-1]; gap < 0.9/rate {
+			t.Errorf("sbatch %d started %.3f s after the one before, want ≥ %.3f s at %v per second (starts %v)", i, gap, 1/rate, rate, ts)
+		}
+	}
+	free := starts(t, 0, n)
+	if spread := free[3] - free[0]; spread > 0.9/rate*3 {
+		t.Errorf("without a rate the first four sbatch spread over %.3f s, want them at once", spread)
+	}
 }

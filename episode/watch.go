@@ -65,6 +65,30 @@ type watchState struct {
 	order   []string
 	locks   map[string]*ledger.Lock
 	since   map[string]time.Time // first time a wait began, by key
+	// runs are what sacct last said of a live job's runs (a requeued
+	// job's earlier ones): a poll takes a live job from squeue, which
+	// knows no history.
+	runs map[string]slurm.JobInfo
+	cost slurm.PollCost // what the polls ran, summed
+}
+
+// keepRuns gives the jobs taken from squeue the runs sacct last reported
+// for them, and remembers sacct's for the next poll.
+func (st *watchState) keepRuns(infos map[string]slurm.JobInfo) {
+	if st.runs == nil {
+		st.runs = map[string]slurm.JobInfo{}
+	}
+	for id, j := range infos {
+		switch {
+		case j.Source == slurm.SourceSacct && j.Runs > 1:
+			st.runs[id] = slurm.JobInfo{Runs: j.Runs, EarlierRuns: j.EarlierRuns}
+		case j.Source == slurm.SourceSqueue && j.Runs == 0:
+			if r, ok := st.runs[id]; ok {
+				j.Runs, j.EarlierRuns = r.Runs, r.EarlierRuns
+				infos[id] = j
+			}
+		}
+	}
 }
 
 // waitsFor are episode ep's wait clocks in st, at the clock now, as
@@ -118,7 +142,8 @@ func (w waits) keep(keys []string) {
 	}
 }
 
-// Watch polls the episodes (one sacct for all their jobs per poll) until
+// Watch polls the episodes (one slurm.Client.Poll for all their jobs per
+// poll: one squeue, and sacct for the jobs that left squeue) until
 // every one is final, ctx ends, or the cluster stays unreachable. It
 // returns the entries as last seen. With opt.Act it advances the episodes
 // it can lock: submits train and eval once the author's patch is verified,
@@ -259,7 +284,7 @@ func sameRows(a, b []Row) bool {
 // of every unfinished episode, advance the claimed episodes, and build the
 // rows.
 func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, error) {
-	var ids []string
+	var jobs []slurm.PollJob
 	for _, ep := range st.order {
 		e := st.entries[ep]
 		if e.Final() {
@@ -287,17 +312,25 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 		}
 		for _, s := range stages.All {
 			if id := e.JobID(s); id != "" && e.Ended[s].ID != id {
-				ids = append(ids, id)
+				sub := e.Jobs[s]
+				at := sub.Submitted
+				if at.IsZero() || (!sub.Intent.IsZero() && sub.Intent.Before(at)) {
+					at = sub.Intent // adopted after a crash: when it was to be submitted
+				}
+				jobs = append(jobs, slurm.PollJob{ID: id, Submitted: at})
 			}
 		}
 	}
 	infos := map[string]slurm.JobInfo{}
-	if len(ids) > 0 {
+	if len(jobs) > 0 {
 		var err error
-		infos, err = d.Slurm.Query(ctx, ids)
+		var cost slurm.PollCost
+		infos, cost, err = d.Slurm.Poll(ctx, jobs)
+		st.cost.Add(cost)
 		if err != nil {
 			return nil, err
 		}
+		st.keepRuns(infos)
 	}
 	// The stages collected already, as the ledger keeps them.
 	for _, ep := range st.order {

@@ -141,6 +141,12 @@ func TestTableRows(t *testing.T) {
 			set(f, stages.Eval, "PENDING", "0:0")
 			f.Queue[stages.Eval] = slurm.JobInfo{ID: "3", State: slurm.ParseState("PENDING", ""), Reason: "JobHeldUser"}
 		}, policy(stages.Eval, ReasonJobHeld, true)},
+		{"job-held", "eval held, seen by the poll's squeue", false, func(f *Facts) {
+			set(f, stages.Eval, "PENDING", "0:0")
+			j := f.Jobs[stages.Eval]
+			j.Reason, j.Source = "JobHeldUser", slurm.SourceSqueue
+			f.Jobs[stages.Eval] = j
+		}, policy(stages.Eval, ReasonJobHeld, true)},
 		{"job-modified", "eval's time limit cut", false, func(f *Facts) {
 			j := f.Jobs[stages.Eval]
 			j.TimeLimit = time.Minute
@@ -863,4 +869,24 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("a cluster fault rewarded: %s/%s by %s", v.Kind, v.Reason, v.Rule)
 		}
 	})
+}
+
+// TestHoldNeedsNoSecondSqueue: a pending eval the poll took from squeue
+// (slurmctld's live view, the one a hold shows in) is not asked of squeue
+// again; one known from sacct only is.
+func TestHoldNeedsNoSecondSqueue(t *testing.T) {
+	for _, src := range []slurm.Source{slurm.SourceSqueue, slurm.SourceSacct} {
+		f := healthy(false)
+		j := job("3", "PENDING", "0:0", time.Time{}, time.Time{})
+		j.Reason, j.Source = "Priority", src
+		f.Jobs[stages.Eval] = j
+		f.Queue = nil
+		d := Decide(f)
+		if asked := d.Need&NeedQueue != 0; asked != (src == slurm.SourceSacct) {
+			t.Errorf("eval pending from %s: NeedQueue %v", src, asked)
+		}
+		if d.Verdict != nil {
+			t.Errorf("eval pending from %s: %+v", src, d.Verdict)
+		}
+	}
 }

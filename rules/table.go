@@ -69,7 +69,9 @@ var Table = []Rule{
 	// without isolation the policy's code (run as the user) can make it.
 	{"job-held", ThePolicy, func(d *decider) *Verdict {
 		// Once the stage before it has ended (sacct may not show a hold:
-		// squeue, slurmctld's live view, does).
+		// squeue, slurmctld's live view, does; a poll takes a pending
+		// job from squeue already, and only a job known from sacct is
+		// asked of squeue again).
 		if d.f.Isolated {
 			return nil
 		}
@@ -82,7 +84,7 @@ var Table = []Rule{
 				continue
 			}
 			held := j.HeldBy() == "user"
-			if !held {
+			if !held && j.Source != slurm.SourceSqueue { // squeue's view is the one a hold shows in
 				if d.f.Queue == nil {
 					d.need |= NeedQueue
 					return nil

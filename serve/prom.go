@@ -153,7 +153,9 @@ var (
 	descAttached = prometheus.NewDesc("nemorl_serve_attached_total",
 		"/run requests that joined an episode already running for the same rollout.", nil, nil)
 	descPolls = prometheus.NewDesc("nemorl_serve_sacct_polls_total",
-		"Polls of the cluster (one sacct for every job in flight each).", nil, nil)
+		"Polls of the cluster (each: one squeue for the jobs in flight, one sacct for those that left squeue).", nil, nil)
+	descPollSacctJobs = prometheus.NewDesc("nemorl_serve_poll_sacct_jobs_total",
+		"Job ids the polls asked of sacct: only jobs that left squeue or that squeue could not answer for.", nil, nil)
 	descPollFailures = prometheus.NewDesc("nemorl_serve_sacct_poll_failures_total",
 		"Polls that failed.", nil, nil)
 	descPollBackoffs = prometheus.NewDesc("nemorl_serve_sacct_poll_backoffs_total",
@@ -172,7 +174,7 @@ var (
 
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descQueue, descEpisodes, descOutcomes, descAnswers, descAttached,
-		descPolls, descPollFailures, descPollBackoffs, descLastPoll, descPollSeconds, descReconnects, descCommands, descFileOps} {
+		descPolls, descPollSacctJobs, descPollFailures, descPollBackoffs, descLastPoll, descPollSeconds, descReconnects, descCommands, descFileOps} {
 		ch <- d
 	}
 }
@@ -218,6 +220,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 
 	st := s.opt.Engine.Stats()
 	counter(descPolls, float64(st.Polls))
+	counter(descPollSacctJobs, float64(st.Cost.SacctJobs))
 	counter(descPollFailures, float64(st.PollFailures))
 	counter(descPollBackoffs, float64(st.Backoffs))
 	gauge(descLastPoll, st.LastPoll.Seconds())

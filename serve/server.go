@@ -3,7 +3,8 @@
 // the row as one episode on the cluster (author → train → eval) and answers
 // with the episode's verified outcome in the fields of nemorl_env's
 // NeMoRLEnvResponse. All episodes share one connection to the cluster and
-// one watch loop (episode.Engine: one sacct per poll for every job).
+// one watch loop (episode.Engine: one squeue per poll for every job in
+// flight, sacct only for the jobs that left squeue).
 package serve
 
 import (

@@ -1,9 +1,10 @@
 // Package slurm drives Slurm through its command-line contract — sbatch
 // --parsable, sacct --parsable2, squeue, scancel — over a remote.Runner
 // (the login node itself, or one reached over SSH). It is built to watch
-// hundreds of jobs at once: Query asks sacct about any number of jobs in
-// one process, and squeue once more only for the jobs sacct does not show
-// (yet).
+// thousands of jobs at once: Poll asks squeue about any number of live
+// jobs in one process, and sacct (bounded by --starttime) only about the
+// jobs that left squeue; Query, for single look-ups, asks sacct first and
+// squeue only for the jobs sacct does not show (yet).
 //
 // Every time is asked for as epoch seconds (SLURM_TIME_FORMAT=%s, through
 // env(1)), so the login node's time zone does not matter.

@@ -1,15 +1,15 @@
 #!/bin/sh
 # Stages episodes and submits their author jobs in one command (Go:
 # batchScript, episode/stage.go, which documents it in full):
-#   sh -c "$batchScript" sh PARENT MODE NCHECKS KEY=PATH... NEPS {EP NAME COMMENT SCRIPT}... [SBATCH ARGV...]
+#   sh -c "$batchScript" sh PARENT MODE GAP NCHECKS KEY=PATH... NEPS {EP NAME COMMENT SCRIPT}... [SBATCH ARGV...]
 # with the episodes' trees as one gzipped tar stream on stdin. Prints one
 # tab-separated line per event: "nemorl-batch EP staged|exists|failed",
 # "nemorl-batch EP sbatch RC", "nemorl-batch EP out LINE". Exit 90: a
 # preflight file is missing (named on stderr); 92: mkdir, mktemp or tar failed.
 set -uf
 umask 077
-parent=$1 mode=$2 n=$3
-shift 3
+parent=$1 mode=$2 gap=$3 n=$4
+shift 4
 while [ "$n" -gt 0 ]; do
 	k=${1%%=*} p=${1#*=}
 	shift
@@ -70,15 +70,22 @@ while [ $j -lt "$neps" ]; do
 	j=$((j + 1))
 done
 [ $# -gt 0 ] || exit 0
-# sbatch four at a time, each writing its status and output beside the
-# trees; then the manifests and the report.
+# sbatch four at a time (with a GAP other than 0: one at a time, GAP
+# seconds between starts, cluster.submit_rate), each writing its status
+# and output beside the trees; then the manifests and the report.
 mkdir -- "$tmp/.res" || exit 92
 j=0
 k=0
+started=0
 while [ $j -lt "$neps" ]; do
 	eval "ep=\$ep_$j name=\$name_$j comment=\$comment_$j script=\$script_$j"
 	j=$((j + 1))
 	[ -n "$ep" ] || continue
+	if [ "$gap" != 0 ]; then
+		[ $started -eq 0 ] || sleep "$gap"
+		started=1
+		k=3 # the wait below: one sbatch at a time
+	fi
 	(
 		# shellcheck disable=SC2154 # name, comment and script are set by the eval above
 		"$@" --job-name="$name" --comment="$comment" "$script" >"$tmp/.res/$ep" 2>&1 </dev/null

@@ -1,0 +1,154 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// PollJob is one job a Poll asks about: its id, and when it was submitted
+// as the caller recorded it (zero when not known), which bounds how far
+// back sacct looks for it.
+type PollJob struct {
+	ID        string
+	Submitted time.Time
+}
+
+// PollCost is what one Poll ran: the commands, and how many job ids went
+// to sacct (the accounting database's part of the cost).
+type PollCost struct {
+	Squeue, Sacct int
+	SacctJobs     int
+}
+
+// Add adds o to c.
+func (c *PollCost) Add(o PollCost) {
+	c.Squeue += o.Squeue
+	c.Sacct += o.Sacct
+	c.SacctJobs += o.SacctJobs
+}
+
+// sacctMargin widens Poll's sacct window beyond the earliest submission it
+// asks about: the caller's clock and the cluster's may differ, and the
+// caller records a submission when sbatch returned.
+const sacctMargin = time.Hour
+
+// Poll is Query for a poll that runs every few seconds over jobs believed
+// to be live: its cost follows what changed, not how many jobs there are.
+// It asks slurmctld first, with one squeue (from memory, the live view:
+// a hold or a new reason at once) for every job, and takes a job squeue
+// shows pending or running from it. Only the jobs squeue shows ended, or
+// no longer shows, or could not be asked about, go to sacct (with
+// --duplicates, as Query), and with --starttime set to the earliest of
+// their submissions less sacctMargin rather than sacct's default of the
+// Unix epoch for --jobs; a job without a submission time lifts that bound.
+// sacct's record wins for those jobs (exit code, steps, earlier runs) as
+// long as sacct shows them; while sacct lags an end that squeue already
+// shows, the job reads as sacct has it, still running, until the next
+// poll. A job neither knows is Unknown (SourceNone, or SourceUnanswered
+// when either command failed), never Failed.
+//
+// A job taken from squeue has no steps, exit code or earlier runs (Runs
+// 0): the caller keeps what an earlier answer said. The error is non-nil
+// only when nothing could be learned (squeue and sacct both failed) or
+// ctx ended. More than MaxIDsPerCall jobs take one squeue (and at most one
+// sacct) per MaxIDsPerCall.
+func (c *Client) Poll(ctx context.Context, jobs []PollJob) (map[string]JobInfo, PollCost, error) {
+	var cost PollCost
+	ids := make([]string, len(jobs))
+	submitted := make(map[string]time.Time, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+		if t, ok := submitted[j.ID]; !ok || (!t.IsZero() && (j.Submitted.IsZero() || j.Submitted.Before(t))) {
+			submitted[j.ID] = j.Submitted
+		}
+	}
+	ids, err := cleanIDs(ids)
+	if err != nil {
+		return nil, cost, err
+	}
+	out := make(map[string]JobInfo, len(ids))
+	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
+		err := c.poll(ctx, chunk, submitted, out, &cost)
+		if err != nil {
+			return out, cost, err
+		}
+	}
+	return out, cost, nil
+}
+
+func (c *Client) poll(ctx context.Context, ids []string, submitted map[string]time.Time, out map[string]JobInfo, cost *PollCost) error {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+		out[id] = unknownJob(id)
+	}
+	cost.Squeue++
+	live, squeueErr := c.squeue(ctx, "--jobs="+strings.Join(ids, ","))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	queued := make(map[string]JobInfo, len(live))
+	for _, j := range live {
+		if want[j.ID] {
+			queued[j.ID] = j
+		}
+	}
+	var ask []string
+	var earliest time.Time
+	bounded := true
+	for _, id := range ids {
+		if j, ok := queued[id]; ok && (j.State.Class == Pending || j.State.Class == Running) {
+			out[id] = j
+			continue
+		}
+		ask = append(ask, id)
+		switch t := submitted[id]; {
+		case t.IsZero():
+			bounded = false
+		case earliest.IsZero() || t.Before(earliest):
+			earliest = t
+		}
+	}
+	if len(ask) == 0 { // squeue answered, and every job is live
+		return nil
+	}
+	sel := []string{"--duplicates"}
+	if bounded && !earliest.IsZero() {
+		mins := int64((time.Since(earliest)+sacctMargin+time.Minute-1)/time.Minute) + 1
+		sel = append(sel, fmt.Sprintf("--starttime=now-%dminutes", mins))
+	}
+	sel = append(sel, "--jobs="+strings.Join(ask, ","))
+	cost.Sacct++
+	cost.SacctJobs += len(ask)
+	acct, sacctErr := c.sacct(ctx, sel...)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, j := range acct {
+		if want[j.ID] {
+			out[j.ID] = j
+		}
+	}
+	for _, id := range ask {
+		if out[id].Source != SourceNone {
+			continue
+		}
+		if j, ok := queued[id]; ok {
+			out[id] = j // ended (or a state this package does not know), and not in sacct yet
+			continue
+		}
+		if squeueErr != nil || sacctErr != nil {
+			j := out[id]
+			j.Source = SourceUnanswered
+			out[id] = j
+		}
+	}
+	if squeueErr != nil && sacctErr != nil {
+		return fmt.Errorf("slurm: poll: %w", errors.Join(squeueErr, sacctErr))
+	}
+	return nil
+}
