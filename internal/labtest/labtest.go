@@ -352,15 +352,12 @@ func (l *labLock) lockExclusive(t testing.TB) {
 	if err == nil {
 		l.owner = name
 	}
-	alone := l.shared == 0 // no other test of this process is on the lab
 	l.mu.Unlock()
 	if err != nil {
 		l.excl.Unlock()
 		t.Fatalf("lab lock: %v", err)
 	}
-	if alone {
-		clearQueue(t)
-	}
+	clearQueue(t)
 	t.Cleanup(func() {
 		l.mu.Lock()
 		l.owner = ""

@@ -2,22 +2,32 @@ package labtest
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-// clearQueue is run by LockLab once it holds the lab exclusively and no
-// other test of its process holds it: no lab test is running anywhere, so
-// every job still in the lab user's queue was left by a test that has
-// ended (a run killed on purpose, a job whose dependency can never be
+// clearQueue is run by LockLab once it holds the lab exclusively: it
+// cancels the jobs that tests which have ended left in the lab user's
+// queue (a run killed on purpose, a job whose dependency can never be
 // met, a stand-in still sleeping). On a 2-core lab node those jobs hold
 // the CPUs, and the LockLab test's own jobs then wait behind them
-// ("PENDING (Priority)") until its timeout: CI saw exactly that. They are
-// named in t's log (to find the test that leaks them) and cancelled, and
-// clearQueue waits, bounded, until the queue is empty. A variable for this
-// package's own tests, which must not touch a real lab.
+// ("PENDING (Priority)") until its timeout: CI saw exactly that.
+//
+// A job is left behind when the directory of its output file is gone:
+// every lab test writes its jobs' output under a directory of its own
+// (labtest.TestWorkdir, a t.TempDir) that is removed when it ends. The
+// lock alone would not prove it: flock converts a shared lock to an
+// exclusive one by dropping it first, and in that moment another process
+// may take the lab while the converting process's other tests still run.
+// The jobs cancelled are named in t's log (to find the test that leaks
+// them), and clearQueue waits, bounded, until they are gone. A variable
+// for this package's own lock tests, which must not touch a real lab.
 var clearQueue = func(t testing.TB) {
 	t.Helper()
 	lab, err := Load(Path())
@@ -27,43 +37,81 @@ var clearQueue = func(t testing.TB) {
 	if _, err := exec.LookPath("squeue"); err != nil {
 		return
 	}
-	left := queueOf(lab.User)
-	if len(left) == 0 {
-		return
+	ClearLeftJobs(t, lab.User)
+}
+
+// ClearLeftJobs cancels user's jobs whose output directory no longer
+// exists (see clearQueue) and waits up to a minute for them to leave the
+// queue; it returns their ids.
+func ClearLeftJobs(t testing.TB, user string) []string {
+	t.Helper()
+	var ids []string
+	for _, j := range queueOf(user) {
+		if !j.orphan() {
+			continue
+		}
+		t.Logf("lab queue: job %s (%s, %s, output %s) was left by a test that has ended: cancelled before %s goes on", j.id, j.name, j.state, j.stdout, t.Name())
+		ids = append(ids, j.id)
 	}
-	for _, j := range left {
-		t.Logf("lab queue: job left by an ended test, cancelled before %s takes the lab: %s", t.Name(), j)
+	if len(ids) == 0 {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	out, err := exec.CommandContext(ctx, "scancel", "-u", lab.User).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "scancel", ids...).CombinedOutput()
 	cancel()
 	if err != nil {
-		t.Logf("lab queue: scancel -u %s: %v: %s", lab.User, err, strings.TrimSpace(string(out)))
+		t.Logf("lab queue: scancel %s: %v: %s", strings.Join(ids, " "), err, strings.TrimSpace(string(out)))
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if len(queueOf(lab.User)) == 0 {
-			return
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := 0
+		live := map[string]bool{}
+		for _, j := range queueOf(user) {
+			live[j.id] = j.state != "CANCELLED" && j.state != "COMPLETED" && j.state != "FAILED"
+		}
+		for _, id := range ids {
+			if live[id] {
+				left++
+			}
+		}
+		if left == 0 {
+			return ids
+		}
+		if time.Now().After(deadline) {
+			t.Logf("lab queue: %d of the jobs cancelled still in the queue after a minute", left)
+			return ids
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Logf("lab queue: still not empty 60 s after scancel: %s", strings.Join(queueOf(lab.User), "; "))
 }
 
-// queueOf lists user's jobs in the lab queue, one line each (id, name,
-// state, reason, workdir); nil when squeue fails.
-func queueOf(user string) []string {
+// queuedJob is one line of queueOf.
+type queuedJob struct{ id, stdout, name, state string }
+
+// orphan reports a job whose output file's directory is gone.
+func (j queuedJob) orphan() bool {
+	if !filepath.IsAbs(j.stdout) {
+		return false
+	}
+	_, err := os.Stat(filepath.Dir(j.stdout))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// queueOf lists user's jobs in the lab queue; nil when squeue fails.
+func queueOf(user string) []queuedJob {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "squeue", "-h", "-u", user, "-o", "%i %j %T %r %Z").Output()
+	out, err := exec.CommandContext(ctx, "squeue", "-h", "-u", user, "-O", "JobID:|,StdOut:|,Name:|,State:|").Output()
 	if err != nil {
 		return nil
 	}
-	var jobs []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if line = strings.TrimSpace(line); line != "" {
-			jobs = append(jobs, line)
+	var jobs []queuedJob
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) < 4 || strings.TrimSpace(f[0]) == "" {
+			continue
 		}
+		jobs = append(jobs, queuedJob{id: strings.TrimSpace(f[0]), stdout: strings.TrimSpace(f[1]), name: strings.TrimSpace(f[2]), state: strings.TrimSpace(f[3])})
 	}
 	return jobs
 }

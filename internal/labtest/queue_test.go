@@ -3,16 +3,19 @@ package labtest
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestLockLabClearsLeftJobs leaves a job in the lab queue as an ended test
-// would (a stand-in sleeping ten minutes, submitted as the lab user), then
-// takes the lab: LockLab cancels it before the test goes on, so the test's
-// own jobs do not wait behind it.
-func TestLockLabClearsLeftJobs(t *testing.T) {
+// TestClearLeftJobs leaves two held jobs of the lab user in the queue: one
+// whose output directory is gone (as when the test that submitted it has
+// ended) and one whose directory exists (a test still running).
+// ClearLeftJobs, what LockLab runs, cancels the first and keeps the second.
+func TestClearLeftJobs(t *testing.T) {
 	lab, err := Load(Path())
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !Required():
@@ -20,24 +23,38 @@ func TestLockLabClearsLeftJobs(t *testing.T) {
 	case err != nil:
 		t.Fatalf("lab: %v", err)
 	}
-	out, err := exec.Command("runuser", "-u", lab.User, "--", "sbatch", "--parsable", "--chdir=/tmp",
-		"--job-name=labtest-left-behind", "--output=/dev/null", "--wrap", "sleep 600").CombinedOutput()
-	if err != nil {
-		t.Fatalf("sbatch as %s: %v\n%s", lab.User, err, out)
-	}
-	id := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("scancel", id).Run() })
-	LockLab(t)
-	for _, j := range queueOf(lab.User) {
-		if strings.HasPrefix(j, id+" ") {
-			t.Fatalf("job %s is still in the queue after LockLab: %s", id, j)
+	UseLab(t)
+	hold := func(dir string) string {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			t.Fatal(err)
 		}
+		_ = os.Chmod(dir, 0o777)
+		out, err := exec.Command("runuser", "-u", lab.User, "--", "sbatch", "--parsable", "--hold", "--chdir=/tmp",
+			"--job-name=labtest-clear", "--output="+filepath.Join(dir, "%j.out"), "--wrap", "true").CombinedOutput()
+		if err != nil {
+			t.Fatalf("sbatch as %s: %v\n%s", lab.User, err, out)
+		}
+		id := strings.TrimSpace(string(out))
+		t.Cleanup(func() { _ = exec.Command("scancel", id).Run() })
+		return id
 	}
-	out, err = exec.Command("sacct", "-n", "-X", "-P", "-j", id, "-o", "State").Output()
-	if err != nil {
-		t.Fatalf("sacct -j %s: %v", id, err)
+	root := t.TempDir()
+	left := hold(filepath.Join(root, "ended-test"))
+	kept := hold(filepath.Join(root, "running-test"))
+	if err := os.RemoveAll(filepath.Join(root, "ended-test")); err != nil {
+		t.Fatal(err)
 	}
-	if st := strings.TrimSpace(string(out)); !strings.HasPrefix(st, "CANCELLED") {
-		t.Errorf("job %s after LockLab: sacct says %q, want CANCELLED", id, st)
+	got := ClearLeftJobs(t, lab.User)
+	if !slices.Contains(got, left) || slices.Contains(got, kept) {
+		t.Fatalf("cancelled %v: want %s (its directory gone) and not %s", got, left, kept)
+	}
+	for _, j := range queueOf(lab.User) {
+		if j.id == kept && j.state != "PENDING" {
+			t.Errorf("the job of a running test: %+v", j)
+		}
+		if j.id == left && j.state == "PENDING" {
+			t.Errorf("the left job is still pending: %+v", j)
+		}
 	}
 }
