@@ -43,19 +43,33 @@ func BenchmarkServeBurst(b *testing.B) {
 		scancelAll(b, lab)
 		b.Run(fmt.Sprintf("%s/serve-%d-rows", ep.name, n), func(b *testing.B) {
 			for b.Loop() {
-				secs, rss := serveBurst(b, bin, ep.port, n)
-				b.ReportMetric(secs, "s/burst")
-				b.ReportMetric(float64(n)/secs, "episodes/s")
-				b.ReportMetric(float64(rss)/(1<<20), "MiB-peak-RSS")
+				r := serveBurst(b, bin, ep.port, n)
+				b.ReportMetric(r.secs, "s/burst")
+				b.ReportMetric(float64(n)/r.secs, "episodes/s")
+				b.ReportMetric(float64(r.rss)/(1<<20), "MiB-peak-RSS")
+				b.ReportMetric(float64(r.threads), "threads")
+				b.ReportMetric(r.pollSecs*1000, "ms/poll-held")
+				b.ReportMetric(r.sacctJobs, "sacct-jobs/poll-held")
 			}
 		})
 		scancelAll(b, lab)
 	}
 }
 
-// serveBurst runs one burst and returns the seconds until every author job
-// was submitted and serve's peak RSS (VmHWM) in bytes.
-func serveBurst(b *testing.B, bin string, port, n int) (float64, int64) {
+// burstResult is what one burst measured: the seconds until every author
+// job was submitted, serve's peak RSS (VmHWM) and threads once the n rows
+// are held open, and its polls then (three, with every episode waiting):
+// the last one's duration and the job ids each asked of sacct.
+type burstResult struct {
+	secs      float64
+	rss       int64
+	threads   int
+	pollSecs  float64
+	sacctJobs float64
+}
+
+// serveBurst runs one burst of n rows and holds them open for three polls.
+func serveBurst(b *testing.B, bin string, port, n int) burstResult {
 	cfgPath := benchConfig(b, port)
 	data, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -148,10 +162,51 @@ func serveBurst(b *testing.B, bin string, port, n int) (float64, int64) {
 			b.Fatalf("after 5 minutes %d of %d episodes submitted", withJob, n)
 		}
 	}
-	rss := vmHWM(b, cmd.Process.Pid)
+	// Held open: three polls with every episode waiting in the queue.
+	metric := func(name string) float64 {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			b.Fatalf("/metrics: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(l, name+" "); ok {
+				f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				return f
+			}
+		}
+		return 0
+	}
+	polls0, sacct0 := metric("nemorl_serve_sacct_polls_total"), metric("nemorl_serve_poll_sacct_jobs_total")
+	for deadline := time.Now().Add(3 * time.Minute); metric("nemorl_serve_sacct_polls_total") < polls0+3; {
+		if time.Now().After(deadline) {
+			b.Fatal("serve did not poll three times in 3 minutes")
+		}
+		time.Sleep(time.Second)
+	}
+	r := burstResult{secs: secs, rss: vmHWM(b, cmd.Process.Pid), threads: procThreads(b, cmd.Process.Pid),
+		pollSecs: metric("nemorl_serve_sacct_poll_seconds")}
+	r.sacctJobs = (metric("nemorl_serve_poll_sacct_jobs_total") - sacct0) / (metric("nemorl_serve_sacct_polls_total") - polls0)
 	cancel()
 	wg.Wait()
-	return secs, rss
+	return r
+}
+
+// procThreads is a process's thread count.
+func procThreads(b *testing.B, pid int) int {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	b.Fatal("no Threads")
+	return 0
 }
 
 // vmHWM is a process's peak resident set size in bytes.

@@ -297,6 +297,12 @@ func (d *Driver) submit(ctx context.Context, e *ledger.Entry, stage, after strin
 				return nil
 			}
 		}
+		if slurm.SubmitNotCreated(err) {
+			// Refused before slurmctld took it in (the user's rate limit):
+			// no job to look for; the next try submits afresh, without
+			// the look-up (a sacct and a squeue) an intent left would cost.
+			d.forgetIntent(e, stage, sub)
+		}
 		return fmt.Errorf("episode %s: submit %s: %w", e.Episode, stage, err)
 	}
 	sub.JobID, sub.Submitted = res.JobID, d.now().UTC()
@@ -308,6 +314,20 @@ func (d *Driver) submit(ctx context.Context, e *ledger.Entry, stage, after strin
 	}
 	d.logf("%s: submitted %s as job %s", e.Episode, stage, res.JobID)
 	return nil
+}
+
+// forgetIntent drops stage's submission intent sub after an sbatch that
+// made no job (slurm.SubmitNotCreated), so that the next try does not look
+// for one. A failed save keeps the intent: the next try then looks.
+func (d *Driver) forgetIntent(e *ledger.Entry, stage string, sub *ledger.Submission) {
+	if e.Jobs[stage] != sub || sub.JobID != "" {
+		return
+	}
+	delete(e.Jobs, stage)
+	if err := d.Ledger.Save(e); err != nil {
+		e.Jobs[stage] = sub
+		d.logf("%s: %v", e.Episode, err)
+	}
 }
 
 // submitRequest is stage's sbatch: its staged script, job name and

@@ -416,6 +416,9 @@ func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
 			d.settle(p, out, fmt.Errorf("episode %s: stage %s on %s: the directory could not be put in place", p.e.Episode, p.e.Dir, d.Host.Name()))
 		case r.sbatchErr != nil:
 			p.e.Staged = true
+			if slurm.SubmitNotCreated(r.sbatchErr) {
+				delete(p.e.Jobs, stages.Author) // no job made: the retry submits without a look-up
+			}
 			if serr := d.Ledger.Save(p.e); serr != nil {
 				d.settle(p, out, serr)
 				continue

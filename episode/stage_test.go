@@ -332,3 +332,60 @@ func TestSubmitRate(t *testing.T) {
 		t.Errorf("without a rate the first four sbatch spread over %.3f s, want them at once", spread)
 	}
 }
+
+// TestSubmitRateLimited: an sbatch refused by the user's rate limit made no
+// job: the episode keeps no intent, and the next try submits without
+// looking for a job (no sacct, no squeue). A timed-out sbatch may have made
+// one: its intent stays, for the look-up.
+func TestSubmitRateLimited(t *testing.T) {
+	for _, c := range []struct {
+		stderr     string
+		keepIntent bool
+	}{
+		{"sbatch: error: Batch job submission failed: RPC rate limit exceeded, please retry later", false},
+		{"sbatch: error: Batch job submission failed: Socket timed out on send/recv operation", true},
+	} {
+		d, _ := stageDriver(t)
+		counted := remote.NewCounted(d.Host)
+		d.Host = counted
+		d.Slurm = slurm.New(counted)
+		t.Setenv("FAKE_SBATCH_RC", "1")
+		t.Setenv("FAKE_SBATCH_ERR", c.stderr)
+		out := d.SubmitBatch(context.Background(), []Spec{{Prompt: []byte("p\n")}})
+		r := out[0]
+		if r.Err == nil || r.Entry == nil || !r.Entry.Staged {
+			t.Fatalf("%s: %+v", c.stderr, r)
+		}
+		e, err := d.Ledger.Load(r.Entry.Episode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := e.Jobs[stages.Author] != nil; kept != c.keepIntent {
+			t.Errorf("%s: intent kept %v, want %v", c.stderr, kept, c.keepIntent)
+		}
+		if c.keepIntent {
+			continue
+		}
+		t.Setenv("FAKE_SBATCH_RC", "0")
+		t.Setenv("FAKE_SBATCH_ERR", "")
+		before := counted.Counts()
+		if err := d.submit(context.Background(), e, stages.Author, ""); err != nil || e.JobID(stages.Author) != "4242" {
+			t.Fatalf("retry: %v, %+v", err, e.Jobs[stages.Author])
+		}
+		after := counted.Counts()
+		for _, prog := range []string{"run sacct", "run squeue", "run env"} {
+			if after[prog] != before[prog] {
+				t.Errorf("the retry looked for a job: %s %d → %d", prog, before[prog], after[prog])
+			}
+		}
+		// And submit's own refusal: an sbatch rate-limited on the retry path drops the intent too.
+		t.Setenv("FAKE_SBATCH_RC", "1")
+		t.Setenv("FAKE_SBATCH_ERR", c.stderr)
+		if err := d.submit(context.Background(), e, stages.Train, e.JobID(stages.Author)); err == nil {
+			t.Fatal("a refused train submission succeeded")
+		}
+		if e.Jobs[stages.Train] != nil {
+			t.Errorf("train intent kept after a rate-limit refusal: %+v", e.Jobs[stages.Train])
+		}
+	}
+}

@@ -41,6 +41,7 @@ var wantSeries = map[string]struct {
 	"nemorl_serve_sacct_polls_total":            {dto.MetricType_COUNTER, nil},
 	"nemorl_serve_sacct_poll_failures_total":    {dto.MetricType_COUNTER, nil},
 	"nemorl_serve_sacct_poll_backoffs_total":    {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_poll_sacct_jobs_total":        {dto.MetricType_COUNTER, nil},
 	"nemorl_serve_sacct_poll_seconds":           {dto.MetricType_GAUGE, nil},
 	"nemorl_serve_sacct_poll_seconds_total":     {dto.MetricType_COUNTER, nil},
 	"nemorl_serve_ssh_reconnects_total":         {dto.MetricType_COUNTER, nil},

@@ -32,3 +32,27 @@ func TestIsControllerBusy(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitNotCreated: only answers given before slurmctld took the job
+// in say that no job was made; a timed-out answer may hide a job.
+func TestSubmitNotCreated(t *testing.T) {
+	ce := func(stderr string) error {
+		return fmt.Errorf("slurm: submit: %w", &remote.CommandError{Command: "sbatch x", ExitStatus: 1, Stderr: stderr})
+	}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{ce("sbatch: error: Batch job submission failed: RPC rate limit exceeded, please retry later"), true},
+		{ce("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"), true},
+		{ce("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"), false},
+		{ce("sbatch: error: rate limit ... Socket timed out on send/recv operation"), false},
+		{ce("sbatch: error: Batch job submission failed: Invalid partition name specified"), false},
+		{errors.New("rate limit"), false}, // not sbatch's answer
+		{nil, false},
+	} {
+		if got := SubmitNotCreated(c.err); got != c.want {
+			t.Errorf("SubmitNotCreated(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -212,3 +212,33 @@ func SubmitRefused(err error) (string, bool) {
 	}
 	return "", false
 }
+
+// notCreatedSbatch are sbatch answers given before slurmctld took the job
+// in: the user's rate limit (SlurmctldParameters=rl_enable refuses the
+// request as it arrives) and a controller that could not be reached at
+// all. "Socket timed out on send/recv operation" is not one: the request
+// may have been processed and its answer lost, so the job may exist.
+var notCreatedSbatch = []string{
+	"rate limit",
+	"unable to contact slurm controller",
+}
+
+// SubmitNotCreated reports whether err, from an sbatch, says that no job
+// was made (notCreatedSbatch): the submission may simply be made again,
+// without looking for a job it might have left.
+func SubmitNotCreated(err error) bool {
+	var ce *remote.CommandError
+	if !errors.As(err, &ce) || ce.ExitStatus == 0 {
+		return false
+	}
+	s := strings.ToLower(ce.Stderr)
+	if strings.Contains(s, "socket timed out") {
+		return false
+	}
+	for _, p := range notCreatedSbatch {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
