@@ -250,19 +250,21 @@ func TestServeLab(t *testing.T) {
 	if !bytes.Contains(raw, []byte(`nemorl_serve_stage_run_seconds_bucket{stage="train",le="3600"}`)) {
 		t.Errorf("/metrics has no train run-time bucket at 1 h")
 	}
-	// One sacct per poll, for every job of every episode in flight: the
-	// commands serve ran on the cluster, counted where they are sent.
+	// Each poll: at most one squeue for the jobs in flight, and sacct only
+	// when a job left squeue: the commands serve ran on the cluster,
+	// counted where they are sent.
 	polls, sacct := metricValue(t, raw, "nemorl_serve_sacct_polls_total"), metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sacct"}`)
+	squeue, sacctJobs := metricValue(t, raw, `nemorl_serve_remote_commands_total{program="squeue"}`), metricValue(t, raw, "nemorl_serve_poll_sacct_jobs_total")
 	staged, sbatch := metricValue(t, raw, `nemorl_serve_remote_commands_total{program="stage+sbatch"}`), metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sbatch"}`)
-	t.Logf("%d polls, %d sacct; %d commands staged and submitted authors, %d submitted train and eval, for %d episodes", polls, sacct, staged, sbatch, len(rows)-1)
+	t.Logf("%d polls, %d squeue, %d sacct (for %d job ids); %d commands staged and submitted authors, %d submitted train and eval, for %d episodes", polls, squeue, sacct, sacctJobs, staged, sbatch, len(rows)-1)
 	// One sbatch each for train and eval, but for the episode without a
 	// patch (none) and the eval that prints no record: it is run twice
 	// more (episodes.retries: 2, the evaluator dying is the cluster's).
 	if staged < 1 || staged > int64(len(rows)-1) || sbatch != 2*int64(len(rows)-1-1)+2 {
 		t.Errorf("%d staging commands and %d sbatch for %d episodes (one without a patch, one eval retried twice): want at most one staging command per episode, and one sbatch each for train and eval, and two for the retries", staged, sbatch, len(rows)-1)
 	}
-	if polls < 5 || sacct != polls {
-		t.Errorf("%d sacct commands for %d polls, want one per poll", sacct, polls)
+	if polls < 5 || squeue < 1 || squeue > polls || sacct < 1 || sacct > polls || sacctJobs < sacct {
+		t.Errorf("%d squeue and %d sacct commands (for %d job ids) for %d polls, want at most one squeue and one sacct per poll, and sacct for the jobs that ended", squeue, sacct, sacctJobs, polls)
 	}
 	// The episodes went round the head's endpoints; each author got its own.
 	used := map[string]int{}

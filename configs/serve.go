@@ -78,7 +78,7 @@ func (c *checker) serve(s Serve) {
 	if err := CheckListen(s.Listen); err != nil {
 		c.add("serve.listen", "%v", err)
 	}
-	c.rangeInt("serve.concurrency", s.Concurrency, 1, 4096)
+	c.rangeInt("serve.concurrency", s.Concurrency, 1, 16384)
 	if s.Failures != ServeFailuresMask && s.Failures != ServeFailuresError {
 		c.add("serve.failures", "want mask or error, got %q", s.Failures)
 	}
