@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -44,8 +45,16 @@ func (e *env) list(c *ucli.Context) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	// A CLUSTER column once any episode was placed on a clusters: entry.
+	clusters := slices.ContainsFunc(keep, func(en *ledger.Entry) bool { return en.Cluster != "" })
+	if clusters {
+		fmt.Fprint(tw, "CLUSTER\t")
+	}
 	fmt.Fprintln(tw, "EPISODE\tCREATED\tOUTCOME\tREWARD\tREASON\tLABELS")
 	for _, en := range keep {
+		if clusters {
+			fmt.Fprintf(tw, "%s\t", orDash(en.Cluster))
+		}
 		kind, reward, reason := "unfinished", "-", "-"
 		if en.CancelRequested != "" && en.Outcome == nil {
 			kind = "cancelling"
@@ -69,6 +78,9 @@ func listJSON(en *ledger.Entry) map[string]any {
 	}
 	if !en.Cleaned.IsZero() {
 		doc["cleaned"] = en.Cleaned
+	}
+	if en.Cluster != "" {
+		doc["cluster"] = en.Cluster
 	}
 	return doc
 }

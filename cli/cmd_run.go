@@ -31,6 +31,7 @@ func runCommand(e *env) *ucli.Command {
 			&ucli.StringFlag{Name: "prompt-file", Usage: "the author's task prompt (default: the built-in one)"},
 			labelFlag("attach a `KEY=VALUE` label to the episode (repeatable); list shows and filters them"),
 			setFlag(),
+			clusterFlag(),
 		),
 		Action: e.run,
 	}

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -91,35 +92,54 @@ func (e *env) serve(c *ucli.Context) error {
 		return err
 	}
 	verbose := globalBool(c, "verbose")
-	// Reconnections are logged, -v or not (and counted by the SSH host).
-	host, err := dialCluster(c.Context, cfg, path, func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
-			e.logf("%s", msg)
+	// One connection, driver and engine per cluster (clusters:), or the
+	// config's one cluster:. Every cluster must answer at start.
+	var clusters []serve.Cluster
+	var drivers []*episode.Driver
+	names := cfg.ClusterNames()
+	for _, name := range names {
+		ccfg, err := cfg.For(name)
+		if err != nil {
+			return withCode(ExitUsage, err, "")
 		}
-	})
-	if err != nil {
-		return err
-	}
-	reconnects := func() int64 { return 0 }
-	if r, ok := host.(interface{ Reconnects() int64 }); ok {
-		reconnects = r.Reconnects
-	}
-	counted := remote.NewCounted(host)
-	host = counted
-	defer host.Close()
-	d := e.newDriver(cfg, abs, sha256.Sum256(data), host, lg)
-	if err := d.Preflight(c.Context); err != nil {
-		var pe *episode.PreflightError
-		if errors.As(err, &pe) {
-			return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %w", path, err), Hint: "fix the config"}
+		where := ""
+		if name != "" {
+			where = "cluster " + name + ": "
 		}
-		return withCode(ExitInfra, err, "")
+		// Reconnections are logged, -v or not (and counted by the SSH host).
+		host, err := dialCluster(c.Context, ccfg, path, func(format string, args ...any) {
+			msg := fmt.Sprintf(format, args...)
+			if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
+				e.logf("%s%s", where, msg)
+			}
+		})
+		if err != nil {
+			if name != "" {
+				return fmt.Errorf("cluster %s: %w", name, err)
+			}
+			return err
+		}
+		var reconnects func() int64
+		if r, ok := host.(interface{ Reconnects() int64 }); ok && ccfg.Cluster.Login != nil {
+			reconnects = r.Reconnects
+		}
+		counted := remote.NewCounted(host)
+		defer counted.Close()
+		d := e.newDriver(ccfg, abs, sha256.Sum256(data), counted, lg)
+		d.DiscardNotCreated = len(names) > 1
+		if err := d.Preflight(c.Context); err != nil {
+			var pe *episode.PreflightError
+			if errors.As(err, &pe) {
+				return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %s%w", path, where, err), Hint: "fix the config"}
+			}
+			return withCode(ExitInfra, fmt.Errorf("%s%w", where, err), "")
+		}
+		drivers = append(drivers, d)
+		clusters = append(clusters, serve.Cluster{Name: name, Driver: d, Engine: d.NewEngine(episode.EngineOptions{}),
+			MaxInFlight: cfg.MaxInFlight(name), RemoteOps: counted.Counts, Reconnects: reconnects})
 	}
-	engine := d.NewEngine(episode.EngineOptions{})
-	opt := serve.Options{Driver: d, Engine: engine, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
+	opt := serve.Options{Clusters: clusters, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
 		Token: token, Logf: func(format string, args ...any) { e.logf(format, args...) }}
-	opt.RemoteOps = counted.Counts
 	opt.ResendWindow = cfg.Serve.ResendWindow.Duration
 	var listening atomic.Value // serve's address, once it listens
 	listening.Store(listen)
@@ -136,22 +156,24 @@ func (e *env) serve(c *ucli.Context) error {
 		}
 		opt.Head = head
 	}
-	if cfg.Cluster.Login != nil {
-		opt.Reconnects = reconnects
-	}
 	srv, err := serve.New(opt)
 	if err != nil {
 		return err
 	}
-	// The server's own log lines are redacted by serve; the driver's too.
-	d.Logf = func(format string, args ...any) { opt.Logf("%s", srv.Redact(fmt.Sprintf(format, args...))) }
+	// The server's own log lines are redacted by serve; the drivers' too.
+	for _, d := range drivers {
+		d.Logf = func(format string, args ...any) { opt.Logf("%s", srv.Redact(fmt.Sprintf(format, args...))) }
+	}
 
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ectx, cancelEngine := context.WithCancel(context.Background())
 	defer cancelEngine()
-	engineDone := make(chan struct{})
-	go func() { defer close(engineDone); _ = engine.Run(ectx) }()
+	var engines sync.WaitGroup
+	for _, cl := range clusters {
+		engines.Add(1)
+		go func() { defer engines.Done(); _ = cl.Engine.Run(ectx) }()
+	}
 	if err := srv.Start(); err != nil {
 		return err
 	}
@@ -163,6 +185,9 @@ func (e *env) serve(c *ucli.Context) error {
 	// No read or write timeout: a /run stays open for the whole episode.
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	e.logf("serve: listening on http://%s (config %s, serve.concurrency %d, failures %s, ledger %s)", ln.Addr(), abs, cfg.Serve.Concurrency, cfg.Serve.Failures, lg.Dir)
+	if len(names) > 1 {
+		e.logf("serve: %d clusters: %s; each row is placed where it starts soonest", len(names), strings.Join(names, ", "))
+	}
 	if opt.Head != nil {
 		e.logf("serve: also Gym's head server for agent %s: point Gym at it with +head_server.host=… +head_server.port=%s", cfg.Serve.AgentName, portOf(ln.Addr().String()))
 	}
@@ -180,7 +205,7 @@ func (e *env) serve(c *ucli.Context) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	cancelEngine()
-	<-engineDone
+	engines.Wait()
 	return nil
 }
 

@@ -26,6 +26,7 @@ func submitCommand(e *env) *ucli.Command {
 			&ucli.IntFlag{Name: "count", Value: 1, Usage: "submit `N` episodes of the same prompt over one connection, each with its own ledger entry"},
 			labelFlag("attach a `KEY=VALUE` label to the episodes (repeatable); list shows and filters them"),
 			setFlag(),
+			clusterFlag(),
 		),
 		Action: e.submit,
 	}
@@ -87,7 +88,7 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	s, err := e.connect(c.Context, c, lg, path, true, c.StringSlice("set"))
+	s, err := e.connect(c.Context, c, lg, path, c.String("cluster"), true, c.StringSlice("set"))
 	if err != nil {
 		return err
 	}
@@ -159,7 +160,7 @@ func (e *env) submitEpisode(c *ucli.Context, carryOn bool) (*session, *ledger.En
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := e.connect(c.Context, c, lg, path, true, c.StringSlice("set"))
+	s, err := e.connect(c.Context, c, lg, path, c.String("cluster"), true, c.StringSlice("set"))
 	if err != nil {
 		return nil, nil, err
 	}

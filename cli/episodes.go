@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,7 +68,10 @@ func explicitConfig(c *ucli.Context) string {
 //
 // sets are --set KEY=VALUE overrides (submit, run), applied to the file as
 // configs.ApplySets does, or those an episode's ledger entry recorded.
-func (e *env) connect(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, path string, needKey bool, sets []string) (*session, error) {
+//
+// cluster names the config's clusters: entry to reach ("": the first, or
+// the config's one cluster:).
+func (e *env) connect(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, path, cluster string, needKey bool, sets []string) (*session, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("config %s: %w", path, err), "set --config or NEMORL_SLURM_CONFIG")
@@ -81,6 +85,9 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, p
 	}
 	cfg, err := configs.LoadWith(source, data, os.LookupEnv, configs.LoadOptions{SecretsOptional: !needKey, PolicyFromGymHead: !needKey})
 	if err != nil {
+		return nil, withCode(ExitUsage, err, "")
+	}
+	if cfg, err = cfg.For(cluster); err != nil {
 		return nil, withCode(ExitUsage, err, "")
 	}
 	abs, err := filepath.Abs(path)
@@ -109,8 +116,8 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, p
 // stop the others: its episodes are returned in skipped, with why, and
 // logged; only when no config opens is that an error.
 func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, entries []*ledger.Entry) (sessions []*session, skipped map[string]error, err error) {
-	// One session per config and --set overrides (the key joins them with
-	// NUL, which neither holds).
+	// One session per config, cluster and --set overrides (the key joins
+	// them with NUL, which none holds).
 	byConfig := map[string][]string{}
 	explicit := explicitConfig(c)
 	for _, en := range entries {
@@ -118,7 +125,7 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, lg *ledger.Ledge
 		if explicit != "" {
 			p = explicit
 		}
-		k := strings.Join(append([]string{p}, en.Overrides...), "\x00")
+		k := strings.Join(append([]string{p, en.Cluster}, en.Overrides...), "\x00")
 		byConfig[k] = append(byConfig[k], en.Episode)
 	}
 	paths := make([]string, 0, len(byConfig))
@@ -131,7 +138,7 @@ func (e *env) sessionsFor(ctx context.Context, c *ucli.Context, lg *ledger.Ledge
 	for _, k := range paths {
 		parts := strings.Split(k, "\x00")
 		p := k
-		s, err := e.connect(ctx, c, lg, parts[0], false, parts[1:])
+		s, err := e.connect(ctx, c, lg, parts[0], parts[1], false, parts[2:])
 		if err != nil {
 			if first == nil {
 				first = err
@@ -321,8 +328,16 @@ func outcomeNote(r episode.Row) string {
 // formatRows renders the table of status and watch.
 func formatRows(rows []episode.Row) string {
 	var b strings.Builder
+	// A CLUSTER column once any episode runs on a clusters: entry.
+	clusters := slices.ContainsFunc(rows, func(r episode.Row) bool { return r.Cluster != "" })
+	if clusters {
+		fmt.Fprintf(&b, "%-12s ", "CLUSTER")
+	}
 	fmt.Fprintf(&b, "%-28s %-6s %-8s %-24s %9s  %s\n", "EPISODE", "STAGE", "JOB", "STATE", "ELAPSED", "OUTCOME")
 	for _, r := range rows {
+		if clusters {
+			fmt.Fprintf(&b, "%-12s ", orDash(r.Cluster))
+		}
 		out := "-"
 		if r.Outcome != nil {
 			out = strings.TrimPrefix(outcomeNote(r), " → ")
@@ -357,6 +372,7 @@ func attemptNote(r episode.Row) string {
 // rowJSON is a row in --json output.
 type rowJSON struct {
 	Episode        string `json:"episode"`
+	Cluster        string `json:"cluster,omitempty"`
 	Stage          string `json:"stage"`
 	JobID          string `json:"job_id"`
 	State          string `json:"state"`
@@ -370,7 +386,7 @@ type rowJSON struct {
 func rowsJSON(rows []episode.Row) []rowJSON {
 	out := make([]rowJSON, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, rowJSON{Episode: r.Episode, Stage: r.Stage, JobID: r.JobID, State: r.State, Reason: r.Reason,
+		out = append(out, rowJSON{Episode: r.Episode, Cluster: r.Cluster, Stage: r.Stage, JobID: r.JobID, State: r.State, Reason: r.Reason,
 			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
 		if r.Attempt > 1 {
 			out[len(out)-1].Attempt = r.Attempt

@@ -60,3 +60,9 @@ func formatLabels(m map[string]string) string {
 func setFlag() ucli.Flag {
 	return &ucli.StringSliceFlag{Name: "set", Usage: "override one config value (`KEY=VALUE`, e.g. stages.train.train_seconds=1800) for these episodes; repeatable; recorded in the ledger"}
 }
+
+// clusterFlag is --cluster NAME: the config's clusters: entry the episodes
+// run on (submit, run); serve places each row itself.
+func clusterFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "cluster", Usage: "the clusters: entry (`NAME`) to run on (default: the first; a config of one cluster: has no names)"}
+}

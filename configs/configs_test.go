@@ -293,3 +293,80 @@ func TestHomeExpanded(t *testing.T) {
 		t.Errorf("identity_file %q, known_hosts %q: ~/ not expanded", lg.IdentityFile, lg.KnownHosts)
 	}
 }
+
+// TestClusters: clusters: entries are clusters of their own; For gives
+// the config as each sees it, the first stands in Cluster, and the
+// effective config keeps clusters: alone.
+func TestClusters(t *testing.T) {
+	data := []byte(`clusters:
+  - name: east
+    workdir: /east/episodes
+    partition: gpu
+    login: {host: login.east, user: u}
+  - name: west
+    workdir: /west/episodes
+    gres: gpu:a100:1
+    max_in_flight: 50
+    images: {author: /west/a.sif, train: /west/t.sif, eval: /west/e.sif}
+    digests: {eval: 'sha256:1111111111111111111111111111111111111111111111111111111111111111'}
+runtime:
+  kind: apptainer
+  images: {author: /east/a.sif, train: /east/t.sif, eval: /east/e.sif}
+  digests: {eval: 'sha256:0000000000000000000000000000000000000000000000000000000000000000'}
+policy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_parser: false}
+`)
+	cfg, err := Load("c.yaml", data, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.ClusterNames(); len(got) != 2 || got[0] != "east" || got[1] != "west" {
+		t.Fatalf("ClusterNames %v", got)
+	}
+	if cfg.Cluster.Workdir != "/east/episodes" || cfg.ClusterName != "east" || cfg.Cluster.Login.KnownHosts == "" {
+		t.Errorf("the first entry should stand in cluster: %+v (%q)", cfg.Cluster, cfg.ClusterName)
+	}
+	west, err := cfg.For("west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if west.Cluster.Workdir != "/west/episodes" || west.Cluster.Gres != "gpu:a100:1" || west.Runtime.Images.Eval != "/west/e.sif" ||
+		west.Runtime.Digests.Eval[7] != '1' || west.ClusterName != "west" || west.Cluster.GPUDevices != DefaultGPUDevices || west.Cluster.Login != nil {
+		t.Errorf("For(west): %+v %+v %q", west.Cluster, west.Runtime, west.ClusterName)
+	}
+	if cfg.Runtime.Images.Eval != "/east/e.sif" || cfg.Cluster.Gres != DefaultGres {
+		t.Errorf("For must not change the config: %+v", cfg.Runtime.Images)
+	}
+	if cfg.MaxInFlight("west") != 50 || cfg.MaxInFlight("east") != 0 {
+		t.Errorf("max_in_flight %d %d", cfg.MaxInFlight("west"), cfg.MaxInFlight("east"))
+	}
+	if _, err := cfg.For("north"); err == nil || !strings.Contains(err.Error(), `"north"`) || !strings.Contains(err.Error(), "west") {
+		t.Errorf("For(north): %v", err)
+	}
+	y, err := cfg.EffectiveYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(y), "\ncluster:") || !strings.Contains(string(y), "clusters:") {
+		t.Errorf("effective config:\n%s", y)
+	}
+	again, err := LoadWith("effective", y, testEnv, LoadOptions{SecretsOptional: true})
+	if err != nil {
+		t.Fatalf("effective config does not load again: %v\n%s", err, y)
+	}
+	if w, _ := again.For("west"); w == nil || w.Cluster.Workdir != "/west/episodes" {
+		t.Errorf("effective config lost west: %+v", w)
+	}
+	one, err := Load("one.yaml", []byte("cluster: {workdir: /w}\nruntime: {kind: none}\npolicy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_parser: false}\n"), testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := one.ClusterNames(); len(n) != 1 || n[0] != "" {
+		t.Errorf("one cluster: names %q", n)
+	}
+	if c, err := one.For(""); err != nil || c != one {
+		t.Errorf("For(\"\") of one cluster: %v", err)
+	}
+	if _, err := one.For("east"); err == nil {
+		t.Error("For(east) of a config without clusters: should fail")
+	}
+}

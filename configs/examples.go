@@ -27,7 +27,14 @@ func Example(name string) ([]byte, error) {
 // EffectiveYAML renders the loaded config with defaults filled in and
 // secrets redacted.
 func (c *Config) EffectiveYAML() ([]byte, error) {
-	b, err := yaml.Marshal(c)
+	v := c
+	if len(c.Clusters) > 0 {
+		// The first entry stands in Cluster once loaded: clusters: alone.
+		cp := *c
+		cp.Cluster = Cluster{}
+		v = &cp
+	}
+	b, err := yaml.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("render effective config: %w", err)
 	}

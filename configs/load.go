@@ -110,14 +110,20 @@ func LoadWith(file string, data []byte, lookup func(string) (string, bool), opt 
 	if len(l.problems) > 0 {
 		return nil, l.err()
 	}
+	if l.present("cluster") && l.present("clusters") {
+		l.add("clusters", l.line("clusters"), "set cluster: (one cluster) or clusters: (several), not both")
+		return nil, l.err()
+	}
+	if l.present("clusters") && len(cfg.Clusters) == 0 {
+		l.add("clusters", l.line("clusters"), "an empty list: name at least one cluster, or use cluster:")
+		return nil, l.err()
+	}
 	applyDefaults(cfg, l.present)
-	if lg := cfg.Cluster.Login; lg != nil {
-		for key, v := range map[string]*string{"cluster.login.identity_file": &lg.IdentityFile, "cluster.login.known_hosts": &lg.KnownHosts} {
-			var err error
-			if *v, err = expandHome(*v); err != nil {
-				l.add(key, l.line(key), "%v", err)
-			}
-		}
+	l.expandLogin("cluster", cfg.Cluster.Login)
+	for i := range cfg.Clusters {
+		pre := fmt.Sprintf("clusters[%d]", i)
+		applyClusterDefaults(pre, &cfg.Clusters[i].Cluster, l.present)
+		l.expandLogin(pre, cfg.Clusters[i].Login)
 	}
 	if g := &cfg.Serve.GymConfig; *g != "" {
 		var err error
@@ -129,7 +135,26 @@ func LoadWith(file string, data []byte, lookup func(string) (string, bool), opt 
 	if len(l.problems) > 0 {
 		return nil, l.err()
 	}
+	if len(cfg.Clusters) > 0 {
+		cfg.withCluster(0) // commands that name no cluster use the first
+	}
 	return cfg, nil
+}
+
+// expandLogin expands ~ in a login's identity_file and known_hosts.
+func (l *loader) expandLogin(pre string, lg *Login) {
+	if lg == nil {
+		return
+	}
+	for _, f := range []struct {
+		key string
+		v   *string
+	}{{pre + ".login.identity_file", &lg.IdentityFile}, {pre + ".login.known_hosts", &lg.KnownHosts}} {
+		var err error
+		if *f.v, err = expandHome(*f.v); err != nil {
+			l.add(f.key, l.line(f.key), "%v", err)
+		}
+	}
 }
 
 type loader struct {

@@ -13,15 +13,24 @@ import (
 
 // Config is the whole configuration file.
 type Config struct {
-	Cluster     Cluster     `yaml:"cluster"`
-	Runtime     Runtime     `yaml:"runtime"`
-	PolicyModel PolicyModel `yaml:"policy_model"`
-	Stages      Stages      `yaml:"stages"`
-	Episodes    Episodes    `yaml:"episodes"`
-	Serve       Serve       `yaml:"serve"`
+	// Cluster is the cluster episodes run on. With clusters: set it is the
+	// first entry's (For gives the others).
+	Cluster Cluster `yaml:"cluster,omitempty"`
+	// Clusters are the clusters one serve places episodes on, each its own
+	// login, partition, GRES, images and limits (clusters.go); unset, the
+	// config's one cluster: is the only one.
+	Clusters    []ClusterEntry `yaml:"clusters,omitempty"`
+	Runtime     Runtime        `yaml:"runtime"`
+	PolicyModel PolicyModel    `yaml:"policy_model"`
+	Stages      Stages         `yaml:"stages"`
+	Episodes    Episodes       `yaml:"episodes"`
+	Serve       Serve          `yaml:"serve"`
 
 	// Source is the file the config was loaded from ("" for in-memory).
 	Source string `yaml:"-"`
+	// ClusterName is the clusters: entry Cluster (and Runtime's images)
+	// were taken from; "" for a config of one cluster: (For sets it).
+	ClusterName string `yaml:"-"`
 	// SecretUnset names the unset variable of a secret (policy_model.api_key:
 	// "${POLICY_API_KEY}") when the config was loaded with
 	// LoadOptions.SecretsOptional; the secret is then empty.

@@ -7,6 +7,7 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -41,11 +42,7 @@ func applyDefaults(c *Config, present func(string) bool) {
 			*dst = v
 		}
 	}
-	setStr("cluster.gres", &c.Cluster.Gres, DefaultGres)
-	setStr("cluster.gpu_devices", &c.Cluster.GPUDevices, DefaultGPUDevices)
-	if c.Cluster.Login != nil {
-		setStr("cluster.login.known_hosts", &c.Cluster.Login.KnownHosts, DefaultKnownHostsInHome)
-	}
+	applyClusterDefaults("cluster", &c.Cluster, present)
 	setStr("runtime.kind", &c.Runtime.Kind, RuntimeApptainer)
 	if c.Runtime.Binary == "" && !present("runtime.binary") && c.Runtime.Kind != RuntimeNone {
 		c.Runtime.Binary = c.Runtime.Kind
@@ -71,6 +68,20 @@ func applyDefaults(c *Config, present func(string) bool) {
 		c.Episodes.PollMax.Duration = DefaultPollMax
 	}
 	applyServeDefaults(c, present)
+}
+
+// applyClusterDefaults fills a cluster's defaults (cluster: or a clusters:
+// entry, under pre).
+func applyClusterDefaults(pre string, cl *Cluster, present func(string) bool) {
+	if cl.Gres == "" && !present(pre+".gres") {
+		cl.Gres = DefaultGres
+	}
+	if cl.GPUDevices == "" && !present(pre+".gpu_devices") {
+		cl.GPUDevices = DefaultGPUDevices
+	}
+	if lg := cl.Login; lg != nil && lg.KnownHosts == "" && !present(pre+".login.known_hosts") {
+		lg.KnownHosts = DefaultKnownHostsInHome
+	}
 }
 
 var (
@@ -113,47 +124,10 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 	c := &checker{line: line}
 	c.scriptSafe(reflect.ValueOf(cfg).Elem(), "")
 
-	cl := cfg.Cluster
-	c.clusterPath("cluster.workdir", cl.Workdir, true)
-	c.name("cluster.partition", cl.Partition)
-	c.name("cluster.account", cl.Account)
-	c.name("cluster.qos", cl.QOS)
-	if !reGres.MatchString(cl.Gres) {
-		c.add("cluster.gres", "want name[:type]:count such as gpu:h100:1, got %q", cl.Gres)
-	}
-	if !reDevGlob.MatchString(cl.GPUDevices) || strings.Contains(cl.GPUDevices, "..") {
-		c.add("cluster.gpu_devices", "want a glob of device files under /dev of [A-Za-z0-9._/*?[]-] such as /dev/nvidia[0-9]*, got %q", cl.GPUDevices)
-	}
-	if cl.SubmitRate < 0 || cl.SubmitRate > 1000 {
-		c.add("cluster.submit_rate", "want sbatch per second from 0 (no cap) to 1000, got %v", cl.SubmitRate)
-	}
-	for i, o := range cl.ExtraSbatch {
-		p := fmt.Sprintf("cluster.extra_sbatch[%d]", i)
-		m := reSbatchOpt.FindStringSubmatch(o)
-		switch {
-		case m == nil:
-			c.add(p, "want --name=value with a value of letters, digits and ._:,=@/+%%-, got %q", o)
-		case ReservedSbatch[m[1]]:
-			c.add(p, "--%s is set by nemorl-slurm itself and cannot be overridden", m[1])
-		}
-	}
-	if lg := cl.Login; lg != nil {
-		if lg.Host == "" {
-			c.add("cluster.login.host", "required when cluster.login is set (omit cluster.login to run on the login node)")
-		} else if !reHost.MatchString(lg.Host) {
-			c.add("cluster.login.host", "want a host name or ~/.ssh/config alias, got %q", lg.Host)
-		}
-		if lg.User != "" && !reName.MatchString(lg.User) {
-			c.add("cluster.login.user", "want a user name of [A-Za-z0-9._-], got %q", lg.User)
-		}
-		if lg.Port < 0 || lg.Port > 65535 {
-			c.add("cluster.login.port", "want 1..65535 (or omit for ~/.ssh/config or 22), got %d", lg.Port)
-		}
-		if lg.ProxyJump != "" && !reJump.MatchString(lg.ProxyJump) {
-			c.add("cluster.login.proxy_jump", "want [user@]host[:port][,…], got %q", lg.ProxyJump)
-		}
-		c.localPath("cluster.login.identity_file", lg.IdentityFile)
-		c.localPath("cluster.login.known_hosts", lg.KnownHosts)
+	if len(cfg.Clusters) == 0 {
+		c.cluster("cluster", cfg.Cluster)
+	} else {
+		c.clusters(cfg, opt)
 	}
 
 	rt := &cfg.Runtime
@@ -162,21 +136,14 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 		if !reBinary.MatchString(rt.Binary) {
 			c.add("runtime.binary", "want a command name or absolute path, got %q", rt.Binary)
 		}
-		c.clusterPath("runtime.images.author", rt.Images.Author, true)
-		c.clusterPath("runtime.images.train", rt.Images.Train, true)
-		c.clusterPath("runtime.images.eval", rt.Images.Eval, true)
-		if rt.Digests.Eval == "" && !opt.EvalDigestOptional {
-			c.add("runtime.digests.eval", "required with runtime.kind %s: the eval job refuses any image but the pinned one (sha256sum the eval image, or run nemorl-slurm images lock)", rt.Kind)
+		if len(cfg.Clusters) == 0 {
+			c.images("runtime", "runtime", rt.Kind, rt.Images, rt.Digests, opt)
 		}
 	case RuntimeNone:
 	default:
 		c.add("runtime.kind", "want apptainer, singularity or none, got %q", rt.Kind)
 	}
-	for k, d := range map[string]string{"author": rt.Digests.Author, "train": rt.Digests.Train, "eval": rt.Digests.Eval} {
-		if d != "" && !reDigest.MatchString(d) {
-			c.add("runtime.digests."+k, "want sha256:<64 lower-case hex digits>, got %q", d)
-		}
-	}
+	c.digests("runtime.digests", rt.Digests)
 
 	c.policyModel(cfg, opt.PolicyFromGymHead && cfg.Serve.GymHead != "", opt.SecretsOptional)
 
@@ -210,7 +177,14 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 		c.add("episodes.poll_max", "want between poll_min (%s) and 1h, got %s", ep.PollMin.Duration, ep.PollMax.Duration)
 	}
 	c.serve(cfg.Serve)
-	return c.problems
+	// clusters: entries that inherit runtime's images report its
+	// problems once.
+	seen := map[Problem]bool{}
+	return slices.DeleteFunc(c.problems, func(p Problem) bool {
+		dup := seen[p]
+		seen[p] = true
+		return dup
+	})
 }
 
 func (c *checker) rangeInt(p string, v, lo, hi int) {
@@ -369,4 +343,104 @@ func CheckPolicyModel(cfg *Config, source string) error {
 		return nil
 	}
 	return &Error{File: source, Problems: c.problems}
+}
+
+// cluster checks one cluster's keys, under pre ("cluster" or
+// "clusters[i]").
+func (c *checker) cluster(pre string, cl Cluster) {
+	c.clusterPath(pre+".workdir", cl.Workdir, true)
+	c.name(pre+".partition", cl.Partition)
+	c.name(pre+".account", cl.Account)
+	c.name(pre+".qos", cl.QOS)
+	if !reGres.MatchString(cl.Gres) {
+		c.add(pre+".gres", "want name[:type]:count such as gpu:h100:1, got %q", cl.Gres)
+	}
+	if !reDevGlob.MatchString(cl.GPUDevices) || strings.Contains(cl.GPUDevices, "..") {
+		c.add(pre+".gpu_devices", "want a glob of device files under /dev of [A-Za-z0-9._/*?[]-] such as /dev/nvidia[0-9]*, got %q", cl.GPUDevices)
+	}
+	if cl.SubmitRate < 0 || cl.SubmitRate > 1000 {
+		c.add(pre+".submit_rate", "want sbatch per second from 0 (no cap) to 1000, got %v", cl.SubmitRate)
+	}
+	for i, o := range cl.ExtraSbatch {
+		p := fmt.Sprintf("%s.extra_sbatch[%d]", pre, i)
+		m := reSbatchOpt.FindStringSubmatch(o)
+		switch {
+		case m == nil:
+			c.add(p, "want --name=value with a value of letters, digits and ._:,=@/+%%-, got %q", o)
+		case ReservedSbatch[m[1]]:
+			c.add(p, "--%s is set by nemorl-slurm itself and cannot be overridden", m[1])
+		}
+	}
+	if lg := cl.Login; lg != nil {
+		if lg.Host == "" {
+			c.add(pre+".login.host", "required when %s.login is set (omit %s.login to run on the login node)", pre, pre)
+		} else if !reHost.MatchString(lg.Host) {
+			c.add(pre+".login.host", "want a host name or ~/.ssh/config alias, got %q", lg.Host)
+		}
+		if lg.User != "" && !reName.MatchString(lg.User) {
+			c.add(pre+".login.user", "want a user name of [A-Za-z0-9._-], got %q", lg.User)
+		}
+		if lg.Port < 0 || lg.Port > 65535 {
+			c.add(pre+".login.port", "want 1..65535 (or omit for ~/.ssh/config or 22), got %d", lg.Port)
+		}
+		if lg.ProxyJump != "" && !reJump.MatchString(lg.ProxyJump) {
+			c.add(pre+".login.proxy_jump", "want [user@]host[:port][,…], got %q", lg.ProxyJump)
+		}
+		c.localPath(pre+".login.identity_file", lg.IdentityFile)
+		c.localPath(pre+".login.known_hosts", lg.KnownHosts)
+	}
+}
+
+// images checks a runtime's images and the eval digest, under imPre and
+// dgPre ("runtime", or "clusters[i]" where the entry sets its own).
+func (c *checker) images(imPre, dgPre, kind string, im Images, dg Digests, opt LoadOptions) {
+	c.clusterPath(imPre+".images.author", im.Author, true)
+	c.clusterPath(imPre+".images.train", im.Train, true)
+	c.clusterPath(imPre+".images.eval", im.Eval, true)
+	if dg.Eval == "" && !opt.EvalDigestOptional {
+		c.add(dgPre+".digests.eval", "required with runtime.kind %s: the eval job refuses any image but the pinned one (sha256sum the eval image, or run nemorl-slurm images lock)", kind)
+	}
+}
+
+func (c *checker) digests(pre string, dg Digests) {
+	for k, d := range map[string]string{"author": dg.Author, "train": dg.Train, "eval": dg.Eval} {
+		if d != "" && !reDigest.MatchString(d) {
+			c.add(pre+"."+k, "want sha256:<64 lower-case hex digits>, got %q", d)
+		}
+	}
+}
+
+// clusters checks the clusters: entries: each a cluster of its own, named
+// once; cluster: is then not set.
+func (c *checker) clusters(cfg *Config, opt LoadOptions) {
+	seen := map[string]int{}
+	for i, e := range cfg.Clusters {
+		pre := fmt.Sprintf("clusters[%d]", i)
+		switch {
+		case e.Name == "":
+			c.add(pre+".name", "required: the cluster's name in the ledger, list, status and /metrics")
+		case !reName.MatchString(e.Name):
+			c.add(pre+".name", "want a name of [A-Za-z0-9._-], got %q", e.Name)
+		default:
+			if j, ok := seen[e.Name]; ok {
+				c.add(pre+".name", "%q is also the name of clusters[%d]", e.Name, j)
+			}
+			seen[e.Name] = i
+		}
+		c.cluster(pre, e.Cluster)
+		c.rangeInt(pre+".max_in_flight", e.MaxInFlight, 0, 1<<20)
+		if k := cfg.Runtime.Kind; k == RuntimeApptainer || k == RuntimeSingularity {
+			im, dg, imPre, dgPre := cfg.Runtime.Images, cfg.Runtime.Digests, "runtime", "runtime"
+			if e.Images != nil {
+				im, imPre = *e.Images, pre
+			}
+			if e.Digests != nil {
+				dg, dgPre = *e.Digests, pre
+			}
+			c.images(imPre, dgPre, k, im, dg, opt)
+		}
+		if e.Digests != nil {
+			c.digests(pre+".digests", *e.Digests)
+		}
+	}
 }

@@ -51,6 +51,11 @@ type Driver struct {
 	// Labels are given to every episode this driver submits (submit
 	// --label); see CheckLabel.
 	Labels map[string]string
+	// DiscardNotCreated: an episode whose author sbatch made no job (the
+	// controller unreachable, its rate limit) is discarded, its staged
+	// directory removed, rather than kept for a retry here: serve, over
+	// several clusters, places it on another.
+	DiscardNotCreated bool
 	// Overrides are the --set KEY=VALUE applied to the config file
 	// (configs.ApplySets): recorded in every entry submitted.
 	Overrides []string
@@ -620,4 +625,14 @@ func (d *Driver) UserNames(ctx context.Context, uids []int) (map[int]string, err
 		}
 	}
 	return out, nil
+}
+
+// removeTree removes an episode's directory on the cluster (rm -rf on one
+// file system, as clean does).
+func (d *Driver) removeTree(ctx context.Context, dir string) error {
+	if !path.IsAbs(dir) || path.Clean(dir) != dir || dir == "/" {
+		return fmt.Errorf("refusing to remove %q", dir)
+	}
+	_, err := d.Host.Run(ctx, remote.Command{Argv: []string{"rm", "-rf", "--one-file-system", "--", dir}, Idempotent: true, Label: "rm"})
+	return err
 }

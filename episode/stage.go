@@ -370,7 +370,7 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 	now := d.now().UTC()
 	e := &ledger.Entry{
 		Episode: id, Created: now, ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
-		Host: d.Host.Name(), Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*ledger.Submission{stages.Author: {Intent: now}},
+		Host: d.Host.Name(), Cluster: d.Config.ClusterName, Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*ledger.Submission{stages.Author: {Intent: now}},
 		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree), TimeLimitMinutes: scriptTimeLimits(tree),
 	}
 	if len(d.Labels) > 0 {
@@ -414,6 +414,14 @@ func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
 			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
 		case !r.staged:
 			d.settle(p, out, fmt.Errorf("episode %s: stage %s on %s: the directory could not be put in place", p.e.Episode, p.e.Dir, d.Host.Name()))
+		case r.sbatchErr != nil && d.DiscardNotCreated && slurm.SubmitNotCreated(r.sbatchErr):
+			// No job was made and the caller places the episode
+			// elsewhere: nothing of it stays, its staged directory
+			// neither (best effort: the id is not used here again).
+			if rerr := d.removeTree(ctx, p.e.Dir); rerr != nil {
+				d.logf("%s: removing %s on %s: %v", p.e.Episode, p.e.Dir, d.Host.Name(), rerr)
+			}
+			d.discard(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
 		case r.sbatchErr != nil:
 			p.e.Staged = true
 			if slurm.SubmitNotCreated(r.sbatchErr) {

@@ -389,3 +389,50 @@ func TestSubmitRateLimited(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitDiscardNotCreated: under DiscardNotCreated (serve over several
+// clusters), an author sbatch that made no job leaves nothing: no ledger
+// entry, no staged directory (its secrets.env with it), and an error the
+// caller can place elsewhere; a timed-out sbatch, which may have made its
+// job, is kept as before.
+func TestSubmitDiscardNotCreated(t *testing.T) {
+	for _, c := range []struct {
+		stderr  string
+		discard bool
+	}{
+		{"sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)", true},
+		{"sbatch: error: Batch job submission failed: RPC rate limit exceeded, please retry later", true},
+		{"sbatch: error: Batch job submission failed: Socket timed out on send/recv operation", false},
+	} {
+		d, _ := stageDriver(t)
+		d.DiscardNotCreated = true
+		t.Setenv("FAKE_SBATCH_RC", "1")
+		t.Setenv("FAKE_SBATCH_ERR", c.stderr)
+		out := d.SubmitBatch(context.Background(), []Spec{{Prompt: []byte("p\n")}, {Prompt: []byte("q\n")}})
+		for _, r := range out {
+			if r.Err == nil || !strings.Contains(r.Err.Error(), "Batch job submission failed") {
+				t.Fatalf("%s: err %v", c.stderr, r.Err)
+			}
+			if c.discard != (r.Entry == nil) {
+				t.Fatalf("%s: entry %v, want discarded %v", c.stderr, r.Entry, c.discard)
+			}
+		}
+		all, err := d.Ledger.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.discard && len(all) != 0 {
+			t.Errorf("%s: %d ledger entries left", c.stderr, len(all))
+		}
+		if !c.discard && len(all) != 2 {
+			t.Errorf("%s: %d ledger entries, want both kept", c.stderr, len(all))
+		}
+		left, _ := filepath.Glob(filepath.Join(d.Config.Cluster.Workdir, "*"))
+		if c.discard && len(left) != 0 {
+			t.Errorf("%s: staged directories left: %v", c.stderr, left)
+		}
+		if !c.discard && len(left) != 2 {
+			t.Errorf("%s: %d staged directories, want both kept", c.stderr, len(left))
+		}
+	}
+}

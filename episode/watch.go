@@ -26,6 +26,9 @@ var ErrConnectionLost = remote.ErrConnectionLost
 // (The CLI renders rows as a table or, with --json, through its own type.)
 type Row struct {
 	Episode, Stage, JobID string
+	// Cluster is the clusters: entry the episode runs on ("": the config's
+	// one cluster:).
+	Cluster string
 	// State is Slurm's state of the stage's job (PENDING until Slurm
 	// reports it: a job just submitted waits).
 	State string
@@ -519,7 +522,7 @@ func (d *Driver) restage(ctx context.Context, e *ledger.Entry) error {
 // rowOf shows the episode's current stage: the first submitted stage whose
 // job has not completed, else the last one.
 func rowOf(e *ledger.Entry, infos map[string]slurm.JobInfo) Row {
-	r := Row{Episode: e.Episode, Stage: "-", State: "STAGING", Outcome: e.Outcome}
+	r := Row{Episode: e.Episode, Cluster: e.Cluster, Stage: "-", State: "STAGING", Outcome: e.Outcome}
 	if e.Staged {
 		r.State = "STAGED"
 	}

@@ -62,6 +62,10 @@ type Entry struct {
 	ConfigSHA256 string `json:"config_sha256"`
 	// Host is where Slurm commands ran ("local", "nemorl@127.0.0.1:2222").
 	Host string `json:"host"`
+	// Cluster is the config's clusters: entry the episode was placed on
+	// ("" under a config of one cluster:): every later command reaches it
+	// through that entry.
+	Cluster string `json:"cluster,omitempty"`
 	// Dir is WORKDIR/EPISODE on the cluster.
 	Dir       string `json:"dir"`
 	Isolation string `json:"isolation"`

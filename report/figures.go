@@ -176,6 +176,7 @@ type Step struct {
 // Row is one episode of the table.
 type Row struct {
 	Episode       string            `json:"episode"`
+	Cluster       string            `json:"cluster,omitempty"` // the clusters: entry it ran on
 	Labels        map[string]string `json:"labels"`
 	Outcome       string            `json:"outcome"`
 	FailureStage  string            `json:"failure_stage,omitempty"`
@@ -295,7 +296,7 @@ func Build(entries []*ledger.Entry, now time.Time) Figures {
 	for _, e := range sorted {
 		kind := outcomeOf(e)
 		outcomes[kind]++
-		row := Row{Episode: e.Episode, Labels: e.Labels, Outcome: kind, Created: e.Created}
+		row := Row{Episode: e.Episode, Cluster: e.Cluster, Labels: e.Labels, Outcome: kind, Created: e.Created}
 		if row.Labels == nil {
 			row.Labels = map[string]string{}
 		}

@@ -641,7 +641,7 @@ const (
 <thead><tr><th data-type="text">episode</th><th data-type="text">labels</th><th data-type="text">outcome</th><th data-type="text">failure reason</th><th data-type="num">reward</th><th data-type="num">created (UTC)</th><th data-type="num">wall time</th></tr></thead>
 <tbody>
 {{- range .Rows}}
-<tr{{if .Tampering}} class="tampering"{{end}}><td>{{.Episode}}</td><td>{{.LabelText}}</td><td>{{.Outcome}}{{if .Tampering}} (tampering){{end}}</td><td>{{.Reason}}{{if .Detail}}<div class="detail">{{.Detail}}</div>{{end}}</td><td class="num" data-v="{{.RewardKey}}">{{.RewardText}}</td><td class="num" data-v="{{.CreatedKey}}">{{.CreatedText}}</td><td class="num" data-v="{{.WallKey}}">{{.WallText}}</td></tr>
+<tr{{if .Tampering}} class="tampering"{{end}}><td>{{.Episode}}{{if .Cluster}} <span class="cluster">on {{.Cluster}}</span>{{end}}</td><td>{{.LabelText}}</td><td>{{.Outcome}}{{if .Tampering}} (tampering){{end}}</td><td>{{.Reason}}{{if .Detail}}<div class="detail">{{.Detail}}</div>{{end}}</td><td class="num" data-v="{{.RewardKey}}">{{.RewardText}}</td><td class="num" data-v="{{.CreatedKey}}">{{.CreatedText}}</td><td class="num" data-v="{{.WallKey}}">{{.WallText}}</td></tr>
 {{- end}}
 </tbody>
 </table>

@@ -170,11 +170,34 @@ var (
 		"Commands run on the cluster, by program.", []string{"program"}, nil)
 	descFileOps = prometheus.NewDesc("nemorl_serve_remote_file_operations_total",
 		"File operations on the cluster (SFTP requests over SSH), by kind.", []string{"op"}, nil)
+
+	// Per cluster, with clusters: in the config (a config of one cluster:
+	// has only the series above).
+	descClusterUp = prometheus.NewDesc("nemorl_serve_cluster_up",
+		"1 while the cluster answers (its last room probe or submission reached it), else 0: it gets no new rows.", []string{"cluster"}, nil)
+	descClusterInFlight = prometheus.NewDesc("nemorl_serve_cluster_episodes_in_flight",
+		"This serve's episodes in flight on the cluster.", []string{"cluster"}, nil)
+	descClusterPlaced = prometheus.NewDesc("nemorl_serve_cluster_placed_total",
+		"Episodes placed and submitted on the cluster.", []string{"cluster"}, nil)
+	descClusterFree = prometheus.NewDesc("nemorl_serve_cluster_free_gpus",
+		"GPUs of the cluster's GRES type that no job holds, at the last room probe (sinfo).", []string{"cluster"}, nil)
+	descClusterPending = prometheus.NewDesc("nemorl_serve_cluster_pending_jobs",
+		"Jobs pending in the cluster's partition, at the last room probe (squeue).", []string{"cluster"}, nil)
+	descClusterWait = prometheus.NewDesc("nemorl_serve_cluster_queue_wait_seconds",
+		"Recent queue wait of this serve's train and eval jobs on the cluster (weighted mean), as placement uses it.", []string{"cluster"}, nil)
+	descClusterPolls = prometheus.NewDesc("nemorl_serve_cluster_polls_total",
+		"Polls of the cluster.", []string{"cluster"}, nil)
+	descClusterPollFailures = prometheus.NewDesc("nemorl_serve_cluster_poll_failures_total",
+		"Polls of the cluster that failed.", []string{"cluster"}, nil)
+	descClusterCommands = prometheus.NewDesc("nemorl_serve_cluster_remote_commands_total",
+		"Commands run on the cluster, by program.", []string{"cluster", "program"}, nil)
 )
 
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descQueue, descEpisodes, descOutcomes, descAnswers, descAttached,
-		descPolls, descPollSacctJobs, descPollFailures, descPollBackoffs, descLastPoll, descPollSeconds, descReconnects, descCommands, descFileOps} {
+		descPolls, descPollSacctJobs, descPollFailures, descPollBackoffs, descLastPoll, descPollSeconds, descReconnects, descCommands, descFileOps,
+		descClusterUp, descClusterInFlight, descClusterPlaced, descClusterFree, descClusterPending, descClusterWait,
+		descClusterPolls, descClusterPollFailures, descClusterCommands} {
 		ch <- d
 	}
 }
@@ -218,24 +241,62 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descAttached, float64(attached))
 
-	st := s.opt.Engine.Stats()
+	st := s.engineStats()
 	counter(descPolls, float64(st.Polls))
 	counter(descPollSacctJobs, float64(st.Cost.SacctJobs))
 	counter(descPollFailures, float64(st.PollFailures))
 	counter(descPollBackoffs, float64(st.Backoffs))
 	gauge(descLastPoll, st.LastPoll.Seconds())
 	counter(descPollSeconds, st.PollSeconds)
-	if s.opt.Reconnects != nil {
-		counter(descReconnects, float64(s.opt.Reconnects()))
-	}
-	if s.opt.RemoteOps != nil {
-		for k, n := range s.opt.RemoteOps() {
+	// Every cluster's connection and commands, summed; by cluster below.
+	reconnects, haveReconnects := int64(0), false
+	commands, fileOps := map[string]int64{}, map[string]int64{}
+	for _, cl := range s.clusters {
+		if cl.Reconnects != nil {
+			reconnects += cl.Reconnects()
+			haveReconnects = true
+		}
+		if cl.RemoteOps == nil {
+			continue
+		}
+		for k, n := range cl.RemoteOps() {
 			if prog, ok := strings.CutPrefix(k, "run "); ok {
-				counter(descCommands, float64(n), prog)
+				commands[prog] += n
+				if cl.Name != "" {
+					counter(descClusterCommands, float64(n), cl.Name, prog)
+				}
 			} else {
-				counter(descFileOps, float64(n), k)
+				fileOps[k] += n
 			}
 		}
+	}
+	if haveReconnects {
+		counter(descReconnects, float64(reconnects))
+	}
+	for prog, n := range commands {
+		counter(descCommands, float64(n), prog)
+	}
+	for op, n := range fileOps {
+		counter(descFileOps, float64(n), op)
+	}
+	for _, cl := range s.clusters {
+		if cl.Name == "" {
+			continue
+		}
+		cst := cl.Engine.Stats()
+		cl.mu.Lock()
+		up, inFlight, placed, room, known, wait := cl.up, cl.inFlight, cl.placed, cl.room, cl.known, cl.wait
+		cl.mu.Unlock()
+		gauge(descClusterUp, map[bool]float64{true: 1}[up], cl.Name)
+		gauge(descClusterInFlight, float64(inFlight), cl.Name)
+		counter(descClusterPlaced, float64(placed), cl.Name)
+		if known {
+			gauge(descClusterFree, float64(room.FreeGPUs), cl.Name)
+			gauge(descClusterPending, float64(room.Pending), cl.Name)
+		}
+		gauge(descClusterWait, wait.Seconds(), cl.Name)
+		counter(descClusterPolls, float64(cst.Polls), cl.Name)
+		counter(descClusterPollFailures, float64(cst.PollFailures), cl.Name)
 	}
 }
 

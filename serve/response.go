@@ -134,7 +134,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key str
 		if o.InnerSteps != nil {
 			resp.InnerSteps = *o.InnerSteps
 		}
-		response, patch, problems, rerr := s.d.AuthorFiles(r.Context(), final)
+		d := s.d
+		if c := s.clusterOf(final); c != nil {
+			d = c.Driver // the files are on the episode's cluster
+		}
+		response, patch, problems, rerr := d.AuthorFiles(r.Context(), final)
 		if rerr != nil {
 			s.logf("%s: reading the author's files: %v", final.Episode, rerr)
 		}

@@ -30,8 +30,11 @@ import (
 
 // Options configure a Server.
 type Options struct {
-	Driver *episode.Driver
-	Engine *episode.Engine
+	// Driver and Engine are the one cluster's; Clusters, when set, are
+	// several (Driver and Engine are then the first's).
+	Driver   *episode.Driver
+	Engine   *episode.Engine
+	Clusters []Cluster
 	// Concurrency bounds the episodes in flight (serve.concurrency).
 	Concurrency int
 	// Failures is serve.failures: "mask" (default) or "error".
@@ -62,11 +65,14 @@ type Options struct {
 
 // Server is the HTTP handler of serve.
 type Server struct {
-	opt   Options
-	d     *episode.Driver
-	keys  *keyStore
-	log   *answerLog
-	slots *slots
+	opt Options
+	// d is the first cluster's driver: the ledger, the config path and the
+	// policy are every cluster's.
+	d        *episode.Driver
+	clusters []*cluster
+	keys     *keyStore
+	log      *answerLog
+	slots    *slots
 	// submitq feeds the submitter (one goroutine, started by New).
 	submitq *submitQueue
 	// started is when this server started: an undelivered outcome's
@@ -102,13 +108,24 @@ type run struct {
 	entry    *ledger.Entry // final
 	err      error         // before an episode existed (or shutdown)
 	attached bool          // re-attached on start
+	// cluster is where the episode runs; tried names the clusters a
+	// submission of it could not reach (it is placed elsewhere).
+	cluster *cluster
+	tried   map[string]bool
 }
 
 // New returns a server; call Start to re-attach to the episodes a previous
 // server left running.
 func New(opt Options) (*Server, error) {
+	if len(opt.Clusters) > 0 {
+		opt.Driver, opt.Engine = opt.Clusters[0].Driver, opt.Clusters[0].Engine
+	}
 	if opt.Driver == nil || opt.Engine == nil {
 		return nil, errors.New("serve: a driver and an engine are required")
+	}
+	clusters := opt.Clusters
+	if len(clusters) == 0 {
+		clusters = []Cluster{{Driver: opt.Driver, Engine: opt.Engine, RemoteOps: opt.RemoteOps, Reconnects: opt.Reconnects}}
 	}
 	if opt.Failures == "" {
 		opt.Failures = configs.ServeFailuresMask
@@ -136,11 +153,19 @@ func New(opt Options) (*Server, error) {
 	if opt.Token != "" {
 		s.secret = append(s.secret, opt.Token)
 	}
-	s.rows = opt.Engine.Rows
+	for _, c := range clusters {
+		if c.Driver == nil || c.Engine == nil {
+			return nil, fmt.Errorf("serve: cluster %q: a driver and an engine are required", c.Name)
+		}
+		s.clusters = append(s.clusters, &cluster{Cluster: c, up: true})
+	}
+	s.rows = func() []episode.Row { rows, _ := s.clusterRows(); return rows }
 	if s.metrics, err = newMetrics(s); err != nil {
 		return nil, err
 	}
-	opt.Engine.ObservePolls(func(took time.Duration, _ bool) { s.metrics.pollTime.Observe(took.Seconds()) })
+	for _, c := range s.clusters {
+		c.Engine.ObservePolls(func(took time.Duration, _ bool) { s.metrics.pollTime.Observe(took.Seconds()) })
+	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.submitq = newSubmitQueue()
 	go s.submitter()
@@ -191,7 +216,13 @@ func (s *Server) Start() error {
 		if e.Final() || e.ConfigPath != s.d.ConfigPath {
 			continue
 		}
-		r := &run{key: byEpisode[e.Episode], done: make(chan struct{}), started: true, episode: e.Episode, attached: true}
+		c := s.clusterOf(e)
+		if c == nil {
+			s.logf("%s: on cluster %q, which the config's clusters: no longer names: not followed (put the entry back, or cancel it with a config that names it)", e.Episode, e.Cluster)
+			continue
+		}
+		c.started()
+		r := &run{key: byEpisode[e.Episode], done: make(chan struct{}), started: true, episode: e.Episode, attached: true, cluster: c}
 		s.mu.Lock()
 		if r.key != "" {
 			s.runs[r.key] = r
@@ -495,8 +526,79 @@ func (s *Server) submitter() {
 	}
 }
 
-// submit stages and submits a batch of rows' episodes and follows each.
+// retryPlacement is how long rows that no cluster could take wait before
+// they are placed again.
+const retryPlacement = 5 * time.Second
+
+// submit places a batch of rows on the clusters and submits each cluster's
+// share (the clusters at once). Rows that no cluster can take now, or whose
+// cluster could not be reached before anything was staged, are placed
+// again after retryPlacement (elsewhere, where there is an elsewhere).
 func (s *Server) submit(batch []*run) {
+	groups, left := s.placeBatch(batch)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for c, rows := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			again := s.submitOn(c, rows)
+			mu.Lock()
+			left = append(left, again...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(left) == 0 {
+		return
+	}
+	var exhausted []*run
+	var retry []*run
+	for _, ru := range left {
+		if len(ru.tried) >= len(s.clusters) {
+			exhausted = append(exhausted, ru)
+		} else {
+			retry = append(retry, ru)
+		}
+	}
+	for _, ru := range exhausted {
+		s.giveUp(ru, fmt.Errorf("submit: no cluster could be reached (tried %d)", len(ru.tried)))
+	}
+	if len(retry) == 0 {
+		return
+	}
+	s.logf("%d rows wait for a cluster that answers (placed again in %s)", len(retry), retryPlacement)
+	t := time.NewTimer(retryPlacement)
+	go func() {
+		defer t.Stop()
+		select {
+		case <-t.C:
+			for _, ru := range retry {
+				s.submitq.add(ru)
+			}
+		case <-s.ctx.Done():
+			for _, ru := range retry {
+				s.giveUp(ru, errClosed)
+			}
+		}
+	}()
+}
+
+// giveUp ends a row that was never submitted: its mapping dropped, its slot
+// given back.
+func (s *Server) giveUp(ru *run, err error) {
+	if ru.key != "" {
+		s.keys.drop(ru.key, ru.episode)
+	}
+	s.slots.release()
+	s.logf("%s: %v", ru.episode, err)
+	s.end(ru, nil, err)
+}
+
+// submitOn stages and submits rows' episodes on c and follows each; it
+// returns the rows to place again: nothing of them was staged because c
+// could not be reached (several clusters only).
+func (s *Server) submitOn(c *cluster, batch []*run) (again []*run) {
 	specs := make([]episode.Spec, len(batch))
 	for i, ru := range batch {
 		prompt := []byte(ru.task)
@@ -505,36 +607,56 @@ func (s *Server) submit(batch []*run) {
 		}
 		specs[i] = episode.Spec{ID: ru.episode, Prompt: prompt}
 	}
-	for i, r := range s.d.SubmitBatch(s.ctx, specs) {
+	results := c.Driver.SubmitBatch(s.ctx, specs)
+	for i, r := range results {
 		ru := batch[i]
 		id := ru.episode
 		e, lock, err := r.Entry, r.Lock, r.Err
 		if err != nil {
 			if e == nil {
 				// Nothing was staged or submitted.
-				if ru.key != "" {
-					s.keys.drop(ru.key, id)
+				if len(s.clusters) > 1 && s.ctx.Err() == nil && unreachable(err) {
+					if ru.tried == nil {
+						ru.tried = map[string]bool{}
+					}
+					ru.tried[c.Name] = true
+					s.down(c, err)
+					again = append(again, ru)
+					continue
 				}
-				s.slots.release()
-				s.logf("%s: submit failed: %v", id, err)
-				s.end(ru, nil, fmt.Errorf("submit: %w", err))
+				s.giveUp(ru, fmt.Errorf("submit failed: %w", err))
 				continue
 			}
 			// In the ledger: the engine carries it on, as resume would.
 			s.logf("%s: submit interrupted (%v); the watcher carries it on", id, err)
 			lock = nil
 		} else {
-			s.logf("%s: submitted; author job %s", id, e.JobID(stages.Author))
+			where := ""
+			if c.Name != "" {
+				where = " on cluster " + c.Name
+			}
+			s.logf("%s: submitted%s; author job %s", id, where, e.JobID(stages.Author))
 		}
+		ru.cluster = c
+		c.started()
+		c.mu.Lock()
+		c.placed++
+		c.mu.Unlock()
 		go s.follow(ru, e, lock)
 	}
+	return again
 }
 
-// follow hands the episode to the engine and waits for its end.
+// follow hands the episode to its cluster's engine and waits for its end.
 func (s *Server) follow(ru *run, e *ledger.Entry, lock *ledger.Lock) {
-	ch := s.opt.Engine.Follow(e, lock)
+	c := ru.cluster
+	if c == nil {
+		c = s.clusterOf(e)
+	}
+	ch := c.Engine.Follow(e, lock)
 	select {
 	case final := <-ch:
+		c.ended(final)
 		s.slots.release()
 		s.end(ru, final, nil)
 	case <-s.ctx.Done():
@@ -567,10 +689,10 @@ func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 }
 
 func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
-	rows := s.opt.Engine.Rows()
+	rows, names := s.clusterRows()
 	out := make([]rowJSON, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, rowJSON{Episode: r.Episode, Stage: r.Stage, JobID: r.JobID, State: r.State,
+	for i, r := range rows {
+		out = append(out, rowJSON{Episode: r.Episode, Cluster: names[i], Stage: r.Stage, JobID: r.JobID, State: r.State,
 			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Episode < out[j].Episode })
@@ -581,6 +703,7 @@ func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
 // rowJSON is an episode as status --json shows it.
 type rowJSON struct {
 	Episode        string         `json:"episode"`
+	Cluster        string         `json:"cluster,omitempty"`
 	Stage          string         `json:"stage"`
 	JobID          string         `json:"job_id"`
 	State          string         `json:"state"`

@@ -1,0 +1,278 @@
+package cli
+
+// serve over two lab clusters through the built binary: the lab's cluster
+// 1 (two fake H100s, sshd :2222) and cluster 2 (its own slurmctld and
+// slurmd with one fake H100, sshd :2224; lab/README.md). Rows are placed
+// by room; cluster 2's controller is stopped mid-run and started again.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+)
+
+// TestServeClustersLab: NEMORL_CLUSTERS_ROWS rows (default 24) in three
+// waves: the first with both clusters up, the second with cluster 2's
+// controller stopped, the third after it is back. Every row is scored
+// once; nothing is placed on cluster 2 while it is down; episodes already
+// there finish when it returns; rows go to it again after.
+func TestServeClustersLab(t *testing.T) {
+	labtest.LockLab(t) // stops a controller: no other lab test may run
+	x := newLabCLI(t)
+	requireStandIns(t)
+	west := x.lab.Cluster2(t)
+	n := 24
+	if v := os.Getenv("NEMORL_CLUSTERS_ROWS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 8 {
+			t.Fatalf("NEMORL_CLUSTERS_ROWS=%q: want a number ≥ 8", v)
+		}
+	}
+	cfg := x.clustersConfig(t, west.SSHPort, min(n, 64))
+	state := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	limit := 10*time.Minute + time.Duration(n)*6*time.Second
+	b := x.start(t, state, limit, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
+	srv := &serveProc{bgRun: b, url: "http://" + addr}
+	t.Cleanup(func() { srv.kill(t) })
+	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
+		if b.exited() {
+			t.Fatalf("serve exited: %s", b.res)
+		}
+		if code, _ := srv.get(t, "/"); code != 200 {
+			return "serve not up yet"
+		}
+		return ""
+	})
+
+	tag := randHex(t)
+	type answer struct {
+		wave int
+		code int
+		doc  map[string]any
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	post := func(wave, from, to int) {
+		for i := from; i < to; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body := fmt.Sprintf(`{"responses_create_params": {"input": "x", "metadata": {"problem_statement": "Improve post-training (%d) %s"}}, "_ng_task_index": %d, "_ng_rollout_index": 0}`, i, tag, i)
+				code, doc := srv.post(t, "/run", body)
+				answers[i] = answer{wave: wave, code: code, doc: doc}
+			}()
+		}
+	}
+	w1, w2 := n/2, n/2+n/4
+	post(1, 0, w1)
+	// Wave 1 runs on both; once an episode of cluster 2 has a job
+	// running, its controller stops.
+	eventually(t, episodeTimeout, 300*time.Millisecond, func() string {
+		for _, r := range srv.rows(t) {
+			if r.Cluster == "west" && r.State == "RUNNING" {
+				return ""
+			}
+		}
+		return "no episode running on west yet"
+	})
+	var onWestAtStop []string
+	for _, r := range srv.rows(t) {
+		if r.Cluster == "west" && r.Outcome == nil {
+			onWestAtStop = append(onWestAtStop, r.Episode)
+		}
+	}
+	west.StopCluster2(t)
+	down := time.Now()
+	post(2, w1, w2)
+	// While it is down: serve says so, and everything new goes to east.
+	eventually(t, 2*time.Minute, 500*time.Millisecond, func() string {
+		if !strings.Contains(b.stderr.String(), "cluster west: not answering") {
+			return "serve has not seen west go"
+		}
+		return ""
+	})
+	time.Sleep(20 * time.Second)
+	west.StartCluster2(t)
+	up := time.Now()
+	t.Logf("west's controller stopped for %s with %d of its episodes in flight", up.Sub(down).Round(time.Second), len(onWestAtStop))
+	post(3, w2, n)
+	wg.Wait()
+
+	// Every row scored, once, by an episode of its own.
+	seen := map[string]int{}
+	for i, a := range answers {
+		ep := str(a.doc["episode"])
+		if a.code != 200 || a.doc["outcome"] != "scored" || a.doc["_ng_failure_class"] != nil {
+			t.Errorf("row %d (wave %d): %d %v", i, a.wave, a.code, a.doc)
+		}
+		if prev, ok := seen[ep]; ok {
+			t.Errorf("rows %d and %d answered by the same episode %s", prev, i, ep)
+		}
+		seen[ep] = i
+		t.Cleanup(func() { cleanupClusterEpisode(t, ep, west) })
+	}
+	// The ledger: one entry per row (none left by a submission that
+	// failed on west and went east), each with its cluster.
+	entries, err := filepath.Glob(filepath.Join(state, "nemorl-slurm", "episodes", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ent struct {
+		Episode string    `json:"episode"`
+		Cluster string    `json:"cluster"`
+		Created time.Time `json:"created"`
+		Host    string    `json:"host"`
+	}
+	byEpisode := map[string]ent{}
+	for _, p := range entries {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e ent
+		if json.Unmarshal(raw, &e) != nil || e.Episode == "" {
+			continue // not an episode entry (keys, answers)
+		}
+		byEpisode[e.Episode] = e
+	}
+	if len(byEpisode) != n {
+		t.Errorf("%d ledger entries for %d rows", len(byEpisode), n)
+	}
+	split := map[int]map[string]int{1: {}, 2: {}, 3: {}}
+	for i, a := range answers {
+		e, ok := byEpisode[str(a.doc["episode"])]
+		if !ok {
+			t.Errorf("row %d: episode %v not in the ledger", i, a.doc["episode"])
+			continue
+		}
+		if e.Cluster != "east" && e.Cluster != "west" {
+			t.Errorf("%s: cluster %q", e.Episode, e.Cluster)
+		}
+		if e.Cluster == "west" && !strings.HasSuffix(e.Host, ":"+strconv.Itoa(west.SSHPort)) {
+			t.Errorf("%s: on west through %s", e.Episode, e.Host)
+		}
+		split[a.wave][e.Cluster]++
+		if e.Cluster == "west" && e.Created.After(down.Add(2*time.Second)) && e.Created.Before(up) {
+			t.Errorf("%s placed on west at %s, while its controller was down (%s..%s)", e.Episode, e.Created.Format(time.TimeOnly), down.Format(time.TimeOnly), up.Format(time.TimeOnly))
+		}
+	}
+	t.Logf("placed: wave 1 (both up) %v; wave 2 (west down) %v; wave 3 (west back) %v", split[1], split[2], split[3])
+	if split[1]["east"] == 0 || split[1]["west"] == 0 {
+		t.Errorf("wave 1 not spread over both clusters: %v", split[1])
+	}
+	if split[2]["west"] != 0 {
+		t.Errorf("wave 2 put %d rows on west while it was down", split[2]["west"])
+	}
+	if split[3]["west"] == 0 {
+		t.Errorf("wave 3: nothing on west after it came back: %v", split[3])
+	}
+	if len(onWestAtStop) == 0 {
+		t.Error("no episode was in flight on west when its controller stopped")
+	}
+	// Placement's reasons, as serve logged them.
+	placed := regexp.MustCompile(`placed \d+ rows: \[.*\]`).FindAllString(b.stderr.String(), -1)
+	if len(placed) == 0 || !strings.Contains(b.stderr.String(), "cluster west: answering") {
+		t.Errorf("serve's log lacks the placements or west's return:\n%s", tail(b.stderr.String(), 4000))
+	} else {
+		t.Logf("first placement: %s; last: %s", placed[0], placed[len(placed)-1])
+	}
+	_, raw := srv.get(t, "/metrics")
+	for _, want := range []string{`nemorl_serve_cluster_up{cluster="west"} 1`, `nemorl_serve_cluster_up{cluster="east"} 1`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	pe, pw := metricValue(t, raw, `nemorl_serve_cluster_placed_total{cluster="east"}`), metricValue(t, raw, `nemorl_serve_cluster_placed_total{cluster="west"}`)
+	if pe+pw != int64(n) {
+		t.Errorf("placed %d on east and %d on west, want %d in all", pe, pw, n)
+	}
+	// list shows the cluster of each.
+	r := x.run(t, state, quickTimeout, "list", "--json")
+	r.want(t, ExitOK)
+	if c := strings.Count(string(r.stdout), `"cluster":"west"`); c != split[1]["west"]+split[3]["west"] {
+		t.Errorf("list --json names west %d times, want %d", c, split[1]["west"]+split[3]["west"])
+	}
+}
+
+// rows is serve's /episodes.
+func (s *serveProc) rows(t *testing.T) []rowJSON {
+	var doc struct {
+		Episodes []rowJSON `json:"episodes"`
+	}
+	if code, raw := s.get(t, "/episodes"); code != 200 || json.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	return doc.Episodes
+}
+
+// clustersConfig is serveConfig's config with clusters: east (the lab's
+// cluster 1, as configured) and west (cluster 2 through its sshd on
+// westPort), the same user, key, workdir and stand-ins.
+func (x *labCLI) clustersConfig(t *testing.T, westPort, concurrency int) string {
+	t.Helper()
+	p := x.serveConfig(t, fmt.Sprintf("  concurrency: %d\n", concurrency), "")
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := string(raw)
+	i := strings.Index(data, "\ncluster:\n")
+	j := strings.Index(data, "\nruntime:")
+	if i < 0 || j < i {
+		t.Fatalf("%s: no cluster: block before runtime:", p)
+	}
+	block := strings.Split(strings.TrimRight(data[i+len("\ncluster:\n"):j], "\n"), "\n")
+	entry := func(name string, port int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "  - name: %s\n", name)
+		for _, l := range block {
+			if strings.HasPrefix(strings.TrimSpace(l), "port:") {
+				l = strings.Replace(l, strings.TrimSpace(l), fmt.Sprintf("port: %d", port), 1)
+			}
+			b.WriteString("  " + l + "\n")
+		}
+		return b.String()
+	}
+	data = data[:i] + "\nclusters:\n" + entry("east", x.lab.SSHPort) + entry("west", westPort) + data[j:]
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// cleanupClusterEpisode scancels an episode's jobs on both clusters.
+func cleanupClusterEpisode(t *testing.T, ep string, west labtest.Lab) {
+	if ep == "" {
+		return
+	}
+	cleanupEpisode(t, ep)
+	for _, s := range labStages {
+		c := exec.Command("scancel", "--name="+jobName(ep, s))
+		c.Env = west.Cluster2Env()
+		_ = c.Run()
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}

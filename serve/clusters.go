@@ -1,0 +1,247 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
+)
+
+// Cluster is one cluster behind a serve: the driver that submits there and
+// the engine that follows its episodes (one SSH connection, one poll loop
+// each). A config of clusters: gives several; a config of one cluster:
+// gives one, named "".
+type Cluster struct {
+	Name   string
+	Driver *episode.Driver
+	Engine *episode.Engine
+	// MaxInFlight bounds this serve's episodes there (0: none of its own).
+	MaxInFlight int
+	// RemoteOps and Reconnects count what was run on the cluster and how
+	// often its connection was made again (metrics); nil: not exported.
+	RemoteOps  func() map[string]int64
+	Reconnects func() int64
+}
+
+// probeTimeout bounds one room probe of a cluster: a controller that does
+// not answer in it is taken as down for placement.
+const probeTimeout = 30 * time.Second
+
+// cluster is a Cluster as the server keeps it: what placement knows.
+type cluster struct {
+	Cluster
+	mu sync.Mutex
+	// up is false after a probe or a submission could not reach the
+	// cluster, until a probe reaches it again.
+	up       bool
+	room     slurm.Room
+	roomAt   time.Time
+	known    bool
+	lastErr  error
+	inFlight int
+	// wait is the recent queue wait of the train and eval jobs there (an
+	// exponentially weighted mean of the episodes that ended).
+	wait   time.Duration
+	placed int64
+}
+
+func (c *cluster) label() string {
+	if c.Name == "" {
+		return "cluster"
+	}
+	return c.Name
+}
+
+// facts reads each cluster's room (one sinfo+squeue per cluster, at most
+// once per its poll_min: cached), in parallel, and returns what placement
+// decides from.
+func (s *Server) facts() []clusterFacts {
+	var wg sync.WaitGroup
+	now := s.opt.Now()
+	for _, c := range s.clusters {
+		c.mu.Lock()
+		fresh := !c.roomAt.IsZero() && now.Sub(c.roomAt) < c.Driver.Config.Episodes.PollMin.Duration
+		c.mu.Unlock()
+		if fresh {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.probe(c)
+		}()
+	}
+	wg.Wait()
+	out := make([]clusterFacts, len(s.clusters))
+	for i, c := range s.clusters {
+		c.mu.Lock()
+		out[i] = clusterFacts{Name: c.label(), Up: c.up, InFlight: c.inFlight, MaxInFlight: c.MaxInFlight,
+			Known: c.known, FreeGPUs: c.room.FreeGPUs, Pending: c.room.Pending, Wait: c.wait}
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// probe asks c for its room and records whether it answered.
+func (s *Server) probe(c *cluster) {
+	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+	defer cancel()
+	cl := c.Driver.Config.Cluster
+	room, err := c.Driver.Slurm.Room(ctx, cl.Partition, cl.Gres)
+	c.mu.Lock()
+	was := c.up
+	c.roomAt = s.opt.Now()
+	c.lastErr = err
+	if err == nil {
+		c.up, c.known, c.room = true, true, room
+	} else {
+		c.up = false
+	}
+	c.mu.Unlock()
+	switch {
+	case err != nil && (was || c.roomAt.IsZero()):
+		s.logf("cluster %s: not answering, no new rows placed there: %v", c.label(), err)
+	case err != nil:
+	case !was:
+		s.logf("cluster %s: answering: %d of %d GPUs free, %d jobs pending", c.label(), room.FreeGPUs, room.GPUs, room.Pending)
+	}
+}
+
+// down marks c as not answering after a submission could not reach it.
+func (s *Server) down(c *cluster, err error) {
+	c.mu.Lock()
+	was := c.up
+	c.up, c.lastErr, c.roomAt = false, err, s.opt.Now()
+	c.mu.Unlock()
+	if was {
+		s.logf("cluster %s: not answering, its rows go elsewhere: %v", c.label(), err)
+	}
+}
+
+// clusterOf is the cluster of an episode (its ledger entry's), nil when the
+// config has no such cluster (any more).
+func (s *Server) clusterOf(e *ledger.Entry) *cluster {
+	for _, c := range s.clusters {
+		if c.Name == e.Cluster {
+			return c
+		}
+	}
+	return nil
+}
+
+// started counts an episode in flight on c.
+func (c *cluster) started() {
+	c.mu.Lock()
+	c.inFlight++
+	c.mu.Unlock()
+}
+
+// ended counts an episode of c out and folds its GPU jobs' queue waits
+// into the cluster's recent wait.
+func (c *cluster) ended(final *ledger.Entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inFlight = max(0, c.inFlight-1)
+	if final == nil || final.Outcome == nil {
+		return
+	}
+	for _, stage := range []string{stages.Train, stages.Eval} {
+		job, ok := final.Outcome.Jobs[stage]
+		if !ok || job.Start.IsZero() {
+			continue
+		}
+		if w, ok := queueWait(final, stage, job); ok {
+			if c.wait == 0 {
+				c.wait = max(w, time.Second)
+			} else {
+				c.wait = (7*c.wait + 3*w) / 10
+			}
+		}
+	}
+}
+
+// clusterRows are the engines' rows, with the cluster of each.
+func (s *Server) clusterRows() ([]episode.Row, []string) {
+	var rows []episode.Row
+	var names []string
+	for _, c := range s.clusters {
+		for _, r := range c.Engine.Rows() {
+			rows = append(rows, r)
+			names = append(names, c.Name)
+		}
+	}
+	return rows, names
+}
+
+// engineStats sums the engines' counters (one poll loop per cluster).
+func (s *Server) engineStats() episode.EngineStats {
+	var sum episode.EngineStats
+	for _, c := range s.clusters {
+		st := c.Engine.Stats()
+		sum.Polls += st.Polls
+		sum.PollFailures += st.PollFailures
+		sum.Backoffs += st.Backoffs
+		sum.LastPoll = max(sum.LastPoll, st.LastPoll)
+		sum.PollSeconds += st.PollSeconds
+		sum.Followed += st.Followed
+		sum.Cost.Add(st.Cost)
+	}
+	return sum
+}
+
+// placeBatch places a batch of rows on the clusters: rows by cluster, and
+// the rows no cluster can take now.
+func (s *Server) placeBatch(batch []*run) (map[*cluster][]*run, []*run) {
+	if len(s.clusters) == 1 {
+		return map[*cluster][]*run{s.clusters[0]: batch}, nil
+	}
+	facts := s.facts()
+	// A row that a cluster failed to take is not placed there again.
+	groups := map[*cluster][]*run{}
+	var left []*run
+	p := place(facts, len(batch))
+	for i, ru := range batch {
+		ci := p.Cluster[i]
+		if ci >= 0 && ru.tried[s.clusters[ci].Name] {
+			ci = s.another(facts, ru)
+		}
+		if ci < 0 {
+			left = append(left, ru)
+			continue
+		}
+		groups[s.clusters[ci]] = append(groups[s.clusters[ci]], ru)
+	}
+	s.logf("placed %d rows: %v", len(batch)-len(left), p.Why)
+	return groups, left
+}
+
+// another is the first cluster up that ru has not been tried on, or -1.
+func (s *Server) another(facts []clusterFacts, ru *run) int {
+	for i, f := range facts {
+		if f.Up && !ru.tried[s.clusters[i].Name] && (f.MaxInFlight == 0 || f.InFlight < f.MaxInFlight) {
+			return i
+		}
+	}
+	return -1
+}
+
+// String names the cluster for logs.
+func (c *cluster) String() string { return fmt.Sprintf("cluster %s", c.label()) }
+
+// unreachable says a submission failed because its cluster could not take
+// it, with nothing of it left there: the controller did not answer or
+// refused for its rate limit (slurm.SubmitNotCreated), or the connection
+// to the login node could not be made or dropped. Such a row is placed on
+// another cluster; any other failure is the row's answer.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return slurm.SubmitNotCreated(err) || errors.Is(err, remote.ErrConnectionLost) || errors.As(err, &op)
+}

@@ -1,0 +1,141 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+)
+
+// roomRunner answers the room probe (sh -c roomScript) with out, or fails
+// as a controller that is down; it counts the probes.
+type roomRunner struct {
+	mu     sync.Mutex
+	out    string
+	down   bool
+	probes int
+}
+
+func (r *roomRunner) Run(_ context.Context, cmd remote.Command) (*remote.Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(cmd.Argv) < 3 || cmd.Argv[0] != "sh" || !strings.Contains(cmd.Argv[2], "sinfo") {
+		return nil, fmt.Errorf("unexpected command %v", cmd.Argv)
+	}
+	r.probes++
+	if r.down {
+		const msg = "sinfo: error: Unable to contact slurm controller (connect failure)"
+		return &remote.Result{Stderr: []byte(msg), ExitStatus: 1}, &remote.CommandError{Host: "fake", Command: "sh", ExitStatus: 1, Stderr: msg}
+	}
+	return &remote.Result{Stdout: []byte(r.out)}, nil
+}
+
+// TestClusterFacts: placement reads each cluster's room once per poll_min
+// (cached), a cluster whose probe fails gets no rows until a probe reaches
+// it again, and a row is not placed again where its submission failed.
+func TestClusterFacts(t *testing.T) {
+	s, d := newTestServer(t, Options{})
+	now := time.Unix(1_700_000_000, 0)
+	s.opt.Now = func() time.Time { return now }
+	east, west := &roomRunner{out: "mixed|gpu:h100:2|gpu:h100:0(IDX:N/A)|\n--\n0\n"}, &roomRunner{out: "idle|gpu:h100:1|gpu:h100:0|\n--\n0\n"}
+	mk := func(name string, r remote.Runner) *cluster {
+		dd := &episode.Driver{Config: d.Config, ConfigPath: d.ConfigPath, Host: d.Host, Slurm: slurm.New(r), Ledger: d.Ledger}
+		return &cluster{Cluster: Cluster{Name: name, Driver: dd, Engine: dd.NewEngine(episode.EngineOptions{})}, up: true}
+	}
+	s.clusters = []*cluster{mk("east", east), mk("west", west)}
+
+	rows := func(n int) []*run {
+		out := make([]*run, n)
+		for i := range out {
+			out[i] = &run{episode: fmt.Sprintf("ep-%d", i)}
+		}
+		return out
+	}
+	split := func(groups map[*cluster][]*run, left []*run) string {
+		return fmt.Sprintf("east:%d west:%d left:%d", len(groups[s.clusters[0]]), len(groups[s.clusters[1]]), len(left))
+	}
+	if got := split(s.placeBatch(rows(3))); got != "east:2 west:1 left:0" {
+		t.Errorf("by free GPUs: %s", got)
+	}
+	if east.probes != 1 || west.probes != 1 {
+		t.Errorf("probes %d %d, want one each", east.probes, west.probes)
+	}
+	// Within poll_min: the cached room, no second probe.
+	s.placeBatch(rows(1))
+	if east.probes != 1 || west.probes != 1 {
+		t.Errorf("probes %d %d within poll_min, want the cached room", east.probes, west.probes)
+	}
+	// West's controller stops: after poll_min its probe fails, it gets
+	// nothing, and /metrics says it is down.
+	west.mu.Lock()
+	west.down = true
+	west.mu.Unlock()
+	now = now.Add(d.Config.Episodes.PollMin.Duration)
+	if got := split(s.placeBatch(rows(4))); got != "east:4 west:0 left:0" {
+		t.Errorf("west down: %s", got)
+	}
+	if s.clusters[1].up || s.clusters[1].lastErr == nil || !strings.Contains(s.clusters[1].lastErr.Error(), "Unable to contact") {
+		t.Errorf("west should be down with the controller's answer: up %v, %v", s.clusters[1].up, s.clusters[1].lastErr)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	for _, want := range []string{`nemorl_serve_cluster_up{cluster="west"} 0`, `nemorl_serve_cluster_up{cluster="east"} 1`, `nemorl_serve_cluster_free_gpus{cluster="east"} 2`} {
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// Both down: nothing placed.
+	east.mu.Lock()
+	east.down = true
+	east.mu.Unlock()
+	now = now.Add(d.Config.Episodes.PollMin.Duration)
+	if got := split(s.placeBatch(rows(2))); got != "east:0 west:0 left:2" {
+		t.Errorf("both down: %s", got)
+	}
+	// West returns: it takes the rows, but not one whose submission
+	// already failed there.
+	west.mu.Lock()
+	west.down = false
+	west.mu.Unlock()
+	now = now.Add(d.Config.Episodes.PollMin.Duration)
+	rs := rows(2)
+	rs[1].tried = map[string]bool{"west": true}
+	groups, left := s.placeBatch(rs)
+	if got := split(groups, left); got != "east:0 west:1 left:1" || len(left) != 1 || left[0] != rs[1] {
+		t.Errorf("west back: %s", got)
+	}
+	// A submission that could not reach a cluster marks it down.
+	s.down(s.clusters[1], fmt.Errorf("ssh: %w", remote.ErrConnectionLost))
+	if s.clusters[1].up {
+		t.Error("down did not mark west down")
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	ctl := &remote.CommandError{Host: "h", Command: "sh", ExitStatus: 1, Stderr: "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"}
+	timeout := &remote.CommandError{Host: "h", Command: "sh", ExitStatus: 1, Stderr: "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"}
+	other := &remote.CommandError{Host: "h", Command: "sh", ExitStatus: 1, Stderr: "sbatch: error: invalid partition specified"}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("episode x: submit author: %w", ctl), true},
+		{fmt.Errorf("dial: %w", remote.ErrConnectionLost), true},
+		{timeout, false}, // the job may exist: never placed twice
+		{other, false},
+		{fmt.Errorf("plain"), false},
+	} {
+		if got := unreachable(c.err); got != c.want {
+			t.Errorf("unreachable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

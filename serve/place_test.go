@@ -1,0 +1,81 @@
+package serve
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPlace(t *testing.T) {
+	up := func(name string, free, pending int, wait time.Duration) clusterFacts {
+		return clusterFacts{Name: name, Up: true, Known: true, FreeGPUs: free, Pending: pending, Wait: wait}
+	}
+	for _, c := range []struct {
+		name  string
+		facts []clusterFacts
+		n     int
+		want  string // rows per cluster, "-" for unplaced
+	}{
+		{"free GPUs first, the most room first", []clusterFacts{up("a", 2, 0, 0), up("b", 1, 0, 0)}, 3, "a:2 b:1"},
+		{"then the shortest expected wait", []clusterFacts{up("a", 2, 0, time.Minute), up("b", 1, 0, 10*time.Second)}, 9, "a:3 b:6"},
+		{"pending jobs take the free GPUs first", []clusterFacts{up("a", 4, 4, time.Minute), up("b", 1, 0, time.Minute)}, 1, "b:1"},
+		{"a cluster down gets nothing", []clusterFacts{{Name: "a", Up: false, Known: true, FreeGPUs: 8}, up("b", 0, 5, time.Hour)}, 2, "b:2"},
+		{"all down: unplaced", []clusterFacts{{Name: "a"}, {Name: "b"}}, 2, "-:2"},
+		{"max_in_flight bounds a cluster", []clusterFacts{{Name: "a", Up: true, Known: true, FreeGPUs: 8, InFlight: 3, MaxInFlight: 4}, up("b", 0, 0, time.Hour)}, 3, "a:1 b:2"},
+		{"every cluster at its bound: unplaced", []clusterFacts{{Name: "a", Up: true, InFlight: 1, MaxInFlight: 1}}, 2, "-:2"},
+		{"room unknown counts as none free", []clusterFacts{{Name: "a", Up: true}, up("b", 1, 0, time.Minute)}, 2, "a:1 b:1"},
+		{"ties: fewer in flight, then the config's order", []clusterFacts{{Name: "a", Up: true, Known: true, InFlight: 5}, {Name: "b", Up: true, Known: true, InFlight: 1}, {Name: "c", Up: true, Known: true, InFlight: 1}}, 1, "b:1"},
+		{"one cluster: every row", []clusterFacts{up("only", 0, 100, time.Hour)}, 5, "only:5"},
+		{"no rows", []clusterFacts{up("a", 1, 0, 0)}, 0, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := place(c.facts, c.n)
+			count := map[string]int{}
+			var order []string
+			for _, i := range p.Cluster {
+				name := "-"
+				if i >= 0 {
+					name = c.facts[i].Name
+				}
+				if count[name] == 0 {
+					order = append(order, name)
+				}
+				count[name]++
+			}
+			var got []string
+			for _, f := range append(c.facts, clusterFacts{Name: "-"}) {
+				if count[f.Name] > 0 {
+					got = append(got, fmt.Sprintf("%s:%d", f.Name, count[f.Name]))
+				}
+			}
+			if g := strings.Join(got, " "); g != c.want {
+				t.Fatalf("placed %s, want %s (why: %q)", g, c.want, p.Why)
+			}
+			if len(p.Why) != len(c.facts) {
+				t.Fatalf("why %q", p.Why)
+			}
+			for i, w := range p.Why {
+				if !strings.HasPrefix(w, c.facts[i].Name+": ") {
+					t.Errorf("why %q does not name %s", w, c.facts[i].Name)
+				}
+			}
+		})
+	}
+}
+
+// TestPlaceEarlierRowsFirst: rows are placed in arrival order, each where
+// it starts soonest given the rows before it, so placing n rows at once is
+// placing them one at a time.
+func TestPlaceEarlierRowsFirst(t *testing.T) {
+	facts := []clusterFacts{{Name: "a", Up: true, Known: true, FreeGPUs: 3, Wait: 40 * time.Second}, {Name: "b", Up: true, Known: true, FreeGPUs: 1, Pending: 2, Wait: 15 * time.Second}}
+	all := place(facts, 12).Cluster
+	fs := append([]clusterFacts(nil), facts...)
+	for r := range 12 {
+		one := place(fs, 1).Cluster[0]
+		if one != all[r] {
+			t.Fatalf("row %d: alone to %d, in the batch to %d", r, one, all[r])
+		}
+		fs[one].Pending++ // the row waits there like any other job
+	}
+}
