@@ -49,6 +49,21 @@ type Lab struct {
 	// NEMORL_LAB_FAR_RTT_MS); 0 when lab.env predates it.
 	FarSSHPort int
 	FarRTT     time.Duration
+	Cluster    string // NEMORL_LAB_CLUSTER: cluster 1's ClusterName ("" in an older lab.env)
+	Node       string // NEMORL_LAB_NODE: the node (both clusters'), this host's short name
+	// Cluster 2 (lab/README.md, "Cluster 2"): a second Slurm cluster on
+	// this host, reached over its own sshd (Lab2SSHPort, same user and key,
+	// its own host key) whose sessions have SLURM_CONF=Lab2Conf; here, its
+	// clients need SLURM_CONF=Lab2Conf (Lab2Env) or -M Lab2Cluster. Its
+	// slurmctld listens on Lab2CtldPort. All zero when lab.env predates it
+	// (Cluster2 skips then).
+	Lab2Cluster    string // NEMORL_LAB2_CLUSTER
+	Lab2SSHPort    int    // NEMORL_LAB2_SSH_PORT
+	Lab2HostKeyPub string // NEMORL_LAB2_HOST_KEY_PUB
+	Lab2Conf       string // NEMORL_LAB2_CONF: its slurm.conf
+	Lab2Gres       string // NEMORL_LAB2_GRES: its node's GRES (half cluster 1's GPUs)
+	Lab2Partition  string // NEMORL_LAB2_PARTITION: the same name as Partition
+	Lab2CtldPort   int    // NEMORL_LAB2_SLURMCTLD_PORT
 	// Vars holds every variable, including those without a field.
 	Vars map[string]string
 }
@@ -133,6 +148,8 @@ func Load(path string) (Lab, error) {
 	lab.Account = vars["NEMORL_LAB_ACCOUNT"]
 	lab.Gres = vars["NEMORL_LAB_GRES"]
 	lab.StandIns = vars["NEMORL_LAB_STANDINS"]
+	lab.Cluster = vars["NEMORL_LAB_CLUSTER"]
+	lab.Node = vars["NEMORL_LAB_NODE"]
 	if err != nil {
 		return Lab{}, err
 	}
@@ -149,6 +166,9 @@ func Load(path string) (Lab, error) {
 			return Lab{}, fmt.Errorf("%s: NEMORL_LAB_FAR_RTT_MS=%q is not a number of milliseconds", path, v)
 		}
 		lab.FarRTT = time.Duration(ms) * time.Millisecond
+	}
+	if err := lab.loadCluster2(path, vars); err != nil {
+		return Lab{}, err
 	}
 	return lab, nil
 }

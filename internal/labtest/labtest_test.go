@@ -372,3 +372,108 @@ func TestLabLockInProcess(t *testing.T) {
 		t.Error("the lab lock is still held after every test ended")
 	}
 }
+
+func TestLoadCluster2(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lab.env")
+	base := "NEMORL_LAB_SSH_HOST=127.0.0.1\nNEMORL_LAB_SSH_PORT=2222\nNEMORL_LAB_USER=nemorl\nNEMORL_LAB_KEY=/k\n" +
+		"NEMORL_LAB_KNOWN_HOSTS=/kh\nNEMORL_LAB_HOST_KEY_PUB=/h.pub\nNEMORL_LAB_WORKDIR=/w\n" +
+		"NEMORL_LAB_PARTITION=gpu\nNEMORL_LAB_GRES=gpu:h100:2\nNEMORL_LAB_CLUSTER=nemorl-lab\nNEMORL_LAB_NODE=vm\n"
+	c2 := "NEMORL_LAB2_CLUSTER=nemorl-lab2\nNEMORL_LAB2_SSH_PORT=2224\nNEMORL_LAB2_HOST_KEY_PUB=/h2.pub\n" +
+		"NEMORL_LAB2_CONF=/etc/slurm-lab2/slurm.conf\nNEMORL_LAB2_GRES=gpu:h100:1\nNEMORL_LAB2_PARTITION=gpu\n" +
+		"NEMORL_LAB2_NODE=vm\nNEMORL_LAB2_SLURMCTLD_PORT=6827\n"
+	load := func(env string) (Lab, error) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(env), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load(p)
+	}
+	// An older lab.env: no cluster 2.
+	lab, err := load(base)
+	if err != nil || lab.HasCluster2() || lab.Lab2Conf != "" || lab.Cluster2Env() != nil {
+		t.Errorf("no cluster 2: %+v, %v", lab, err)
+	}
+	if lab.Cluster != "nemorl-lab" || lab.Node != "vm" {
+		t.Errorf("cluster 1: %+v", lab)
+	}
+	lab, err = load(base + c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lab.HasCluster2() || lab.Lab2SSHPort != 2224 || lab.Lab2CtldPort != 6827 || lab.Lab2Cluster != "nemorl-lab2" ||
+		lab.Lab2Conf != "/etc/slurm-lab2/slurm.conf" || lab.Lab2Gres != "gpu:h100:1" || lab.Lab2HostKeyPub != "/h2.pub" ||
+		lab.Lab2Partition != "gpu" || lab.SSHPort != 2222 {
+		t.Errorf("cluster 2: %+v", lab)
+	}
+	t.Setenv("SLURM_CONF", "/elsewhere")
+	env := lab.Cluster2Env()
+	n := 0
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "SLURM_CONF=") {
+			n++
+			if kv != "SLURM_CONF=/etc/slurm-lab2/slurm.conf" {
+				t.Errorf("Cluster2Env: %s", kv)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("Cluster2Env has %d SLURM_CONF", n)
+	}
+	v := lab.Cluster2(t)
+	if v.SSHPort != 2224 || v.HostKeyPub != "/h2.pub" || v.Cluster != "nemorl-lab2" || v.Gres != "gpu:h100:1" ||
+		v.FarSSHPort != 0 || v.User != lab.User || v.Key != lab.Key || v.KnownHosts != lab.KnownHosts || v.Node != "vm" {
+		t.Errorf("Cluster2() = %+v", v)
+	}
+	for _, bad := range []string{
+		strings.Replace(c2, "NEMORL_LAB2_CONF=/etc/slurm-lab2/slurm.conf\n", "", 1),
+		strings.Replace(c2, "NEMORL_LAB2_SLURMCTLD_PORT=6827\n", "", 1),
+		strings.Replace(c2, "=2224", "=ssh", 1),
+		strings.Replace(c2, "=6827", "=70000", 1),
+	} {
+		if lab, err := load(base + bad); err == nil {
+			t.Errorf("%q accepted: %+v", bad, lab)
+		}
+	}
+}
+
+// TestCluster2Skip: without cluster 2, Cluster2 skips (TestCluster2Required:
+// fails under NEMORL_REQUIRE_LAB=1).
+func TestCluster2Skip(t *testing.T) {
+	t.Setenv("NEMORL_REQUIRE_LAB", "")
+	skipped := true
+	t.Run("inner", func(t *testing.T) {
+		Lab{File: "old.env", SSHPort: 2222}.Cluster2(t)
+		skipped = false
+	})
+	if !skipped {
+		t.Error("Cluster2 did not skip without cluster 2")
+	}
+}
+
+func TestCluster2Required(t *testing.T) {
+	if os.Getenv("LABTEST_CHILD") == "1" {
+		Lab{File: "old.env", SSHPort: 2222}.Cluster2(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCluster2Required$", "-test.v")
+	cmd.Env = append(os.Environ(), "LABTEST_CHILD=1", "NEMORL_REQUIRE_LAB=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "has no NEMORL_LAB2_SSH_PORT; run lab/up") {
+		t.Errorf("child: %v\n%s", err, out)
+	}
+}
+
+// TestStopCluster2NeedsLockLab: StopCluster2 without the lab lock held
+// exclusively fails the test before it touches the lab.
+func TestStopCluster2NeedsLockLab(t *testing.T) {
+	if os.Getenv("LABTEST_CHILD") == "1" {
+		Lab{File: "lab.env", Lab2SSHPort: 2224, Lab2Cluster: "nemorl-lab2"}.StopCluster2(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStopCluster2NeedsLockLab$", "-test.v")
+	cmd.Env = append(os.Environ(), "LABTEST_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "must hold the lab lock exclusively") || strings.Contains(string(out), "lab/cluster2 stop:") {
+		t.Errorf("child: %v\n%s", err, out)
+	}
+}

@@ -38,35 +38,49 @@ var clearQueue = func(t testing.TB) {
 		return
 	}
 	ClearLeftJobs(t, lab.User)
+	// Cluster 2 as well, when its controller is up (a stopped one would
+	// make squeue wait for Slurm's MessageTimeout).
+	if lab.HasCluster2() && lab.ctld2Accepts() {
+		clearLeftJobs(t, "lab queue (cluster 2)", lab.Cluster2Env(), lab.User)
+	}
 }
 
 // ClearLeftJobs cancels user's jobs whose output directory no longer
 // exists (see clearQueue) and waits up to a minute for them to leave the
-// queue; it returns their ids.
+// queue; it returns their ids. Cluster 1's queue.
 func ClearLeftJobs(t testing.TB, user string) []string {
 	t.Helper()
+	return clearLeftJobs(t, "lab queue", nil, user)
+}
+
+// clearLeftJobs is ClearLeftJobs with the Slurm clients run in env (nil:
+// this process's; Lab.Cluster2Env: cluster 2), logging as what.
+func clearLeftJobs(t testing.TB, what string, env []string, user string) []string {
+	t.Helper()
 	var ids []string
-	for _, j := range queueOf(user) {
+	for _, j := range queueIn(env, user) {
 		if !j.orphan() {
 			continue
 		}
-		t.Logf("lab queue: job %s (%s, %s, output %s) was left by a test that has ended: cancelled before %s goes on", j.id, j.name, j.state, j.stdout, t.Name())
+		t.Logf("%s: job %s (%s, %s, output %s) was left by a test that has ended: cancelled before %s goes on", what, j.id, j.name, j.state, j.stdout, t.Name())
 		ids = append(ids, j.id)
 	}
 	if len(ids) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	out, err := exec.CommandContext(ctx, "scancel", ids...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "scancel", ids...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
 	cancel()
 	if err != nil {
-		t.Logf("lab queue: scancel %s: %v: %s", strings.Join(ids, " "), err, strings.TrimSpace(string(out)))
+		t.Logf("%s: scancel %s: %v: %s", what, strings.Join(ids, " "), err, strings.TrimSpace(string(out)))
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		left := 0
 		live := map[string]bool{}
-		for _, j := range queueOf(user) {
+		for _, j := range queueIn(env, user) {
 			live[j.id] = j.state != "CANCELLED" && j.state != "COMPLETED" && j.state != "FAILED"
 		}
 		for _, id := range ids {
@@ -78,7 +92,7 @@ func ClearLeftJobs(t testing.TB, user string) []string {
 			return ids
 		}
 		if time.Now().After(deadline) {
-			t.Logf("lab queue: %d of the jobs cancelled still in the queue after a minute", left)
+			t.Logf("%s: %d of the jobs cancelled still in the queue after a minute", what, left)
 			return ids
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -97,11 +111,17 @@ func (j queuedJob) orphan() bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
-// queueOf lists user's jobs in the lab queue; nil when squeue fails.
-func queueOf(user string) []queuedJob {
+// queueOf lists user's jobs in the lab queue (cluster 1's); nil when
+// squeue fails.
+func queueOf(user string) []queuedJob { return queueIn(nil, user) }
+
+// queueIn is queueOf with squeue run in env (nil: this process's).
+func queueIn(env []string, user string) []queuedJob {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "squeue", "-h", "-u", user, "-O", "JobID:|,StdOut:|,Name:|,State:|").Output()
+	cmd := exec.CommandContext(ctx, "squeue", "-h", "-u", user, "-O", "JobID:|,StdOut:|,Name:|,State:|")
+	cmd.Env = env
+	out, err := cmd.Output()
 	if err != nil {
 		return nil
 	}

@@ -24,19 +24,40 @@ func TestClearLeftJobs(t *testing.T) {
 		t.Fatalf("lab: %v", err)
 	}
 	UseLab(t)
+	t.Run("cluster 1", func(t *testing.T) { testClearLeftJobs(t, lab.User, nil, ClearLeftJobs) })
+	t.Run("cluster 2", func(t *testing.T) {
+		if !lab.HasCluster2() {
+			t.Skipf("%s has no cluster 2", lab.File)
+		}
+		// What clearQueue runs for cluster 2.
+		testClearLeftJobs(t, lab.User, lab.Cluster2Env(), func(t testing.TB, user string) []string {
+			return clearLeftJobs(t, "lab queue (cluster 2)", lab.Cluster2Env(), user)
+		})
+	})
+}
+
+// testClearLeftJobs is TestClearLeftJobs on the cluster the Slurm clients
+// reach in env (nil: this process's), clear cancelling.
+func testClearLeftJobs(t *testing.T, user string, env []string, clear func(testing.TB, string) []string) {
 	hold := func(dir string) string {
 		t.Helper()
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			t.Fatal(err)
 		}
 		_ = os.Chmod(dir, 0o777)
-		out, err := exec.Command("runuser", "-u", lab.User, "--", "sbatch", "--parsable", "--hold", "--chdir=/tmp",
-			"--job-name=labtest-clear", "--output="+filepath.Join(dir, "%j.out"), "--wrap", "true").CombinedOutput()
+		cmd := exec.Command("runuser", "-u", user, "--", "sbatch", "--parsable", "--hold", "--chdir=/tmp",
+			"--job-name=labtest-clear", "--output="+filepath.Join(dir, "%j.out"), "--wrap", "true")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("sbatch as %s: %v\n%s", lab.User, err, out)
+			t.Fatalf("sbatch as %s: %v\n%s", user, err, out)
 		}
-		id := strings.TrimSpace(string(out))
-		t.Cleanup(func() { _ = exec.Command("scancel", id).Run() })
+		id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
+		t.Cleanup(func() {
+			cmd := exec.Command("scancel", id)
+			cmd.Env = env
+			_ = cmd.Run()
+		})
 		return id
 	}
 	root := t.TempDir()
@@ -45,11 +66,11 @@ func TestClearLeftJobs(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(root, "ended-test")); err != nil {
 		t.Fatal(err)
 	}
-	got := ClearLeftJobs(t, lab.User)
+	got := clear(t, user)
 	if !slices.Contains(got, left) || slices.Contains(got, kept) {
 		t.Fatalf("cancelled %v: want %s (its directory gone) and not %s", got, left, kept)
 	}
-	for _, j := range queueOf(lab.User) {
+	for _, j := range queueIn(env, user) {
 		if j.id == kept && j.state != "PENDING" {
 			t.Errorf("the job of a running test: %+v", j)
 		}
