@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // TestServeClustersLab: NEMORL_CLUSTERS_ROWS rows (default 24) in three
@@ -112,6 +113,22 @@ func TestServeClustersLab(t *testing.T) {
 	west.StartCluster2(t)
 	up := time.Now()
 	t.Logf("west's controller stopped for %s with %d of its episodes in flight", up.Sub(down).Round(time.Second), len(onWestAtStop))
+	// The episodes west had when it stopped are followed to their ends now
+	// that it answers again; then west is idle, and the third wave finds
+	// its GPU free.
+	eventually(t, episodeTimeout+time.Duration(len(onWestAtStop))*30*time.Second, time.Second, func() string {
+		for _, ep := range onWestAtStop {
+			raw, err := os.ReadFile(filepath.Join(state, "nemorl-slurm", "episodes", ep+".json"))
+			var e struct {
+				Outcome map[string]any `json:"outcome"`
+			}
+			if err != nil || json.Unmarshal(raw, &e) != nil || e.Outcome == nil {
+				return ep + " on west not finished yet"
+			}
+		}
+		return ""
+	})
+	t.Logf("west's %d episodes finished %s after its return", len(onWestAtStop), time.Since(up).Round(time.Second))
 	post(3, w2, n)
 	wg.Wait()
 
@@ -139,6 +156,7 @@ func TestServeClustersLab(t *testing.T) {
 		Cluster string    `json:"cluster"`
 		Created time.Time `json:"created"`
 		Host    string    `json:"host"`
+		Dir     string    `json:"dir"`
 	}
 	byEpisode := map[string]ent{}
 	for _, p := range entries {
@@ -151,6 +169,19 @@ func TestServeClustersLab(t *testing.T) {
 			continue // not an episode entry (keys, answers)
 		}
 		byEpisode[e.Episode] = e
+	}
+	// A row not scored: its stages' output, for the reader of the log.
+	for i, a := range answers {
+		if a.doc["outcome"] == "scored" {
+			continue
+		}
+		if e, ok := byEpisode[str(a.doc["episode"])]; ok && e.Dir != "" {
+			for _, s := range labStages {
+				if raw, err := os.ReadFile(filepath.Join(e.Dir, stages.Output(s))); err == nil {
+					t.Logf("row %d on %s, %s: …%s", i, e.Cluster, stages.Output(s), tail(string(raw), 3000))
+				}
+			}
+		}
 	}
 	if len(byEpisode) != n {
 		t.Errorf("%d ledger entries for %d rows", len(byEpisode), n)
@@ -206,8 +237,22 @@ func TestServeClustersLab(t *testing.T) {
 	// list shows the cluster of each.
 	r := x.run(t, state, quickTimeout, "list", "--json")
 	r.want(t, ExitOK)
-	if c := strings.Count(string(r.stdout), `"cluster":"west"`); c != split[1]["west"]+split[3]["west"] {
-		t.Errorf("list --json names west %d times, want %d", c, split[1]["west"]+split[3]["west"])
+	var listed struct {
+		Episodes []struct {
+			Cluster string `json:"cluster"`
+		} `json:"episodes"`
+	}
+	if err := json.Unmarshal(r.stdout, &listed); err != nil {
+		t.Fatalf("list --json: %v", err)
+	}
+	onWest := 0
+	for _, e := range listed.Episodes {
+		if e.Cluster == "west" {
+			onWest++
+		}
+	}
+	if want := split[1]["west"] + split[2]["west"] + split[3]["west"]; onWest != want {
+		t.Errorf("list --json names west %d times, want %d:\n%s", onWest, want, r.stdout)
 	}
 }
 

@@ -444,7 +444,8 @@ func randHex(t *testing.T) string {
 // wrappers that pick their mode from a marker in the episode's prompt.
 func (x *labCLI) serveConfig(t *testing.T, serveKeys string, gymHead string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "nemorl-serve-lab-")
+	// In /var/tmp, not /tmp: the lab's cluster 2 node has a /tmp of its own.
+	dir, err := os.MkdirTemp("/var/tmp", "nemorl-serve-lab-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -416,11 +416,17 @@ SSHD2_LOG="$LOGDIR/sshd-lab2.log"
 lab2() { SLURM_CONF="$LAB2_CONF" "$@"; }
 
 # in_lab2_node CMD...: exec CMD in a new mount namespace (mounts of the host
-# still propagate into it) where $LAB2_ETC is bind-mounted on /etc/slurm.
+# still propagate into it) where $LAB2_ETC is bind-mounted on /etc/slurm and
+# $LAB2_TMP on /tmp: a node of another cluster has a /tmp of its own (the
+# job scripts sweep their user's stale scratch directories in /tmp by the
+# job ids their own cluster's squeue lists; on a shared /tmp, cluster 1's
+# jobs would sweep cluster 2's).
+LAB2_TMP="$LAB2_SPOOL/tmp"
 in_lab2_node() {
+    mkdir -p "$LAB2_TMP" && chmod 1777 "$LAB2_TMP" || return 1
     # shellcheck disable=SC2016 # the inner shell expands them
     unshare --mount --propagation slave -- /bin/sh -c \
-        'mount --bind "$1" /etc/slurm || exit 1; shift; exec "$@"' in_lab2_node "$LAB2_ETC" "$@"
+        'mount --bind "$1" /etc/slurm && mount --bind "$2" /tmp || exit 1; shift 2; exec "$@"' in_lab2_node "$LAB2_ETC" "$LAB2_TMP" "$@"
 }
 
 # run_closed CMD...: run CMD with only stdin, stdout and stderr open. A

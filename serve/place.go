@@ -21,12 +21,38 @@ type clusterFacts struct {
 	// FreeGPUs of the cluster's GRES type, Pending jobs in its partition.
 	FreeGPUs, Pending int
 	// Wait is the recent queue wait of this serve's GPU jobs there (0:
-	// none seen yet: DefaultWait stands in).
+	// none seen yet: the shortest wait seen on another cluster stands in,
+	// defaultWait when none has one).
 	Wait time.Duration
 }
 
-// defaultWait stands in for a cluster's queue wait until one is seen.
+// defaultWait stands in for a cluster's queue wait until one is seen on
+// any cluster.
 const defaultWait = time.Minute
+
+// waits are the facts' queue waits, a cluster not yet measured given the
+// shortest one measured elsewhere: a cluster new to this serve is tried as
+// if it were as good as the best known, never ranked behind every
+// measured one by a made-up figure.
+func waits(facts []clusterFacts) []time.Duration {
+	best := time.Duration(0)
+	for _, f := range facts {
+		if f.Wait > 0 && (best == 0 || f.Wait < best) {
+			best = f.Wait
+		}
+	}
+	if best == 0 {
+		best = defaultWait
+	}
+	w := make([]time.Duration, len(facts))
+	for i, f := range facts {
+		w[i] = f.Wait
+		if w[i] <= 0 {
+			w[i] = best
+		}
+	}
+	return w
+}
 
 // placement is where place put each row (an index into the facts, -1 for a
 // row no cluster can take now) and, per cluster, why in one line.
@@ -46,6 +72,7 @@ type placement struct {
 func place(facts []clusterFacts, n int) placement {
 	p := placement{Cluster: make([]int, n), Why: make([]string, len(facts))}
 	added := make([]int, len(facts))
+	qwait := waits(facts)
 	for r := range n {
 		best, bestWait, bestRoom := -1, time.Duration(0), 0
 		for i, f := range facts {
@@ -58,11 +85,7 @@ func place(facts []clusterFacts, n int) placement {
 			}
 			wait := time.Duration(0)
 			if room <= 0 {
-				w := f.Wait
-				if w <= 0 {
-					w = defaultWait
-				}
-				wait = time.Duration(1-room) * w
+				wait = time.Duration(1-room) * qwait[i]
 			}
 			better := best < 0 || wait < bestWait || (wait == bestWait && room > bestRoom) ||
 				(wait == bestWait && room == bestRoom && f.InFlight+added[i] < facts[best].InFlight+added[best])
@@ -84,11 +107,11 @@ func place(facts []clusterFacts, n int) placement {
 		case !f.Known:
 			p.Why[i] = fmt.Sprintf("%s: %d rows: room unknown, %d in flight", f.Name, added[i], f.InFlight)
 		default:
-			w := f.Wait
-			if w <= 0 {
-				w = defaultWait
+			seen := ""
+			if f.Wait <= 0 {
+				seen = " (none seen yet)"
 			}
-			p.Why[i] = fmt.Sprintf("%s: %d rows: %d GPUs free, %d jobs pending, queue wait %s, %d in flight", f.Name, added[i], f.FreeGPUs, f.Pending, w.Round(time.Second), f.InFlight)
+			p.Why[i] = fmt.Sprintf("%s: %d rows: %d GPUs free, %d jobs pending, queue wait %s%s, %d in flight", f.Name, added[i], f.FreeGPUs, f.Pending, qwait[i].Round(time.Second), seen, f.InFlight)
 		}
 	}
 	return p

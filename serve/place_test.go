@@ -26,6 +26,8 @@ func TestPlace(t *testing.T) {
 		{"every cluster at its bound: unplaced", []clusterFacts{{Name: "a", Up: true, InFlight: 1, MaxInFlight: 1}}, 2, "-:2"},
 		{"room unknown counts as none free", []clusterFacts{{Name: "a", Up: true}, up("b", 1, 0, time.Minute)}, 2, "a:1 b:1"},
 		{"ties: fewer in flight, then the config's order", []clusterFacts{{Name: "a", Up: true, Known: true, InFlight: 5}, {Name: "b", Up: true, Known: true, InFlight: 1}, {Name: "c", Up: true, Known: true, InFlight: 1}}, 1, "b:1"},
+		{"a cluster not yet measured: as good as the best measured", []clusterFacts{up("a", 0, 3, 10*time.Second), up("b", 0, 1, 0)}, 3, "a:1 b:2"},
+		{"none measured: the default wait for all", []clusterFacts{up("a", 0, 0, 0), up("b", 0, 1, 0)}, 3, "a:2 b:1"},
 		{"one cluster: every row", []clusterFacts{up("only", 0, 100, time.Hour)}, 5, "only:5"},
 		{"no rows", []clusterFacts{up("a", 1, 0, 0)}, 0, ""},
 	} {

@@ -17,17 +17,22 @@ type Room struct {
 	// failing or powered off); GPUs are theirs of the type, FreeGPUs the
 	// ones no job holds.
 	Nodes, GPUs, FreeGPUs int
-	// Pending is the number of the partition's jobs that wait (PENDING).
+	// Pending is the number of the partition's jobs that wait (PENDING)
+	// for its resources (not for a dependency, a hold or a begin time).
 	Pending int
 }
 
 // roomScript prints sinfo's nodes of the partition (state|gres|gres used)
-// and, after a line "--", the count of its pending jobs: one command, and
-// the pending jobs counted where they are (never sent over SSH).
+// and, after a line "--", the count of its pending jobs that wait for the
+// partition's resources: a job held by a dependency, a hold or a begin
+// time claims nothing yet (an episode's train job waits on its author's,
+// which holds the GPU it will take). One command, the jobs counted where
+// they are (never sent over SSH); a failed squeue fails the script.
 const roomScript = `set -eu
 sinfo --noheader --Node --partition="$1" --Format='StateLong:|,Gres:|,GresUsed:|'
 echo --
-squeue --noheader --partition="$1" --states=PENDING --format=%i | wc -l
+reasons=$(squeue --noheader --partition="$1" --states=PENDING --format=%r)
+printf '%s\n' "$reasons" | grep -Evc '^(Dependency|DependencyNeverSatisfied|JobHeldUser|JobHeldAdmin|BeginTime|)$' || true
 `
 
 // Room asks the cluster what partition has for jobs of gres (the

@@ -2,6 +2,11 @@ package slurm
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -70,4 +75,62 @@ func FuzzParseRoom(f *testing.F) {
 			t.Fatalf("%+v from %q", r, out)
 		}
 	})
+}
+
+// TestRoomScript runs roomScript under sh with stand-in sinfo and squeue
+// on PATH: the pending count leaves out jobs that wait on a dependency, a
+// hold or a begin time, and a failing squeue fails the script.
+func TestRoomScript(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	for _, tc := range []struct {
+		name, reasons string
+		squeueRC      int
+		want          string
+		fail          bool
+	}{
+		{name: "mixed reasons", reasons: "Priority\nResources\nDependency\nJobHeldUser\nBeginTime\nQOSMaxJobsPerUserLimit\nDependencyNeverSatisfied\nJobHeldAdmin\n", want: "3"},
+		{name: "none pending", reasons: "", want: "0"},
+		{name: "only dependencies", reasons: "Dependency\nDependency\n", want: "0"},
+		{name: "squeue fails", squeueRC: 1, fail: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := t.TempDir()
+			write := func(name, body string) {
+				if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("sinfo", `[ "$3" = "--partition=gpu" ] || exit 9
+echo 'mixed|gpu:h100:2|gpu:h100:1(IDX:0)|'
+`)
+			if err := os.WriteFile(filepath.Join(bin, "reasons"), []byte(tc.reasons), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			write("squeue", fmt.Sprintf(`[ "$2" = "--partition=gpu" ] && [ "$4" = "--format=%%r" ] || exit 9
+cat %q
+exit %d
+`, filepath.Join(bin, "reasons"), tc.squeueRC))
+			cmd := exec.Command("sh", "-c", roomScript, "sh", "gpu")
+			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+			out, err := cmd.Output()
+			if tc.fail {
+				if err == nil {
+					t.Fatalf("a failing squeue: script succeeded with %q", out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			r, err := ParseRoom(string(out), "gpu", "h100")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strconv.Itoa(r.Pending); got != tc.want || r.FreeGPUs != 1 {
+				t.Errorf("pending %s, free %d from %q; want pending %s, free 1", got, r.FreeGPUs, out, tc.want)
+			}
+		})
+	}
 }
