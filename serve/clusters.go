@@ -107,7 +107,7 @@ func (s *Server) probe(c *cluster) {
 	}
 	c.mu.Unlock()
 	switch {
-	case err != nil && (was || c.roomAt.IsZero()):
+	case err != nil && was:
 		s.logf("cluster %s: not answering, no new rows placed there: %v", c.label(), err)
 	case err != nil:
 	case !was:

@@ -93,6 +93,13 @@ func TestClusterFacts(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// /ui says it too, per cluster.
+	ui := uiGet(t, s.Handler(), "/ui/figures")
+	for _, want := range []string{`<p id="clusters-now">Clusters: east answering, `, `, 2 of 2 GPUs free, 0 jobs pending; west <span class="warn">not answering</span>, `} {
+		if ui.Code != http.StatusOK || !strings.Contains(ui.Body.String(), want) {
+			t.Errorf("/ui/figures: %d, lacks %q:\n%.2000s", ui.Code, want, ui.Body.String())
+		}
+	}
 	// Both down: nothing placed.
 	east.mu.Lock()
 	east.down = true

@@ -226,6 +226,15 @@ type uiNowData struct {
 	// first one was.
 	Unreadable int
 	First      string
+	// Clusters, for a config of clusters: each one's state as placement
+	// last saw it.
+	Clusters []uiClusterNow
+}
+
+type uiClusterNow struct {
+	Name                              string
+	Up, Known                         bool
+	InFlight, FreeGPUs, GPUs, Pending int
 }
 
 type uiStageCount struct {
@@ -238,6 +247,15 @@ func (s *Server) uiNowData(unreadable []string) uiNowData {
 	d.InFlight, d.Queued = s.slots.counts()
 	if len(unreadable) > 0 {
 		d.First = s.redact(unreadable[0])
+	}
+	for _, c := range s.clusters {
+		if c.Name == "" {
+			continue
+		}
+		c.mu.Lock()
+		d.Clusters = append(d.Clusters, uiClusterNow{Name: c.Name, Up: c.up, Known: c.known, InFlight: c.inFlight,
+			FreeGPUs: c.room.FreeGPUs, GPUs: c.room.GPUs, Pending: c.room.Pending})
+		c.mu.Unlock()
 	}
 	n := map[[2]string]int{}
 	for _, r := range s.rows() {
@@ -504,6 +522,9 @@ var uiNow = template.Must(template.New("now").Parse(`<section id="now" class="no
 <p>Of serve.concurrency {{.Concurrency}}; <span id="queued-now">{{.Queued}}</span> rows waiting for a slot.</p>
 {{- if .Stages}}
 <p id="stages-now">Followed now: {{range $i, $s := .Stages}}{{if $i}}, {{end}}{{$s.Stage}} {{$s.State}} {{$s.N}}{{end}}.</p>
+{{- end}}
+{{- if .Clusters}}
+<p id="clusters-now">Clusters: {{range $i, $c := .Clusters}}{{if $i}}; {{end}}{{$c.Name}} {{if $c.Up}}answering{{else}}<span class="warn">not answering</span>{{end}}, {{$c.InFlight}} in flight{{if $c.Known}}, {{$c.FreeGPUs}} of {{$c.GPUs}} GPUs free, {{$c.Pending}} jobs pending{{end}}{{end}}.</p>
 {{- end}}
 {{- if .Unreadable}}
 <p id="unreadable" class="warn">{{.Unreadable}} ledger entries could not be read and are left out (the first: {{.First}}).</p>
