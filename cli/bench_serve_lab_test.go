@@ -48,6 +48,7 @@ func BenchmarkServeBurst(b *testing.B) {
 				b.ReportMetric(float64(n)/r.secs, "episodes/s")
 				b.ReportMetric(float64(r.rss)/(1<<20), "MiB-peak-RSS")
 				b.ReportMetric(float64(r.threads), "threads")
+				b.ReportMetric(float64(r.goroutines), "goroutines")
 				b.ReportMetric(r.pollSecs*1000, "ms/poll-held")
 				b.ReportMetric(r.sacctJobs, "sacct-jobs/poll-held")
 			}
@@ -66,6 +67,38 @@ type burstResult struct {
 	threads   int
 	pollSecs  float64
 	sacctJobs float64
+	// goroutines in serve while the rows are held.
+	goroutines int
+}
+
+// goroutines is the goroutine count of the serve whose profiles are on
+// prof (NEMORL_SERVE_PPROF).
+func goroutines(b *testing.B, prof string) int {
+	resp, err := http.Get("http://" + prof + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		b.Fatalf("serve's goroutine profile: %v", err)
+	}
+	defer resp.Body.Close()
+	var n int
+	if _, err := fmt.Fscanf(resp.Body, "goroutine profile: total %d", &n); err != nil {
+		b.Fatalf("serve's goroutine profile: %v", err)
+	}
+	return n
+}
+
+func saveProfile(b *testing.B, url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s: %d %v", url, resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // serveBurst runs one burst of n rows and holds them open for three polls.
@@ -87,8 +120,14 @@ func serveBurst(b *testing.B, bin string, port, n int) burstResult {
 	addr := ln.Addr().String()
 	ln.Close()
 	state := b.TempDir()
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	prof := pl.Addr().String()
+	pl.Close()
 	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--allow-no-isolation", "--listen", addr)
-	cmd.Env = cliEnv(state)
+	cmd.Env = append(cliEnv(state), "NEMORL_SERVE_PPROF="+prof)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, _ := os.Create(filepath.Join(b.TempDir(), "serve.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -186,7 +225,13 @@ func serveBurst(b *testing.B, bin string, port, n int) burstResult {
 		time.Sleep(time.Second)
 	}
 	r := burstResult{secs: secs, rss: vmHWM(b, cmd.Process.Pid), threads: procThreads(b, cmd.Process.Pid),
-		pollSecs: metric("nemorl_serve_sacct_poll_seconds")}
+		pollSecs: metric("nemorl_serve_sacct_poll_seconds"), goroutines: goroutines(b, prof)}
+	// NEMORL_BENCH_PROFILES=DIR keeps serve's heap profile of the held
+	// rows (go tool pprof -sample_index=inuse_space DIR/heap-N.pb.gz).
+	if dir := os.Getenv("NEMORL_BENCH_PROFILES"); dir != "" {
+		saveProfile(b, "http://"+prof+"/debug/pprof/heap?gc=1", filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n)))
+		saveProfile(b, "http://"+prof+"/debug/pprof/goroutine?debug=1", filepath.Join(dir, fmt.Sprintf("goroutine-%d.txt", n)))
+	}
 	r.sacctJobs = (metric("nemorl_serve_poll_sacct_jobs_total") - sacct0) / (metric("nemorl_serve_sacct_polls_total") - polls0)
 	cancel()
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -191,6 +192,14 @@ func (e *env) serve(c *ucli.Context) error {
 	if opt.Head != nil {
 		e.logf("serve: also Gym's head server for agent %s: point Gym at it with +head_server.host=… +head_server.port=%s", cfg.Serve.AgentName, portOf(ln.Addr().String()))
 	}
+	if addr := os.Getenv("NEMORL_SERVE_PPROF"); addr != "" {
+		stopProf, err := servePprof(addr)
+		if err != nil {
+			return withCode(ExitUsage, fmt.Errorf("NEMORL_SERVE_PPROF: %w", err), "give a loopback host:port, such as 127.0.0.1:6060")
+		}
+		defer stopProf()
+		e.logf("serve: Go's profiles on http://%s/debug/pprof/ (NEMORL_SERVE_PPROF)", addr)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -215,4 +224,28 @@ func portOf(addr string) string {
 		return addr
 	}
 	return p
+}
+
+// servePprof serves Go's runtime profiles (net/http/pprof) on addr, a
+// loopback address only, for measuring serve (docs/BENCHMARKS.md): set
+// NEMORL_SERVE_PPROF=127.0.0.1:6060. It returns the function that stops it.
+func servePprof(addr string) (func(), error) {
+	if err := configs.CheckListen(addr); err != nil {
+		return nil, err
+	}
+	if !configs.Loopback(addr) {
+		return nil, fmt.Errorf("%s is not a loopback address: the profiles are for this machine only", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ps := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = ps.Serve(ln) }()
+	return func() { _ = ps.Close() }, nil
 }
