@@ -76,7 +76,7 @@ func TestServeClustersLab(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				body := fmt.Sprintf(`{"responses_create_params": {"input": "x", "metadata": {"problem_statement": "Improve post-training (%d) %s"}}, "_ng_task_index": %d, "_ng_rollout_index": 0}`, i, tag, i)
-				code, doc := srv.post(t, "/run", body)
+				code, doc := srv.postWithin(t, limit, "/run", body, "") // the last rows wait for the first
 				answers[i] = answer{wave: wave, code: code, doc: doc}
 			}()
 		}

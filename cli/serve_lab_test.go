@@ -565,7 +565,12 @@ func (s *serveProc) post(t *testing.T, path, body string) (int, map[string]any) 
 
 // postAuth is post with a bearer token, when not empty.
 func (s *serveProc) postAuth(t *testing.T, path, body, token string) (int, map[string]any) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*episodeTimeout)
+	return s.postWithin(t, 2*episodeTimeout, path, body, token)
+}
+
+// postWithin is postAuth that waits up to d for the answer.
+func (s *serveProc) postWithin(t *testing.T, d time.Duration, path, body, token string) (int, map[string]any) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -20,7 +20,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	pending []pendingEpisode
-	waiters map[string][]chan *ledger.Entry // by episode: every follower
+	waiters map[string][]func(*ledger.Entry) // by episode: every follower
 	rows    []Row                           // as of the last successful poll
 	stats   EngineStats
 	wake    chan struct{}
@@ -59,7 +59,7 @@ type pendingEpisode struct {
 
 // NewEngine returns an engine of d; Run drives it.
 func (d *Driver) NewEngine(opt EngineOptions) *Engine {
-	return &Engine{d: d, opt: opt, waiters: map[string][]chan *ledger.Entry{}, wake: make(chan struct{}, 1)}
+	return &Engine{d: d, opt: opt, waiters: map[string][]func(*ledger.Entry){}, wake: make(chan struct{}, 1)}
 }
 
 // Follow adds episode e (held by lock, or nil: the engine takes the lock
@@ -69,29 +69,38 @@ func (d *Driver) NewEngine(opt EngineOptions) *Engine {
 // followers. A final e is sent at once.
 func (g *Engine) Follow(e *ledger.Entry, lock *ledger.Lock) <-chan *ledger.Entry {
 	ch := make(chan *ledger.Entry, 1)
+	g.FollowFunc(e, lock, func(final *ledger.Entry) { ch <- final })
+	return ch
+}
+
+// FollowFunc is Follow with a function told the final entry instead of a
+// channel: no goroutine waits for the episode (serve follows thousands).
+// done is called once, from Run's goroutine after the poll that ended the
+// episode (from a goroutine of its own when e is final already), without
+// the engine's lock held; it must not block.
+func (g *Engine) FollowFunc(e *ledger.Entry, lock *ledger.Lock, done func(*ledger.Entry)) {
 	if e.Final() {
 		if lock != nil {
 			lock.Unlock()
 		}
-		ch <- e
-		return ch
+		go done(e)
+		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if ws, ok := g.waiters[e.Episode]; ok {
-		g.waiters[e.Episode] = append(ws, ch)
+		g.waiters[e.Episode] = append(ws, done)
 		if lock != nil {
 			lock.Unlock()
 		}
-		return ch
+		return
 	}
-	g.waiters[e.Episode] = []chan *ledger.Entry{ch}
+	g.waiters[e.Episode] = []func(*ledger.Entry){done}
 	g.pending = append(g.pending, pendingEpisode{e: e, lock: lock})
 	select {
 	case g.wake <- struct{}{}:
 	default:
 	}
-	return ch
 }
 
 // Following reports whether ep is followed now.
@@ -236,13 +245,21 @@ func (g *Engine) settle(st *watchState, rows []Row) {
 			live = append(live, r)
 		}
 	}
+	type told struct {
+		e  *ledger.Entry
+		fs []func(*ledger.Entry)
+	}
+	var tell []told
 	g.mu.Lock()
 	g.rows = live
 	for _, e := range final {
-		for _, ch := range g.waiters[e.Episode] {
-			ch <- e
-		}
+		tell = append(tell, told{e, g.waiters[e.Episode]})
 		delete(g.waiters, e.Episode)
 	}
 	g.mu.Unlock()
+	for _, t := range tell {
+		for _, f := range t.fs {
+			f(t.e)
+		}
+	}
 }

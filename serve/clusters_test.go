@@ -2,17 +2,22 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // roomRunner answers the room probe (sh -c roomScript) with out, or fails
@@ -144,5 +149,51 @@ func TestUnreachable(t *testing.T) {
 		if got := unreachable(c.err); got != c.want {
 			t.Errorf("unreachable(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestFollowWithoutGoroutine: a followed episode's request waits on its
+// engine with no goroutine of its own; serve's shutdown answers it once
+// (errClosed), and the engine's later word on it changes nothing.
+func TestFollowWithoutGoroutine(t *testing.T) {
+	s, d := newTestServer(t, Options{})
+	e := &ledger.Entry{Episode: stages.NewID(time.Now()), Created: time.Now(), ConfigPath: d.ConfigPath, Dir: t.TempDir(), Isolation: "none",
+		Jobs: map[string]*ledger.Submission{stages.Author: {JobID: "4242", Submitted: time.Now()}}}
+	if err := d.Ledger.Create(e, []byte("task")); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 200
+	before := runtime.NumGoroutine()
+	runs := make([]*run, rows)
+	for i := range runs {
+		runs[i] = &run{done: make(chan struct{}), started: true, episode: e.Episode}
+		s.mu.Lock()
+		s.live[runs[i]] = true
+		s.mu.Unlock()
+		s.follow(runs[i], e, nil)
+	}
+	if n := runtime.NumGoroutine(); n > before+10 {
+		t.Errorf("%d goroutines after following %d runs, %d before: want none per run", n, rows, before)
+	}
+	if !s.opt.Engine.Following(e.Episode) {
+		t.Fatal("the engine does not follow the episode")
+	}
+	s.Shutdown()
+	for i, ru := range runs {
+		select {
+		case <-ru.done:
+		default:
+			t.Fatalf("run %d not ended by shutdown", i)
+		}
+		if !errors.Is(ru.err, errClosed) {
+			t.Fatalf("run %d: err %v, want errClosed", i, ru.err)
+		}
+	}
+	// The engine's word after shutdown: no second close, no change.
+	final := *e
+	final.Outcome = &rules.Outcome{Outcome: rules.Scored, Reward: f64(0.5)}
+	s.end(runs[0], &final, nil)
+	if runs[0].entry != nil || !errors.Is(runs[0].err, errClosed) {
+		t.Errorf("a second end changed the run: %v %v", runs[0].entry, runs[0].err)
 	}
 }

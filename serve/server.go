@@ -112,6 +112,9 @@ type run struct {
 	// submission of it could not reach (it is placed elsewhere).
 	cluster *cluster
 	tried   map[string]bool
+	// following: the episode's engine will tell end; ended: end ran (it
+	// runs once: shutdown and the engine may both come to it).
+	following, ended bool
 }
 
 // New returns a server; call Start to re-attach to the episodes a previous
@@ -231,7 +234,7 @@ func (s *Server) Start() error {
 		s.mu.Unlock()
 		s.slots.force()
 		s.logf("re-attached to %s", e.Episode)
-		go s.follow(r, e, nil)
+		s.follow(r, e, nil)
 	}
 	return nil
 }
@@ -242,6 +245,19 @@ func (s *Server) Start() error {
 func (s *Server) Shutdown() {
 	s.slots.close()
 	s.stop()
+	// The followed episodes' requests are answered now (their episodes go
+	// on; the next serve re-attaches to them).
+	s.mu.Lock()
+	var followed []*run
+	for ru := range s.live {
+		if ru.following {
+			followed = append(followed, ru)
+		}
+	}
+	s.mu.Unlock()
+	for _, ru := range followed {
+		s.end(ru, nil, errClosed)
+	}
 }
 
 // Handler routes the endpoints.
@@ -393,7 +409,8 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *ledger.Entry, err 
 				s.runs[key] = ru
 				s.live[ru] = true
 				s.slots.force()
-				go s.follow(ru, e, nil)
+				ru.following = true
+				s.handOver(ru, e, nil)
 				return ru, nil, nil
 			default:
 				if why := s.reuse(rec, e); why != "" {
@@ -642,30 +659,41 @@ func (s *Server) submitOn(c *cluster, batch []*run) (again []*run) {
 		c.mu.Lock()
 		c.placed++
 		c.mu.Unlock()
-		go s.follow(ru, e, lock)
+		s.follow(ru, e, lock)
 	}
 	return again
 }
 
-// follow hands the episode to its cluster's engine and waits for its end.
+// follow hands the episode to its cluster's engine, which ends the run
+// when the episode is final: no goroutine waits for it.
 func (s *Server) follow(ru *run, e *ledger.Entry, lock *ledger.Lock) {
+	s.mu.Lock()
+	ru.following = true
+	s.mu.Unlock()
+	s.handOver(ru, e, lock)
+}
+
+// handOver is follow for a caller that holds s.mu and has set
+// ru.following.
+func (s *Server) handOver(ru *run, e *ledger.Entry, lock *ledger.Lock) {
 	c := ru.cluster
 	if c == nil {
 		c = s.clusterOf(e)
 	}
-	ch := c.Engine.Follow(e, lock)
-	select {
-	case final := <-ch:
+	c.Engine.FollowFunc(e, lock, func(final *ledger.Entry) {
 		c.ended(final)
 		s.slots.release()
 		s.end(ru, final, nil)
-	case <-s.ctx.Done():
-		s.end(ru, nil, errClosed)
-	}
+	})
 }
 
 func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 	s.mu.Lock()
+	if ru.ended {
+		s.mu.Unlock()
+		return
+	}
+	ru.ended = true
 	ru.entry, ru.err = final, err
 	if ru.key != "" && s.runs[ru.key] == ru {
 		delete(s.runs, ru.key)
