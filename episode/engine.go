@@ -21,7 +21,7 @@ type Engine struct {
 	mu      sync.Mutex
 	pending []pendingEpisode
 	waiters map[string][]func(*ledger.Entry) // by episode: every follower
-	rows    []Row                           // as of the last successful poll
+	rows    []Row                            // as of the last successful poll
 	stats   EngineStats
 	wake    chan struct{}
 	// onPoll are told the duration of every poll (ObservePolls).
