@@ -208,6 +208,10 @@ func TestServeClustersLab(t *testing.T) {
 	if split[1]["east"] == 0 || split[1]["west"] == 0 {
 		t.Errorf("wave 1 not spread over both clusters: %v", split[1])
 	}
+	// By capacity: east has two GPUs, west one.
+	if split[1]["east"] <= split[1]["west"] {
+		t.Errorf("wave 1 put %d rows on east (2 GPUs) and %d on west (1 GPU): want more on east", split[1]["east"], split[1]["west"])
+	}
 	if split[2]["west"] != 0 {
 		t.Errorf("wave 2 put %d rows on west while it was down", split[2]["west"])
 	}

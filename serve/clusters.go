@@ -47,9 +47,10 @@ type cluster struct {
 	known    bool
 	lastErr  error
 	inFlight int
-	// wait is the recent queue wait of the train and eval jobs there (an
-	// exponentially weighted mean of the episodes that ended).
-	wait   time.Duration
+	// wait and run are the recent queue wait and run time of the train
+	// and eval jobs there (exponentially weighted means over the episodes
+	// that ended).
+	wait, run time.Duration
 	placed int64
 }
 
@@ -84,7 +85,7 @@ func (s *Server) facts() []clusterFacts {
 	for i, c := range s.clusters {
 		c.mu.Lock()
 		out[i] = clusterFacts{Name: c.label(), Up: c.up, InFlight: c.inFlight, MaxInFlight: c.MaxInFlight,
-			Known: c.known, FreeGPUs: c.room.FreeGPUs, Pending: c.room.Pending, Wait: c.wait}
+			Known: c.known, GPUs: c.room.GPUs, FreeGPUs: c.room.FreeGPUs, Pending: c.room.Pending, Run: c.run, Wait: c.wait}
 		c.mu.Unlock()
 	}
 	return out
@@ -159,13 +160,21 @@ func (c *cluster) ended(final *ledger.Entry) {
 			continue
 		}
 		if w, ok := queueWait(final, stage, job); ok {
-			if c.wait == 0 {
-				c.wait = max(w, time.Second)
-			} else {
-				c.wait = (7*c.wait + 3*w) / 10
-			}
+			c.wait = ewma(c.wait, w)
+		}
+		if !job.End.IsZero() && job.End.After(job.Start) {
+			c.run = ewma(c.run, job.End.Sub(job.Start))
 		}
 	}
+}
+
+// ewma folds v into the weighted mean m (0: none yet; a mean is at least
+// a second, so that 0 keeps meaning none).
+func ewma(m, v time.Duration) time.Duration {
+	if m == 0 {
+		return max(v, time.Second)
+	}
+	return max((7*m+3*v)/10, time.Second)
 }
 
 // clusterRows are the engines' rows, with the cluster of each.

@@ -8,8 +8,10 @@ import (
 )
 
 func TestPlace(t *testing.T) {
-	up := func(name string, free, pending int, wait time.Duration) clusterFacts {
-		return clusterFacts{Name: name, Up: true, Known: true, FreeGPUs: free, Pending: pending, Wait: wait}
+	// up: a cluster that answers, with gpus of which free are free,
+	// pending jobs, its GPU jobs' run time and queue wait.
+	up := func(name string, gpus, free, pending int, run, wait time.Duration) clusterFacts {
+		return clusterFacts{Name: name, Up: true, Known: true, GPUs: gpus, FreeGPUs: free, Pending: pending, Run: run, Wait: wait}
 	}
 	for _, c := range []struct {
 		name  string
@@ -17,19 +19,20 @@ func TestPlace(t *testing.T) {
 		n     int
 		want  string // rows per cluster, "-" for unplaced
 	}{
-		{"free GPUs first, the most room first", []clusterFacts{up("a", 2, 0, 0), up("b", 1, 0, 0)}, 3, "a:2 b:1"},
-		{"then the shortest expected wait", []clusterFacts{up("a", 2, 0, time.Minute), up("b", 1, 0, 10*time.Second)}, 9, "a:3 b:6"},
-		{"pending jobs take the free GPUs first", []clusterFacts{up("a", 4, 4, time.Minute), up("b", 1, 0, time.Minute)}, 1, "b:1"},
-		{"a cluster down gets nothing", []clusterFacts{{Name: "a", Up: false, Known: true, FreeGPUs: 8}, up("b", 0, 5, time.Hour)}, 2, "b:2"},
+		{"free GPUs first, the most room first", []clusterFacts{up("a", 2, 2, 0, 0, 0), up("b", 1, 1, 0, 0, 0)}, 3, "a:2 b:1"},
+		{"then by capacity: four GPUs drain a line four times as fast", []clusterFacts{up("a", 4, 0, 0, time.Minute, 0), up("b", 1, 0, 0, time.Minute, 0)}, 10, "a:8 b:2"},
+		{"a faster cluster takes more", []clusterFacts{up("a", 1, 0, 0, 30*time.Second, 0), up("b", 1, 0, 0, 90*time.Second, 0)}, 4, "a:3 b:1"},
+		{"the recent queue wait is a floor (others' jobs, fair share)", []clusterFacts{up("a", 8, 0, 0, time.Minute, 10*time.Minute), up("b", 1, 0, 0, time.Minute, 0)}, 3, "b:3"},
+		{"pending jobs take the free GPUs first", []clusterFacts{up("a", 4, 4, 4, time.Minute, 0), up("b", 1, 1, 0, time.Minute, 0)}, 1, "b:1"},
+		{"a cluster not yet measured: as fast as the best measured", []clusterFacts{up("a", 1, 0, 0, 10*time.Second, 0), up("b", 1, 0, 0, 0, 0)}, 4, "a:2 b:2"},
+		{"a cluster down gets nothing", []clusterFacts{{Name: "a", Up: false, Known: true, GPUs: 8, FreeGPUs: 8}, up("b", 1, 0, 5, time.Hour, time.Hour)}, 2, "b:2"},
 		{"all down: unplaced", []clusterFacts{{Name: "a"}, {Name: "b"}}, 2, "-:2"},
-		{"max_in_flight bounds a cluster", []clusterFacts{{Name: "a", Up: true, Known: true, FreeGPUs: 8, InFlight: 3, MaxInFlight: 4}, up("b", 0, 0, time.Hour)}, 3, "a:1 b:2"},
+		{"max_in_flight bounds a cluster", []clusterFacts{{Name: "a", Up: true, Known: true, GPUs: 8, FreeGPUs: 8, InFlight: 3, MaxInFlight: 4}, up("b", 0, 0, 0, time.Hour, time.Hour)}, 3, "a:1 b:2"},
 		{"every cluster at its bound: unplaced", []clusterFacts{{Name: "a", Up: true, InFlight: 1, MaxInFlight: 1}}, 2, "-:2"},
-		{"room unknown counts as none free", []clusterFacts{{Name: "a", Up: true}, up("b", 1, 0, time.Minute)}, 2, "a:1 b:1"},
+		{"room unknown counts as none free", []clusterFacts{{Name: "a", Up: true}, up("b", 1, 1, 0, time.Minute, 0)}, 2, "a:1 b:1"},
 		{"ties: fewer in flight, then the config's order", []clusterFacts{{Name: "a", Up: true, Known: true, InFlight: 5}, {Name: "b", Up: true, Known: true, InFlight: 1}, {Name: "c", Up: true, Known: true, InFlight: 1}}, 1, "b:1"},
-		{"a cluster not yet measured: as good as the best measured", []clusterFacts{up("a", 0, 3, 10*time.Second), up("b", 0, 1, 0)}, 3, "a:1 b:2"},
-		{"none measured: the default wait for all", []clusterFacts{up("a", 0, 0, 0), up("b", 0, 1, 0)}, 3, "a:2 b:1"},
-		{"one cluster: every row", []clusterFacts{up("only", 0, 100, time.Hour)}, 5, "only:5"},
-		{"no rows", []clusterFacts{up("a", 1, 0, 0)}, 0, ""},
+		{"one cluster: every row", []clusterFacts{up("only", 1, 0, 100, time.Hour, time.Hour)}, 5, "only:5"},
+		{"no rows", []clusterFacts{up("a", 1, 1, 0, 0, 0)}, 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := place(c.facts, c.n)
@@ -70,7 +73,7 @@ func TestPlace(t *testing.T) {
 // it starts soonest given the rows before it, so placing n rows at once is
 // placing them one at a time.
 func TestPlaceEarlierRowsFirst(t *testing.T) {
-	facts := []clusterFacts{{Name: "a", Up: true, Known: true, FreeGPUs: 3, Wait: 40 * time.Second}, {Name: "b", Up: true, Known: true, FreeGPUs: 1, Pending: 2, Wait: 15 * time.Second}}
+	facts := []clusterFacts{{Name: "a", Up: true, Known: true, GPUs: 3, FreeGPUs: 3, Run: 40 * time.Second, Wait: 5 * time.Second}, {Name: "b", Up: true, Known: true, GPUs: 2, FreeGPUs: 1, Pending: 2, Run: 15 * time.Second}}
 	all := place(facts, 12).Cluster
 	fs := append([]clusterFacts(nil), facts...)
 	for r := range 12 {

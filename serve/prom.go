@@ -185,6 +185,10 @@ var (
 		"Jobs pending in the cluster's partition, at the last room probe (squeue).", []string{"cluster"}, nil)
 	descClusterWait = prometheus.NewDesc("nemorl_serve_cluster_queue_wait_seconds",
 		"Recent queue wait of this serve's train and eval jobs on the cluster (weighted mean), as placement uses it.", []string{"cluster"}, nil)
+	descClusterRun = prometheus.NewDesc("nemorl_serve_cluster_job_run_seconds",
+		"Recent run time of this serve's train and eval jobs on the cluster (weighted mean), as placement uses it.", []string{"cluster"}, nil)
+	descClusterGPUs = prometheus.NewDesc("nemorl_serve_cluster_gpus",
+		"GPUs of the cluster's GRES type on its nodes that take jobs, at the last room probe (sinfo).", []string{"cluster"}, nil)
 	descClusterPolls = prometheus.NewDesc("nemorl_serve_cluster_polls_total",
 		"Polls of the cluster.", []string{"cluster"}, nil)
 	descClusterPollFailures = prometheus.NewDesc("nemorl_serve_cluster_poll_failures_total",
@@ -197,7 +201,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInFlight, descQueue, descEpisodes, descOutcomes, descAnswers, descAttached,
 		descPolls, descPollSacctJobs, descPollFailures, descPollBackoffs, descLastPoll, descPollSeconds, descReconnects, descCommands, descFileOps,
 		descClusterUp, descClusterInFlight, descClusterPlaced, descClusterFree, descClusterPending, descClusterWait,
-		descClusterPolls, descClusterPollFailures, descClusterCommands} {
+		descClusterRun, descClusterGPUs, descClusterPolls, descClusterPollFailures, descClusterCommands} {
 		ch <- d
 	}
 }
@@ -285,7 +289,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		cst := cl.Engine.Stats()
 		cl.mu.Lock()
-		up, inFlight, placed, room, known, wait := cl.up, cl.inFlight, cl.placed, cl.room, cl.known, cl.wait
+		up, inFlight, placed, room, known, wait, run := cl.up, cl.inFlight, cl.placed, cl.room, cl.known, cl.wait, cl.run
 		cl.mu.Unlock()
 		gauge(descClusterUp, map[bool]float64{true: 1}[up], cl.Name)
 		gauge(descClusterInFlight, float64(inFlight), cl.Name)
@@ -293,8 +297,10 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		if known {
 			gauge(descClusterFree, float64(room.FreeGPUs), cl.Name)
 			gauge(descClusterPending, float64(room.Pending), cl.Name)
+			gauge(descClusterGPUs, float64(room.GPUs), cl.Name)
 		}
 		gauge(descClusterWait, wait.Seconds(), cl.Name)
+		gauge(descClusterRun, run.Seconds(), cl.Name)
 		counter(descClusterPolls, float64(cst.Polls), cl.Name)
 		counter(descClusterPollFailures, float64(cst.PollFailures), cl.Name)
 	}
