@@ -51,7 +51,7 @@ type cluster struct {
 	// and eval jobs there (exponentially weighted means over the episodes
 	// that ended).
 	wait, run time.Duration
-	placed int64
+	placed    int64
 }
 
 func (c *cluster) label() string {
