@@ -212,9 +212,9 @@ func TestServeClustersLab(t *testing.T) {
 	if split[1]["east"] <= split[1]["west"] {
 		t.Errorf("wave 1 put %d rows on east (2 GPUs) and %d on west (1 GPU): want more on east", split[1]["east"], split[1]["west"])
 	}
-	if split[2]["west"] != 0 {
-		t.Errorf("wave 2 put %d rows on west while it was down", split[2]["west"])
-	}
+	// (A row of wave 2 may still go to west: one that waited for a slot
+	// until after west came back. The creation times above say none was
+	// placed there while it was down.)
 	if split[3]["west"] == 0 {
 		t.Errorf("wave 3: nothing on west after it came back: %v", split[3])
 	}
