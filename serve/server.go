@@ -88,6 +88,7 @@ type Server struct {
 	mu       sync.Mutex
 	runs     map[string]*run // by idempotency key, while the episode runs
 	live     map[*run]bool   // every run in progress
+	parked   map[*parked]bool // requests waiting on a connection taken over (park.go)
 	outcomes map[[2]string]int64
 	answers  map[int]int64 // HTTP status → count of /run answers
 	attached int64
@@ -115,6 +116,9 @@ type run struct {
 	// following: the episode's engine will tell end; ended: end ran (it
 	// runs once: shutdown and the engine may both come to it).
 	following, ended bool
+	// parked are the requests waiting for it on connections taken over
+	// from net/http (park.go), told at its end.
+	parked []*parked
 }
 
 // New returns a server; call Start to re-attach to the episodes a previous
@@ -149,7 +153,7 @@ func New(opt Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opt: opt, d: opt.Driver, keys: keys, log: log, started: opt.Now(), slots: newSlots(opt.Concurrency),
-		runs: map[string]*run{}, live: map[*run]bool{}, outcomes: map[[2]string]int64{}, answers: map[int]int64{}}
+		runs: map[string]*run{}, live: map[*run]bool{}, parked: map[*parked]bool{}, outcomes: map[[2]string]int64{}, answers: map[int]int64{}}
 	if k := opt.Driver.Config.PolicyModel.APIKey.Reveal(); k != "" {
 		s.secret = append(s.secret, k)
 	}
@@ -172,6 +176,7 @@ func New(opt Options) (*Server, error) {
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.submitq = newSubmitQueue()
 	go s.submitter()
+	go s.sweepParked()
 	return s, nil
 }
 
@@ -254,10 +259,22 @@ func (s *Server) Shutdown() {
 			followed = append(followed, ru)
 		}
 	}
+	// Every parked request is answered as a waiting handler would be.
+	var ps []*parked
+	for p := range s.parked {
+		if !p.gone {
+			p.gone = true
+			ps = append(ps, p)
+		}
+	}
 	s.mu.Unlock()
+	for _, p := range ps {
+		go s.answerParked(p, nil, errClosed)
+	}
 	for _, ru := range followed {
 		s.end(ru, nil, errClosed)
 	}
+	s.waitParked(10 * time.Second)
 }
 
 // Handler routes the endpoints.
@@ -362,6 +379,9 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request, rw *row, key s
 	if stored != nil {
 		s.answer(w, r, rw, key, stored, nil, true)
 		return
+	}
+	if s.park(w, rw, key, ru) {
+		return // answered at the run's end, from its connection alone
 	}
 	select {
 	case <-ru.done:
@@ -695,6 +715,14 @@ func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 	}
 	ru.ended = true
 	ru.entry, ru.err = final, err
+	var ps []*parked
+	for _, p := range ru.parked {
+		if !p.gone {
+			p.gone = true
+			ps = append(ps, p)
+		}
+	}
+	ru.parked = nil
 	if ru.key != "" && s.runs[ru.key] == ru {
 		delete(s.runs, ru.key)
 	}
@@ -714,6 +742,9 @@ func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 		s.logf("%s: answered %s", final.Episode, msg)
 	}
 	close(ru.done)
+	for _, p := range ps {
+		go s.answerParked(p, final, err)
+	}
 }
 
 func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
