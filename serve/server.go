@@ -86,8 +86,8 @@ type Server struct {
 	stop context.CancelFunc
 
 	mu       sync.Mutex
-	runs     map[string]*run // by idempotency key, while the episode runs
-	live     map[*run]bool   // every run in progress
+	runs     map[string]*run  // by idempotency key, while the episode runs
+	live     map[*run]bool    // every run in progress
 	parked   map[*parked]bool // requests waiting on a connection taken over (park.go)
 	outcomes map[[2]string]int64
 	answers  map[int]int64 // HTTP status → count of /run answers
