@@ -43,7 +43,14 @@ type fillError struct{ err error }
 
 func (e *fillError) Error() string { return e.err.Error() }
 
+// writers bounds the writes in progress at once. A write blocks a thread
+// in fsync; serve writes a burst of thousands of ledger and key files from
+// as many goroutines, and Go would start a thread for each one blocked.
+var writers = make(chan struct{}, 8)
+
 func write(path string, mode fs.FileMode, fill func(*os.File) error) (err error) {
+	writers <- struct{}{}
+	defer func() { <-writers }()
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
