@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -166,6 +167,13 @@ func (e *env) serve(c *ucli.Context) error {
 		d.Logf = func(format string, args ...any) { opt.Logf("%s", srv.Redact(fmt.Sprintf(format, args...))) }
 	}
 
+	// A soft memory limit (GOMEMLIMIT, when set, wins): near it the
+	// collector runs more often rather than letting a burst's garbage
+	// (thousands of rows arriving at once) grow the heap to twice what is
+	// live. What serve keeps per waiting row is a few KiB.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(serveMemoryLimit)
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ectx, cancelEngine := context.WithCancel(context.Background())
@@ -225,6 +233,11 @@ func portOf(addr string) string {
 	}
 	return p
 }
+
+// serveMemoryLimit is serve's soft memory limit unless GOMEMLIMIT is set
+// (runtime/debug.SetMemoryLimit: a target for the collector, never a cap
+// that fails an allocation).
+const serveMemoryLimit = 192 << 20
 
 // servePprof serves Go's runtime profiles (net/http/pprof) on addr, a
 // loopback address only, for measuring serve (docs/BENCHMARKS.md): set
