@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -31,13 +30,13 @@ type parked struct {
 	conn net.Conn
 	rw   *row
 	key  string
-	ru   *run
-	// gone: the answer is being written or the client left (s.mu).
+	// gone: the answer is being written or the client left (s.mu); its
+	// run's end passes it by.
 	gone bool
 }
 
 // parkSweep is how often the parked connections are looked at for clients
-// that left (one read with a deadline in the past each).
+// that left (one peek that never waits each).
 var parkSweep = 5 * time.Second
 
 // parkAnswerTimeout bounds writing one parked answer (reading the author's
@@ -56,7 +55,7 @@ func (s *Server) park(w http.ResponseWriter, rw *row, key string, ru *run) bool 
 	// unread: the answer says Connection: close.
 	_ = brw
 	_ = conn.SetDeadline(time.Time{})
-	p := &parked{conn: conn, rw: rw, key: key, ru: ru}
+	p := &parked{conn: conn, rw: rw, key: key}
 	s.mu.Lock()
 	ended, final, rerr := ru.ended, ru.entry, ru.err
 	if ended {
@@ -117,12 +116,6 @@ func (s *Server) sweepParked() {
 			if left {
 				p.gone = true
 				delete(s.parked, p)
-				for i, q := range p.ru.parked {
-					if q == p {
-						p.ru.parked = append(p.ru.parked[:i], p.ru.parked[i+1:]...)
-						break
-					}
-				}
 			}
 			s.mu.Unlock()
 			if left {
@@ -185,7 +178,6 @@ type connWriter struct {
 	status int
 	body   bytes.Buffer
 	sent   bool
-	mu     sync.Mutex
 }
 
 func (w *connWriter) Header() http.Header { return w.header }
@@ -197,8 +189,6 @@ func (w *connWriter) WriteHeader(code int) {
 }
 
 func (w *connWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.sent {
 		return 0, errors.New("serve: write after the answer was sent")
 	}
@@ -210,8 +200,6 @@ func (w *connWriter) Write(b []byte) (int, error) {
 
 // FlushError writes the response, once.
 func (w *connWriter) FlushError() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.sent {
 		return nil
 	}

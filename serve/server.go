@@ -113,9 +113,9 @@ type run struct {
 	// submission of it could not reach (it is placed elsewhere).
 	cluster *cluster
 	tried   map[string]bool
-	// following: the episode's engine will tell end; ended: end ran (it
-	// runs once: shutdown and the engine may both come to it).
-	following, ended bool
+	// ended: end ran (it runs once: shutdown and the engine, or the
+	// submitter, may both come to it).
+	ended bool
 	// parked are the requests waiting for it on connections taken over
 	// from net/http (park.go), told at its end.
 	parked []*parked
@@ -250,28 +250,16 @@ func (s *Server) Start() error {
 func (s *Server) Shutdown() {
 	s.slots.close()
 	s.stop()
-	// The followed episodes' requests are answered now (their episodes go
-	// on; the next serve re-attaches to them).
+	// Every request still waiting is answered now, as a waiting handler
+	// was on the server's end: its episode goes on, and the next serve
+	// re-attaches to it.
 	s.mu.Lock()
-	var followed []*run
+	live := make([]*run, 0, len(s.live))
 	for ru := range s.live {
-		if ru.following {
-			followed = append(followed, ru)
-		}
-	}
-	// Every parked request is answered as a waiting handler would be.
-	var ps []*parked
-	for p := range s.parked {
-		if !p.gone {
-			p.gone = true
-			ps = append(ps, p)
-		}
+		live = append(live, ru)
 	}
 	s.mu.Unlock()
-	for _, p := range ps {
-		go s.answerParked(p, nil, errClosed)
-	}
-	for _, ru := range followed {
+	for _, ru := range live {
 		s.end(ru, nil, errClosed)
 	}
 	s.waitParked(10 * time.Second)
@@ -429,8 +417,7 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *ledger.Entry, err 
 				s.runs[key] = ru
 				s.live[ru] = true
 				s.slots.force()
-				ru.following = true
-				s.handOver(ru, e, nil)
+				s.follow(ru, e, nil)
 				return ru, nil, nil
 			default:
 				if why := s.reuse(rec, e); why != "" {
@@ -687,15 +674,6 @@ func (s *Server) submitOn(c *cluster, batch []*run) (again []*run) {
 // follow hands the episode to its cluster's engine, which ends the run
 // when the episode is final: no goroutine waits for it.
 func (s *Server) follow(ru *run, e *ledger.Entry, lock *ledger.Lock) {
-	s.mu.Lock()
-	ru.following = true
-	s.mu.Unlock()
-	s.handOver(ru, e, lock)
-}
-
-// handOver is follow for a caller that holds s.mu and has set
-// ru.following.
-func (s *Server) handOver(ru *run, e *ledger.Entry, lock *ledger.Lock) {
 	c := ru.cluster
 	if c == nil {
 		c = s.clusterOf(e)
