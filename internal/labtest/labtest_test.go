@@ -99,33 +99,6 @@ func TestLoadFar(t *testing.T) {
 	}
 }
 
-// TestFarSkip: without a far endpoint, Far skips (TestFarRequired: fails
-// under NEMORL_REQUIRE_LAB=1).
-func TestFarSkip(t *testing.T) {
-	t.Setenv("NEMORL_REQUIRE_LAB", "")
-	skipped := true
-	t.Run("inner", func(t *testing.T) {
-		Lab{File: "old.env", SSHPort: 2222}.Far(t)
-		skipped = false
-	})
-	if !skipped {
-		t.Error("Far did not skip without a far endpoint")
-	}
-}
-
-func TestFarRequired(t *testing.T) {
-	if os.Getenv("LABTEST_CHILD") == "1" {
-		Lab{File: "old.env", SSHPort: 2222}.Far(t)
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFarRequired$", "-test.v")
-	cmd.Env = append(os.Environ(), "LABTEST_CHILD=1", "NEMORL_REQUIRE_LAB=1")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "has no NEMORL_LAB_FAR_SSH_PORT; run lab/up") {
-		t.Errorf("child: %v\n%s", err, out)
-	}
-}
-
 // TestEnvSkipOrFail checks the skip/fail switch in a subprocess-free way:
 // with a missing file and the requirement off, Env skips.
 func TestEnvSkip(t *testing.T) {
@@ -436,33 +409,6 @@ func TestLoadCluster2(t *testing.T) {
 	}
 }
 
-// TestCluster2Skip: without cluster 2, Cluster2 skips (TestCluster2Required:
-// fails under NEMORL_REQUIRE_LAB=1).
-func TestCluster2Skip(t *testing.T) {
-	t.Setenv("NEMORL_REQUIRE_LAB", "")
-	skipped := true
-	t.Run("inner", func(t *testing.T) {
-		Lab{File: "old.env", SSHPort: 2222}.Cluster2(t)
-		skipped = false
-	})
-	if !skipped {
-		t.Error("Cluster2 did not skip without cluster 2")
-	}
-}
-
-func TestCluster2Required(t *testing.T) {
-	if os.Getenv("LABTEST_CHILD") == "1" {
-		Lab{File: "old.env", SSHPort: 2222}.Cluster2(t)
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCluster2Required$", "-test.v")
-	cmd.Env = append(os.Environ(), "LABTEST_CHILD=1", "NEMORL_REQUIRE_LAB=1")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "has no NEMORL_LAB2_SSH_PORT; run lab/up") {
-		t.Errorf("child: %v\n%s", err, out)
-	}
-}
-
 // TestStopCluster2NeedsLockLab: StopCluster2 without the lab lock held
 // exclusively fails the test before it touches the lab.
 func TestStopCluster2NeedsLockLab(t *testing.T) {
@@ -475,5 +421,52 @@ func TestStopCluster2NeedsLockLab(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "must hold the lab lock exclusively") || strings.Contains(string(out), "lab/cluster2 stop:") {
 		t.Errorf("child: %v\n%s", err, out)
+	}
+}
+
+// optionalParts are the lab's parts a test asks for by name: without them
+// in lab.env each skips, and fails under NEMORL_REQUIRE_LAB=1 naming the
+// key lab/up writes.
+var optionalParts = []struct {
+	name, missing string
+	ask           func(Lab, testing.TB)
+}{
+	{"Far", "has no NEMORL_LAB_FAR_SSH_PORT; run lab/up", func(l Lab, t testing.TB) { l.Far(t) }},
+	{"Cluster2", "has no NEMORL_LAB2_SSH_PORT; run lab/up", func(l Lab, t testing.TB) { l.Cluster2(t) }},
+}
+
+// TestOptionalPartSkip: an old lab.env without the part: the test skips.
+func TestOptionalPartSkip(t *testing.T) {
+	t.Setenv("NEMORL_REQUIRE_LAB", "")
+	for _, part := range optionalParts {
+		skipped := true
+		t.Run(part.name, func(t *testing.T) {
+			part.ask(Lab{File: "old.env", SSHPort: 2222}, t)
+			skipped = false
+		})
+		if !skipped {
+			t.Errorf("%s did not skip without its part of the lab", part.name)
+		}
+	}
+}
+
+// TestOptionalPartRequired: under NEMORL_REQUIRE_LAB=1 the test fails
+// (in a child process), saying which key is missing.
+func TestOptionalPartRequired(t *testing.T) {
+	if child := os.Getenv("LABTEST_CHILD"); child != "" {
+		for _, part := range optionalParts {
+			if part.name == child {
+				part.ask(Lab{File: "old.env", SSHPort: 2222}, t)
+			}
+		}
+		return
+	}
+	for _, part := range optionalParts {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOptionalPartRequired$", "-test.v")
+		cmd.Env = append(os.Environ(), "LABTEST_CHILD="+part.name, "NEMORL_REQUIRE_LAB=1")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), part.missing) {
+			t.Errorf("%s, child: %v\n%s", part.name, err, out)
+		}
 	}
 }
