@@ -113,14 +113,6 @@ func (l Lab) StopCluster2(t testing.TB) {
 	l.cluster2Ctl(t, "stop")
 }
 
-// KillCluster2 is StopCluster2 with SIGKILL (lab/cluster2 kill): the
-// controller crashes instead of shutting down (no state saved on the
-// way out).
-func (l Lab) KillCluster2(t testing.TB) {
-	t.Helper()
-	l.cluster2Ctl(t, "kill")
-}
-
 // StartCluster2 starts cluster 2's slurmctld again (lab/cluster2 start)
 // and returns once it answers (scontrol ping), its node is in service
 // and slurmdbd has its address again (sacct -M, squeue -M); it fails t if
