@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -113,19 +112,9 @@ func serveBurst(b *testing.B, bin string, port, n int) burstResult {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(b)
 	state := b.TempDir()
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	prof := pl.Addr().String()
-	pl.Close()
+	prof := freeAddr(b)
 	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--allow-no-isolation", "--listen", addr)
 	cmd.Env = append(cliEnv(state), "NEMORL_SERVE_PPROF="+prof)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

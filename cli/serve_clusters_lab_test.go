@@ -8,7 +8,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,12 +41,7 @@ func TestServeClustersLab(t *testing.T) {
 	}
 	cfg := x.clustersConfig(t, west.SSHPort, min(n, 64))
 	state := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	limit := 10*time.Minute + time.Duration(n)*6*time.Second
 	b := x.start(t, state, limit, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
 	srv := &serveProc{bgRun: b, url: "http://" + addr}

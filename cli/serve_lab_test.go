@@ -503,12 +503,7 @@ type serveProc struct {
 
 func (x *labCLI) startServe(t *testing.T, state, cfg string) *serveProc {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	return x.startServeAt(t, state, cfg, addr)
 }
 
@@ -727,4 +722,16 @@ func watchLivePage(ctx context.Context, srv *serveProc) (liveWatch, *chromium.Pa
 func (x *labCLI) livePage(t *testing.T, srv *serveProc, withData bool, png string) pageView {
 	t.Helper()
 	return loadPage(t, "/ui", srv.url+"/ui", chromium.Options{AllowLoopback: true}, withData, png, 1300)
+}
+
+// freeAddr is a loopback address with a port free now, for a server the
+// test starts (serve's --listen, NEMORL_SERVE_PPROF).
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
