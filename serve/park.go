@@ -80,6 +80,13 @@ func (s *Server) answerParked(p *parked, final *ledger.Entry, err error) {
 		s.mu.Unlock()
 	}()
 	defer p.conn.Close()
+	// A client that left since the last sweep gets nothing: its answer is
+	// not delivered (a write into a closed peer's socket can succeed), so
+	// a re-send of its row gets the outcome, as net/http's watch for a
+	// departed client made it before parking.
+	if peerGone(p.conn) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), parkAnswerTimeout)
 	defer cancel()
 	w := &connWriter{conn: p.conn, header: http.Header{}}
