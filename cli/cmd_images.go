@@ -169,18 +169,58 @@ func (e *env) imagesLock(c *ucli.Context) error {
 // receives the connection's log lines (nil: none). Every verb that talks to
 // the cluster connects through it.
 func dialCluster(ctx context.Context, cfg *configs.Config, path string, logf func(string, ...any)) (remote.Host, error) {
+	h, err := dialLogin(ctx, cfg, path, logf)
+	if err != nil {
+		return nil, err
+	}
+	return memberHost(h, cfg), nil
+}
+
+// memberHost is h sending every Slurm command to cfg's member of a
+// federation (clusters[i].members), or h.
+func memberHost(h remote.Host, cfg *configs.Config) remote.Host {
+	if m := cfg.Cluster.Member; m != "" {
+		return remote.WithEnv(h, "SLURM_CLUSTERS="+m)
+	}
+	return h
+}
+
+// dialLogin connects to cfg's login node (this machine when it has none).
+func dialLogin(ctx context.Context, cfg *configs.Config, path string, logf func(string, ...any)) (remote.Host, error) {
 	l := cfg.Cluster.Login
 	if l == nil {
 		return remote.NewLocal(), nil
 	}
-	ssh, err := remote.Dial(ctx, remote.Options{
-		Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
-		KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey, Logf: logf,
-	})
+	ssh, err := remote.Dial(ctx, loginOptions(l, logf))
 	if err != nil {
 		return nil, withCode(ExitInfra, fmt.Errorf("connect to the cluster (%s, from %s): %w", l.Host, path, err), "")
 	}
 	return ssh, nil
+}
+
+func loginOptions(l *configs.Login, logf func(string, ...any)) remote.Options {
+	return remote.Options{
+		Host: l.Host, Port: l.Port, User: l.User, IdentityFile: l.IdentityFile,
+		KnownHostsFile: l.KnownHosts, ProxyJump: l.ProxyJump, AcceptNewHostKey: l.AcceptNewHostKey, Logf: logf,
+	}
+}
+
+// dialLoginOrLater is dialLogin for one of several clusters (serve): a
+// login that cannot be reached now is opened without a connection, to be
+// connected when it answers, and down says why it is down. A host key or
+// a key that is refused is still an error: no later try fixes it.
+func dialLoginOrLater(ctx context.Context, cfg *configs.Config, path string, logf func(string, ...any)) (h remote.Host, down, err error) {
+	h, err = dialLogin(ctx, cfg, path, logf)
+	var hk *remote.HostKeyError
+	var auth *remote.AuthError
+	if err == nil || errors.As(err, &hk) || errors.As(err, &auth) || errors.Is(err, context.Canceled) {
+		return h, nil, err
+	}
+	lazy, oerr := remote.Open(loginOptions(cfg.Cluster.Login, logf))
+	if oerr != nil {
+		return nil, nil, err
+	}
+	return lazy, err, nil
 }
 
 // verboseLogf is e.logf with -v, else nil.

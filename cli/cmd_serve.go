@@ -95,10 +95,14 @@ func (e *env) serve(c *ucli.Context) error {
 	}
 	verbose := globalBool(c, "verbose")
 	// One connection, driver and engine per cluster (clusters:), or the
-	// config's one cluster:. Every cluster must answer at start.
+	// config's one cluster:; the members of one clusters: entry share its
+	// login's connection. With one cluster, it must answer at start; of
+	// several, one that does not starts down (no rows placed there) and is
+	// checked (preflight) once it answers.
 	var clusters []serve.Cluster
 	var drivers []*episode.Driver
 	names := cfg.ClusterNames()
+	logins := map[string]remote.Host{}
 	for _, name := range names {
 		ccfg, err := cfg.For(name)
 		if err != nil {
@@ -108,37 +112,77 @@ func (e *env) serve(c *ucli.Context) error {
 		if name != "" {
 			where = "cluster " + name + ": "
 		}
-		// Reconnections are logged, -v or not (and counted by the SSH host).
-		host, err := dialCluster(c.Context, ccfg, path, func(format string, args ...any) {
-			msg := fmt.Sprintf(format, args...)
-			if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
-				e.logf("%s%s", where, msg)
+		entry, _, _ := strings.Cut(name, configs.MemberSep)
+		login, ok := logins[entry]
+		var down error
+		if !ok {
+			// Reconnections are logged, -v or not (and counted by the SSH host).
+			logf := func(format string, args ...any) {
+				msg := fmt.Sprintf(format, args...)
+				if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
+					e.logf("%s%s", where, msg)
+				}
 			}
-		})
-		if err != nil {
-			if name != "" {
-				return fmt.Errorf("cluster %s: %w", name, err)
+			if len(names) > 1 {
+				login, down, err = dialLoginOrLater(c.Context, ccfg, path, logf)
+			} else {
+				login, err = dialLogin(c.Context, ccfg, path, logf)
 			}
-			return err
+			if err != nil {
+				if name != "" {
+					return fmt.Errorf("cluster %s: %w", name, err)
+				}
+				return err
+			}
+			logins[entry] = login
+			defer login.Close()
 		}
 		var reconnects func() int64
-		if r, ok := host.(interface{ Reconnects() int64 }); ok && ccfg.Cluster.Login != nil {
+		if r, ok := login.(interface{ Reconnects() int64 }); ok && ccfg.Cluster.Login != nil {
 			reconnects = r.Reconnects
 		}
-		counted := remote.NewCounted(host)
-		defer counted.Close()
+		counted := remote.NewCounted(memberHost(login, ccfg))
 		d := e.newDriver(ccfg, abs, sha256.Sum256(data), counted, lg)
 		d.DiscardNotCreated = len(names) > 1
-		if err := d.Preflight(c.Context); err != nil {
+		preflight := func(ctx context.Context) error {
+			err := d.Preflight(ctx)
 			var pe *episode.PreflightError
 			if errors.As(err, &pe) {
 				return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %s%w", path, where, err), Hint: "fix the config"}
 			}
-			return withCode(ExitInfra, fmt.Errorf("%s%w", where, err), "")
+			if err != nil {
+				return withCode(ExitInfra, fmt.Errorf("%s%w", where, err), "")
+			}
+			return nil
+		}
+		cl := serve.Cluster{Name: name, Driver: d, Engine: d.NewEngine(episode.EngineOptions{}),
+			MaxInFlight: cfg.MaxInFlight(name), RemoteOps: counted.Counts, Reconnects: reconnects}
+		if down == nil {
+			err := preflight(c.Context)
+			var ce *Error
+			switch {
+			case err == nil:
+			case len(names) > 1 && errors.As(err, &ce) && ce.Code == ExitInfra:
+				down = err
+			default:
+				return err
+			}
+		}
+		if down != nil {
+			// Its episodes in the ledger are followed when it answers; the
+			// config's paths there are checked then, before any row goes.
+			e.logf("serve: %snot answering at start, no rows placed there until it answers: %v", where, down)
+			cl.Down, cl.Preflight = down, func(ctx context.Context) error {
+				err := preflight(ctx)
+				var ce *Error
+				if errors.As(err, &ce) && ce.Code == ExitUsage {
+					return fmt.Errorf("%w: %w", serve.ErrMisconfigured, err)
+				}
+				return err
+			}
 		}
 		drivers = append(drivers, d)
-		clusters = append(clusters, serve.Cluster{Name: name, Driver: d, Engine: d.NewEngine(episode.EngineOptions{}),
-			MaxInFlight: cfg.MaxInFlight(name), RemoteOps: counted.Counts, Reconnects: reconnects})
+		clusters = append(clusters, cl)
 	}
 	opt := serve.Options{Clusters: clusters, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
 		Token: token, Logf: func(format string, args ...any) { e.logf(format, args...) }}

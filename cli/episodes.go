@@ -520,9 +520,11 @@ func (u *userNames) rename(ctx context.Context, d *episode.Driver, rows []episod
 // the config as loaded from abs (sum: its bytes' sha256), the cluster, the
 // ledger, and e's log.
 func (e *env) newDriver(cfg *configs.Config, abs string, sum [32]byte, host remote.Host, lg *ledger.Ledger) *episode.Driver {
+	sl := slurm.New(host)
+	sl.Cluster = cfg.Cluster.Member
 	return &episode.Driver{
 		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
-		Host: host, Slurm: slurm.New(host), Ledger: lg, Version: Version,
+		Host: host, Slurm: sl, Ledger: lg, Version: Version,
 		Logf: func(format string, args ...any) { e.logf(format, args...) },
 	}
 }

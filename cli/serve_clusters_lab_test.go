@@ -270,6 +270,23 @@ func (s *serveProc) rows(t *testing.T) []rowJSON {
 // westPort), the same user, key, workdir and stand-ins.
 func (x *labCLI) clustersConfig(t *testing.T, westPort, concurrency int) string {
 	t.Helper()
+	return x.clustersConfigOf(t, concurrency, clusterSpec{name: "east", port: x.lab.SSHPort}, clusterSpec{name: "west", port: westPort})
+}
+
+// clusterSpec is one clusters: entry of clustersConfigOf: the lab's
+// cluster: block with its own name, login port and extra keys.
+type clusterSpec struct {
+	name       string
+	port       int
+	knownHosts string   // "": the lab's
+	extra      []string // "key: value" lines added to the entry
+}
+
+// clustersConfigOf is serveConfig's config with a clusters: entry per
+// spec, each the lab's cluster: block (user, key, workdir, partition)
+// with the spec's name, port and extra keys.
+func (x *labCLI) clustersConfigOf(t *testing.T, concurrency int, specs ...clusterSpec) string {
+	t.Helper()
 	p := x.serveConfig(t, fmt.Sprintf("  concurrency: %d\n", concurrency), "")
 	raw, err := os.ReadFile(p)
 	if err != nil {
@@ -282,18 +299,23 @@ func (x *labCLI) clustersConfig(t *testing.T, westPort, concurrency int) string 
 		t.Fatalf("%s: no cluster: block before runtime:", p)
 	}
 	block := strings.Split(strings.TrimRight(data[i+len("\ncluster:\n"):j], "\n"), "\n")
-	entry := func(name string, port int) string {
-		var b strings.Builder
-		fmt.Fprintf(&b, "  - name: %s\n", name)
+	var b strings.Builder
+	for _, sp := range specs {
+		fmt.Fprintf(&b, "  - name: %s\n", sp.name)
 		for _, l := range block {
-			if strings.HasPrefix(strings.TrimSpace(l), "port:") {
-				l = strings.Replace(l, strings.TrimSpace(l), fmt.Sprintf("port: %d", port), 1)
+			switch k := strings.TrimSpace(l); {
+			case strings.HasPrefix(k, "port:"):
+				l = strings.Replace(l, k, fmt.Sprintf("port: %d", sp.port), 1)
+			case strings.HasPrefix(k, "known_hosts:") && sp.knownHosts != "":
+				l = strings.Replace(l, k, "known_hosts: "+sp.knownHosts, 1)
 			}
 			b.WriteString("  " + l + "\n")
 		}
-		return b.String()
+		for _, l := range sp.extra {
+			b.WriteString("    " + l + "\n")
+		}
 	}
-	data = data[:i] + "\nclusters:\n" + entry("east", x.lab.SSHPort) + entry("west", westPort) + data[j:]
+	data = data[:i] + "\nclusters:\n" + b.String() + data[j:]
 	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}

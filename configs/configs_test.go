@@ -356,6 +356,46 @@ policy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_par
 	if w, _ := again.For("west"); w == nil || w.Cluster.Workdir != "/west/episodes" {
 		t.Errorf("effective config lost west: %+v", w)
 	}
+	// An entry with members: a cluster per member, named entry/member,
+	// each sending its Slurm commands to its member; the entry's limits are
+	// each member's.
+	fed, err := Load("fed.yaml", []byte(`clusters:
+  - name: site
+    workdir: /site/episodes
+    max_in_flight: 7
+    members: [gpu-a, gpu-b]
+  - name: west
+    workdir: /west/episodes
+runtime: {kind: none}
+policy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_parser: false}
+`), testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(fed.ClusterNames(), " "); got != "site/gpu-a site/gpu-b west" {
+		t.Errorf("ClusterNames %q", got)
+	}
+	if fed.ClusterName != "site/gpu-a" || fed.Cluster.Member != "gpu-a" {
+		t.Errorf("the first member should stand in cluster: %q %q", fed.ClusterName, fed.Cluster.Member)
+	}
+	b, err := fed.For("site/gpu-b")
+	if err != nil || b.Cluster.Member != "gpu-b" || b.ClusterName != "site/gpu-b" || b.Cluster.Workdir != "/site/episodes" {
+		t.Errorf("For(site/gpu-b): %+v %v", b, err)
+	}
+	if w, err := fed.For("west"); err != nil || w.Cluster.Member != "" {
+		t.Errorf("For(west): member %q, %v", w.Cluster.Member, err)
+	}
+	for _, bad := range []string{"site", "site/gpu-c", "west/gpu-a", "site/"} {
+		if _, err := fed.For(bad); err == nil || !strings.Contains(err.Error(), "site/gpu-b") {
+			t.Errorf("For(%q): %v, want an error naming the clusters", bad, err)
+		}
+	}
+	if fed.MaxInFlight("site/gpu-b") != 7 || fed.MaxInFlight("west") != 0 {
+		t.Errorf("max_in_flight %d %d", fed.MaxInFlight("site/gpu-b"), fed.MaxInFlight("west"))
+	}
+	if y, err := fed.EffectiveYAML(); err != nil || !strings.Contains(string(y), "- gpu-b") || strings.Contains(string(y), "member:") {
+		t.Errorf("effective config: %v\n%s", err, y)
+	}
 	one, err := Load("one.yaml", []byte("cluster: {workdir: /w}\nruntime: {kind: none}\npolicy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_parser: false}\n"), testEnv)
 	if err != nil {
 		t.Fatal(err)

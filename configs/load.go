@@ -136,7 +136,11 @@ func LoadWith(file string, data []byte, lookup func(string) (string, bool), opt 
 		return nil, l.err()
 	}
 	if len(cfg.Clusters) > 0 {
-		cfg.withCluster(0) // commands that name no cluster use the first
+		var first string // commands that name no cluster use the first
+		if m := cfg.Clusters[0].Members; len(m) > 0 {
+			first = m[0]
+		}
+		cfg.withCluster(0, first)
 	}
 	return cfg, nil
 }

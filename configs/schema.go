@@ -65,6 +65,11 @@ type Cluster struct {
 	// limit"; a rate below the site's refill keeps a burst of rows from
 	// being refused.
 	SubmitRate float64 `yaml:"submit_rate"`
+	// Member is the Slurm cluster (of a clusters: entry's members) every
+	// Slurm command is sent to: SLURM_CLUSTERS for sbatch, squeue, sinfo,
+	// scancel and scontrol, --clusters for sacct (which reads no such
+	// variable). "": the login's own cluster. Set by Config.For.
+	Member string `yaml:"-"`
 }
 
 // Login is how to reach the login node over SSH.

@@ -410,6 +410,19 @@ func (c *checker) digests(pre string, dg Digests) {
 	}
 }
 
+// members checks an entry's members: Slurm cluster names, each once.
+func (c *checker) members(pre string, members []string) {
+	for j, m := range members {
+		key := fmt.Sprintf("%s.members[%d]", pre, j)
+		switch {
+		case m == "" || !reName.MatchString(m):
+			c.add(key, "want a Slurm cluster name of [A-Za-z0-9._-] (sacctmgr show clusters), got %q", m)
+		case slices.Index(members, m) < j:
+			c.add(key, "%q is named twice", m)
+		}
+	}
+}
+
 // clusters checks the clusters: entries: each a cluster of its own, named
 // once; cluster: is then not set.
 func (c *checker) clusters(cfg *Config, opt LoadOptions) {
@@ -428,6 +441,7 @@ func (c *checker) clusters(cfg *Config, opt LoadOptions) {
 			seen[e.Name] = i
 		}
 		c.cluster(pre, e.Cluster)
+		c.members(pre, e.Members)
 		c.rangeInt(pre+".max_in_flight", e.MaxInFlight, 0, 1<<20)
 		if k := cfg.Runtime.Kind; k == RuntimeApptainer || k == RuntimeSingularity {
 			im, dg, imPre, dgPre := cfg.Runtime.Images, cfg.Runtime.Digests, "runtime", "runtime"

@@ -85,14 +85,15 @@ func (c *Counted) Run(ctx context.Context, cmd Command) (*Result, error) {
 // Program is the base name of the program argv runs, looking through an
 // "env NAME=value …" prefix; "?" for an empty argv.
 func Program(argv []string) string {
-	if len(argv) > 0 && path.Base(argv[0]) == "env" {
+	for len(argv) > 0 && path.Base(argv[0]) == "env" { // env A=1 env B=2 prog: prog
 		rest := argv[1:]
 		for len(rest) > 0 && strings.Contains(rest[0], "=") && !strings.HasPrefix(rest[0], "-") {
 			rest = rest[1:]
 		}
-		if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-			argv = rest
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
+			break
 		}
+		argv = rest
 	}
 	if len(argv) == 0 {
 		return "?"

@@ -67,6 +67,7 @@ func TestProgram(t *testing.T) {
 		{[]string{"env"}, "env"},
 		{nil, "?"},
 		{[]string{"env", "-i", "ls"}, "env"}, // env's own flags: not looked through
+		{[]string{"env", "SLURM_CLUSTERS=b", "env", "SLURM_TIME_FORMAT=%s", "squeue"}, "squeue"}, // WithEnv over the Slurm client's own env
 	} {
 		if got := remote.Program(c.argv); got != c.want {
 			t.Errorf("Program(%q) = %q, want %q", c.argv, got, c.want)

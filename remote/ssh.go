@@ -108,21 +108,32 @@ type dialCall struct {
 // and logs in. Host key and authentication failures come back as
 // *HostKeyError and *AuthError.
 func Dial(ctx context.Context, opts Options) (*SSH, error) {
-	cfg, err := resolve(opts)
+	s, err := Open(opts)
 	if err != nil {
 		return nil, err
-	}
-	s := &SSH{
-		cfg:  cfg,
-		name: cfg.dest(),
-		sem:  make(chan struct{}, cfg.maxSessions),
-		logf: cfg.logf,
-		dial: dialConn,
 	}
 	if _, err := s.conn(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Open resolves opts against the SSH config and returns the host without
+// connecting: the first call connects (and a failed connection is tried
+// again with the usual backoff). serve opens a cluster this way when it
+// does not answer at start. Only what resolving finds wrong is an error.
+func Open(opts Options) (*SSH, error) {
+	cfg, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &SSH{
+		cfg:  cfg,
+		name: cfg.dest(),
+		sem:  make(chan struct{}, cfg.maxSessions),
+		logf: cfg.logf,
+		dial: dialConn,
+	}, nil
 }
 
 // Name returns user@host:port.

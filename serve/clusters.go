@@ -29,7 +29,15 @@ type Cluster struct {
 	// often its connection was made again (metrics); nil: not exported.
 	RemoteOps  func() map[string]int64
 	Reconnects func() int64
+	// Down, when set, is why the cluster did not answer at start: it gets
+	// no rows until a probe reaches it and Preflight (when set) passes.
+	Down      error
+	Preflight func(context.Context) error
 }
+
+// ErrMisconfigured marks a Preflight error that no later try mends (a
+// path of the config missing on the cluster): the cluster stays down.
+var ErrMisconfigured = errors.New("misconfigured")
 
 // probeTimeout bounds one room probe of a cluster: a controller that does
 // not answer in it is taken as down for placement.
@@ -52,6 +60,10 @@ type cluster struct {
 	// that ended).
 	wait, run time.Duration
 	placed    int64
+	// unchecked: Preflight has not passed yet; broken: it failed for
+	// good (ErrMisconfigured).
+	unchecked bool
+	broken    error
 }
 
 func (c *cluster) label() string {
@@ -96,8 +108,28 @@ func (s *Server) probe(c *cluster) {
 	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
 	defer cancel()
 	cl := c.Driver.Config.Cluster
-	room, err := c.Driver.Slurm.Room(ctx, cl.Partition, cl.Gres)
 	c.mu.Lock()
+	unchecked, broken := c.unchecked, c.broken
+	c.mu.Unlock()
+	if broken != nil {
+		return
+	}
+	room, err := c.Driver.Slurm.Room(ctx, cl.Partition, cl.Gres)
+	if err == nil && unchecked {
+		// First answer of a cluster that was down at start: its paths are
+		// checked before it takes a row.
+		if err = c.Preflight(ctx); err == nil {
+			s.logf("cluster %s: preflight passed", c.label())
+		} else if errors.Is(err, ErrMisconfigured) {
+			s.logf("cluster %s: answers, but takes no rows: %v", c.label(), err)
+		}
+	}
+	c.mu.Lock()
+	if err == nil {
+		c.unchecked = false
+	} else if errors.Is(err, ErrMisconfigured) {
+		c.broken = err
+	}
 	was := c.up
 	c.roomAt = s.opt.Now()
 	c.lastErr = err

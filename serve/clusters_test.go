@@ -132,6 +132,70 @@ func TestClusterFacts(t *testing.T) {
 	}
 }
 
+// TestDownAtStart: a cluster that did not answer when serve started gets
+// no rows; at its first answer its preflight runs, and only a passed one
+// lets rows go there; a preflight that finds the config wrong keeps it
+// out for good (and is not run again), one that fails for the connection
+// is tried at the next answer.
+func TestDownAtStart(t *testing.T) {
+	s, d := newTestServer(t, Options{})
+	now := time.Unix(1_700_000_000, 0)
+	s.opt.Now = func() time.Time { return now }
+	free := "idle|gpu:h100:1|gpu:h100:0|\n--\n0\n"
+	east, west, north := &roomRunner{out: free}, &roomRunner{out: free, down: true}, &roomRunner{out: free}
+	var preflights = map[string]int{}
+	preflightErr := map[string]error{"west": fmt.Errorf("stat /w: %w", remote.ErrConnectionLost), "north": fmt.Errorf("%w: runtime.images.eval /n/e.sif: no such file", ErrMisconfigured)}
+	mk := func(name string, r remote.Runner, downAtStart bool) *cluster {
+		dd := &episode.Driver{Config: d.Config, ConfigPath: d.ConfigPath, Host: d.Host, Slurm: slurm.New(r), Ledger: d.Ledger}
+		c := Cluster{Name: name, Driver: dd, Engine: dd.NewEngine(episode.EngineOptions{})}
+		if downAtStart {
+			c.Down = errors.New("dial tcp: connection refused")
+			c.Preflight = func(context.Context) error { preflights[name]++; return preflightErr[name] }
+		}
+		return &cluster{Cluster: c, up: c.Down == nil, lastErr: c.Down, unchecked: c.Down != nil}
+	}
+	s.clusters = []*cluster{mk("east", east, false), mk("west", west, true), mk("north", north, true)}
+	split := func(groups map[*cluster][]*run, left []*run) string {
+		return fmt.Sprintf("east:%d west:%d north:%d left:%d", len(groups[s.clusters[0]]), len(groups[s.clusters[1]]), len(groups[s.clusters[2]]), len(left))
+	}
+	rows := func(n int) []*run {
+		out := make([]*run, n)
+		for i := range out {
+			out[i] = &run{episode: fmt.Sprintf("ep-%d", i)}
+		}
+		return out
+	}
+	// West still down, north answers but its paths are wrong: east alone.
+	if got := split(s.placeBatch(rows(3))); got != "east:3 west:0 north:0 left:0" {
+		t.Errorf("at start: %s", got)
+	}
+	if preflights["west"] != 0 || preflights["north"] != 1 {
+		t.Errorf("preflights %v: west has not answered, north's ran once", preflights)
+	}
+	if s.clusters[2].broken == nil || s.clusters[2].up {
+		t.Errorf("north should be out for good: up %v broken %v", s.clusters[2].up, s.clusters[2].broken)
+	}
+	// West answers, but its preflight loses the connection: still down,
+	// tried again at the next answer.
+	west.mu.Lock()
+	west.down = false
+	west.mu.Unlock()
+	now = now.Add(d.Config.Episodes.PollMin.Duration)
+	if got := split(s.placeBatch(rows(2))); got != "east:2 west:0 north:0 left:0" {
+		t.Errorf("west's preflight failed: %s", got)
+	}
+	delete(preflightErr, "west")
+	now = now.Add(d.Config.Episodes.PollMin.Duration)
+	if got := split(s.placeBatch(rows(2))); got != "east:1 west:1 north:0 left:0" {
+		t.Errorf("west checked: %s", got)
+	}
+	now = now.Add(d.Config.Episodes.PollMin.Duration)
+	s.placeBatch(rows(1))
+	if preflights["west"] != 2 || preflights["north"] != 1 || north.probes != 1 {
+		t.Errorf("preflights %v, north probes %d: a passed preflight is not run again, a broken cluster is not probed again", preflights, north.probes)
+	}
+}
+
 func TestUnreachable(t *testing.T) {
 	ctl := &remote.CommandError{Host: "h", Command: "sh", ExitStatus: 1, Stderr: "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"}
 	timeout := &remote.CommandError{Host: "h", Command: "sh", ExitStatus: 1, Stderr: "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"}

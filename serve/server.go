@@ -164,7 +164,10 @@ func New(opt Options) (*Server, error) {
 		if c.Driver == nil || c.Engine == nil {
 			return nil, fmt.Errorf("serve: cluster %q: a driver and an engine are required", c.Name)
 		}
-		s.clusters = append(s.clusters, &cluster{Cluster: c, up: true})
+		if c.Down != nil && len(clusters) == 1 {
+			return nil, fmt.Errorf("serve: the only cluster is down: %w", c.Down)
+		}
+		s.clusters = append(s.clusters, &cluster{Cluster: c, up: c.Down == nil, lastErr: c.Down, unchecked: c.Down != nil && c.Preflight != nil})
 	}
 	s.rows = func() []episode.Row { rows, _ := s.clusterRows(); return rows }
 	if s.metrics, err = newMetrics(s); err != nil {

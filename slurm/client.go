@@ -37,6 +37,20 @@ type Client struct {
 	// History is how far back FindByComment searches the accounting
 	// database (sacct --starttime=now-N). Zero means DefaultHistory.
 	History time.Duration
+	// Cluster, when set, is the Slurm cluster sacct reports on
+	// (--clusters): a member of a federation, whose other commands the
+	// runner sends there with SLURM_CLUSTERS (remote.WithEnv), which
+	// sacct does not read.
+	Cluster string
+}
+
+// sacctArgv is the sacct command line before its options.
+func (c *Client) sacctArgv(prefix ...string) []string {
+	argv := append(prefix, "sacct")
+	if c.Cluster != "" {
+		argv = append(argv, "--clusters="+c.Cluster)
+	}
+	return argv
 }
 
 // New returns a Client that runs commands through r.
@@ -171,7 +185,7 @@ func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo
 // sacct runs one sacct with the given selection. Malformed lines make an
 // error, but the jobs parsed from the rest are returned.
 func (c *Client) sacct(ctx context.Context, selection ...string) ([]JobInfo, error) {
-	argv := append(slices.Clone(timeEnv), "sacct", "--parsable2", "--noheader",
+	argv := append(c.sacctArgv(slices.Clone(timeEnv)...), "--parsable2", "--noheader",
 		"--delimiter="+Sep, "--format="+strings.Join(SacctFields, ","))
 	argv = append(argv, selection...)
 	cmd := remote.Command{Argv: argv, Idempotent: true}

@@ -102,7 +102,7 @@ func (c *Client) ctldBatchScript(ctx context.Context, id string) ([]byte, error)
 // sacctBatchScript runs sacct --batch-script --jobs=ID and unframes its
 // output with ParseSacctBatchScript.
 func (c *Client) sacctBatchScript(ctx context.Context, id string) ([]byte, error) {
-	cmd := remote.Command{Argv: []string{"sacct", "--batch-script", "--jobs=" + id}, Idempotent: true}
+	cmd := remote.Command{Argv: append(c.sacctArgv(), "--batch-script", "--jobs="+id), Idempotent: true}
 	res, err := c.runner.Run(ctx, cmd)
 	if err != nil {
 		return nil, commandError("batch script", cmd, res, err)
