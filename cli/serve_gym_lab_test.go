@@ -19,24 +19,24 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 )
 
-// readmeGymRecipe returns the +key=value arguments of the README's `gym
-// eval run` command, as written.
+// readmeGymRecipe returns the +key=value arguments of the `gym eval run`
+// command of docs/serve.md (moved there from the README), as written.
 func readmeGymRecipe(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/serve.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
 	i := strings.Index(text, "<!-- recipe: gym eval run -->")
 	if i < 0 {
-		t.Fatal("README.md has no <!-- recipe: gym eval run --> block")
+		t.Fatal("docs/serve.md has no <!-- recipe: gym eval run --> block")
 	}
 	block := text[i+len("<!-- recipe: gym eval run -->"):]
 	start := strings.Index(block, "gym eval run")
 	end := strings.Index(block[start:], "\n```")
 	if start < 0 || end < 0 {
-		t.Fatal("README.md: the recipe block has no gym eval run command")
+		t.Fatal("docs/serve.md: the recipe block has no gym eval run command")
 	}
 	cmd := strings.ReplaceAll(block[start:start+end], "\\\n", " ")
 	args := map[string]string{}
