@@ -112,7 +112,7 @@ func (e *env) doctor(c *ucli.Context) error {
 	}
 
 	// Slurm's commands.
-	out, _, _ := run("sh", "-c", `for c in sbatch sacct squeue scancel sinfo sacctmgr; do command -v "$c" >/dev/null 2>&1 || echo "$c"; done`)
+	out, _, _ := run("sh", "-c", doctorSlurmCommands)
 	if out != "" {
 		add("slurm commands", "fail", "not on the PATH of a non-interactive login: "+strings.Join(strings.Fields(out), ", "), "load Slurm in ~/.bashrc for non-interactive shells (module load slurm), or run nemorl-slurm on a login node")
 	} else {
@@ -150,7 +150,7 @@ func (e *env) doctor(c *ucli.Context) error {
 		}
 	}
 	if cl.Account != "" || cl.QOS != "" {
-		assoc, stderr, err := run("sh", "-c", `sacctmgr -n -P show assoc user="$(id -un)" format=account,qos`)
+		assoc, stderr, err := run("sh", "-c", doctorAssociations)
 		if err != nil {
 			add("account", "warn", "sacctmgr: "+orText(stderr, err), "check cluster.account and qos with your admins")
 		} else {
@@ -168,7 +168,7 @@ func (e *env) doctor(c *ucli.Context) error {
 	}
 
 	// The workdir.
-	free, stderr, err := run("sh", "-c", `mkdir -p -- "$1" && test -w "$1" && df -Pk -- "$1" | awk 'NR == 2 { print $4 }'`, "sh", cl.Workdir)
+	free, stderr, err := run("sh", "-c", doctorWorkdir, "sh", cl.Workdir)
 	kb, perr := strconv.ParseInt(free, 10, 64)
 	switch {
 	case err != nil:
@@ -186,7 +186,7 @@ func (e *env) doctor(c *ucli.Context) error {
 	if rt.Kind == configs.RuntimeNone {
 		add("images", "skip", "runtime.kind none: no images (lab only)", "")
 	} else {
-		if out, stderr, err := run("sh", "-c", `command -v "$1"`, "sh", rt.Binary); err != nil || out == "" {
+		if out, stderr, err := run("sh", "-c", doctorCommandPath, "sh", rt.Binary); err != nil || out == "" {
 			add("runtime", "fail", fmt.Sprintf("runtime.binary %q is not on the PATH of the login node: %s", rt.Binary, orText(stderr, err)), "load Apptainer (module load apptainer) for non-interactive shells, or set runtime.binary to its path")
 		} else {
 			add("runtime", "ok", rt.Binary+" is "+out, "")
@@ -239,6 +239,31 @@ func (e *env) doctor(c *ucli.Context) error {
 	}
 	return e.doctorReport(c, checks)
 }
+
+// The shell of doctor's checks on the login host, each one round trip:
+// sh -c SCRIPT [sh ARG].
+var (
+	// doctorSlurmCommands prints the Slurm commands not on the PATH.
+	//
+	//go:embed scripts/doctor_slurm_commands.sh
+	doctorSlurmCommands string
+
+	// doctorAssociations prints the user's ACCOUNT|QOS associations.
+	//
+	//go:embed scripts/doctor_associations.sh
+	doctorAssociations string
+
+	// doctorWorkdir (sh WORKDIR) makes the workdir, checks that it is
+	// writable and prints its free KiB.
+	//
+	//go:embed scripts/doctor_workdir.sh
+	doctorWorkdir string
+
+	// doctorCommandPath (sh NAME) prints where NAME is on the PATH.
+	//
+	//go:embed scripts/doctor_command_path.sh
+	doctorCommandPath string
+)
 
 // endpointProbe prints the HTTP status a compute node gets from a URL:
 // sh -c endpointProbe sh URL endpointProbePy (curl, or python3 -c

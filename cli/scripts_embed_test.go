@@ -15,6 +15,11 @@ var embeddedScripts = map[string]string{
 	"follow.sh":         followScript,
 	"endpoint_probe.sh": endpointProbe,
 	"endpoint_probe.py": endpointProbePy,
+
+	"doctor_slurm_commands.sh": doctorSlurmCommands,
+	"doctor_associations.sh":   doctorAssociations,
+	"doctor_workdir.sh":        doctorWorkdir,
+	"doctor_command_path.sh":   doctorCommandPath,
 }
 
 // TestEmbedScripts checks that every script of scripts/ is embedded, starts

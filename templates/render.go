@@ -14,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -103,7 +104,7 @@ func Render(cfg *configs.Config, in Input) (*Tree, error) {
 	}
 	r := &renderer{cfg: cfg, in: in, dir: path.Join(cfg.Cluster.Workdir, in.Episode)}
 	t := &Tree{Episode: in.Episode, Dir: r.dir, Isolation: cfg.Runtime.Kind}
-	for _, d := range []string{"", stages.Author, stages.Author + "/bundle", stages.Train, stages.Train + "/bundle", stages.Train + "/checkpoint", stages.Eval, stages.Eval + "/bundle", stages.Eval + "/work"} {
+	for _, d := range []string{"", stages.Author, stages.Bundle(stages.Author), stages.Train, stages.Bundle(stages.Train), stages.CheckpointDir, stages.Eval, stages.Bundle(stages.Eval), stages.EvalWorkDir} {
 		t.Files = append(t.Files, File{Path: d, Mode: fs.ModeDir | 0o700})
 	}
 	for _, stage := range stages.All {
@@ -185,283 +186,207 @@ type scriptData struct {
 	PinnedInputs                             []string // "sha256  name", names relative to the bundle
 }
 
+// isolated: the stages run in containers (runtime.kind apptainer or
+// singularity), not on the host.
+func (r *renderer) isolated() bool { return r.cfg.Runtime.Kind != configs.RuntimeNone }
+
+// stage renders a stage's files: its bundle and its script, from its plan
+// (plan.go).
 func (r *renderer) stage(stage string) ([]File, error) {
-	cfg := r.cfg
-	isolated := cfg.Runtime.Kind != configs.RuntimeNone
-	// A mount makes rel (in the episode) visible to the payload at container.
-	type mount struct {
-		rel, container string
-		ro             bool
-	}
 	var (
-		mounts  []mount
-		env     = map[string]string{"NEMORL_EPISODE": r.in.Episode, "NEMORL_STAGE": stage}
-		pass    = []string{"SLURM_JOB_ID", "SLURM_CPUS_PER_TASK"}
-		gpu     bool
-		image   string
-		bundle  []File
-		res     configs.Resources
-		seconds int
+		p   *stagePlan
+		err error
 	)
 	switch stage {
 	case stages.Author:
-		a := cfg.Stages.Author
-		res, seconds = a.Resources, a.ResearchSeconds+AuthorMarginSeconds
-		image = cfg.Runtime.Images.Author
-		mounts = []mount{{stages.Author, "/nemorl/author", false}}
-		settings := map[string]any{
-			"research_seconds": a.ResearchSeconds,
-			"max_turns":        a.MaxTurns,
-			"policy_model": map[string]any{
-				"base_url":              r.in.PolicyBaseURL,
-				"model":                 cfg.PolicyModel.Model,
-				"uses_reasoning_parser": *cfg.PolicyModel.UsesReasoningParser,
-			},
-			"pins": pins(),
-		}
-		b, err := settingsFile("author/bundle/author.json", settings)
-		if err != nil {
-			return nil, err
-		}
-		bundle = append(bundle, b, File{Path: "author/prompt.txt", Mode: 0o600, Data: r.in.Prompt})
+		p, err = r.authorPlan()
 	case stages.Train:
-		t := cfg.Stages.Train
-		res, seconds = t.Resources, t.TrainSeconds+TrainMarginSeconds
-		image, gpu = cfg.Runtime.Images.Train, true
-		pass = append(pass, "CUDA_VISIBLE_DEVICES", "NEMORL_DEADLINE")
-		mounts = []mount{
-			{"author/change.diff", "/nemorl/in/change.diff", true},
-			{"train/bundle", "/nemorl/bundle", true},
-			{"train/checkpoint", "/nemorl/out", false},
-		}
-		settings := map[string]any{
-			"train_seconds":          t.TrainSeconds,
-			"inner_deadline_seconds": configs.InnerDeadlineSeconds(t.TrainSeconds),
-			"prompts_per_step":       configs.TrainPromptsPerStep,
-			"generations_per_prompt": configs.TrainGenerations,
-			"pins":                   pins(),
-		}
-		b, err := settingsFile("train/bundle/train.json", settings)
-		if err != nil {
-			return nil, err
-		}
-		bundle = append(bundle, b)
+		p, err = r.trainPlan()
 	case stages.Eval:
-		e := cfg.Stages.Eval
-		res, seconds = e.Resources, e.TimeLimitSeconds
-		image, gpu = cfg.Runtime.Images.Eval, true
-		pass = append(pass, "CUDA_VISIBLE_DEVICES")
-		mounts = []mount{
-			{"train/checkpoint/model.safetensors", "/nemorl/in/model.safetensors", true},
-			{"author/change.diff", "/nemorl/in/change.diff", true},
-			{"eval/bundle", "/nemorl/bundle", true},
-			{"eval/work", "/nemorl/out", false},
-		}
-		settings := map[string]any{
-			"benchmark":              "aime25",
-			"architecture":           "qwen2.5-1.5b-instruct",
-			"problems":               configs.AIME25Problems,
-			"samples_per_problem":    configs.AIME25Samples,
-			"temperature":            configs.EvalTemperature,
-			"top_p":                  configs.EvalTopP,
-			"concurrency":            e.Concurrency,
-			"max_model_len":          configs.EvalMaxModelLen,
-			"gpu_memory_utilization": configs.EvalGPUMemoryUtil,
-			"server_ready_seconds":   configs.EvalServerReadySecs,
-			"base_model":             configs.BaseModel,
-			"base_model_revision":    configs.BaseModelRev,
-		}
-		b, err := settingsFile("eval/bundle/eval.json", settings)
-		if err != nil {
-			return nil, err
-		}
-		bundle = append(bundle, b)
+		p, err = r.evalPlan()
+	default:
+		return nil, fmt.Errorf("no stage %q", stage)
 	}
-
-	// The stage's command: the built-in payload from its bundle, or the
-	// configured replacement.
-	argv := res.Command
-	if len(argv) == 0 {
-		for i, name := range payloadFiles[stage] {
-			p, err := payloadFS.ReadFile("payload/" + name)
-			if err != nil {
-				return nil, fmt.Errorf("built-in payload: %w", err)
-			}
-			rel := stage + "/bundle/" + name
-			bundle = append(bundle, File{Path: rel, Mode: 0o600, Data: p})
-			if i == 0 {
-				argv = []string{"/bin/bash", r.inside(isolated, rel, stage)}
-			}
-		}
-	}
-
-	// The isolation guard, whatever the command.
-	guard, err := payloadFS.ReadFile("payload/" + GuardFile)
 	if err != nil {
-		return nil, fmt.Errorf("isolation guard: %w", err)
+		return nil, err
 	}
-	guardRel := stage + "/bundle/" + GuardFile
-	bundle = append(bundle, File{Path: guardRel, Mode: 0o600, Data: guard})
+	return r.build(p)
+}
 
-	// Paths the payload is told about, as it sees them.
-	see := func(rel string) string { return r.inside(isolated, rel, stage) }
-	switch stage {
-	case stages.Author:
-		env["NEMORL_OUT"] = see("author")
-		env["NEMORL_BUNDLE"] = see("author/bundle")
-		env["NEMORL_PROMPT"] = see("author/prompt.txt")
-		env["NEMORL_SECRETS"] = see("author/secrets.env")
-	case stages.Train:
-		env["NEMORL_PATCH"] = see("author/change.diff")
-		env["NEMORL_BUNDLE"] = see("train/bundle")
-		env["NEMORL_OUT"] = see("train/checkpoint")
-	case stages.Eval:
-		env["NEMORL_WEIGHTS"] = see("train/checkpoint/model.safetensors")
-		env["NEMORL_PATCH"] = see("author/change.diff")
-		env["NEMORL_BUNDLE"] = see("eval/bundle")
-		env["NEMORL_OUT"] = see("eval/work")
+// build renders a stage's bundle and script from its plan.
+func (r *renderer) build(p *stagePlan) ([]File, error) {
+	bundle, argv, err := r.payload(p)
+	if err != nil {
+		return nil, err
 	}
-	// stages.Train and eval get no network unless stages.<stage>.network says
-	// otherwise; the author must reach the policy endpoint.
-	noNet := false
-	switch stage {
-	case stages.Train:
-		noNet = !cfg.Stages.Train.Network
-	case stages.Eval:
-		noNet = !cfg.Stages.Eval.Network
-	}
-	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: image, GPU: gpu, NoNetwork: noNet,
-		Env: env, PassEnv: pass, Argv: argv, WorkdirVar: ScratchVar, ScratchEnv: ScratchEnv(stage)}
-	if isolated {
-		spec.Pwd = ContainerPwd
-	}
-	if stage == stages.Eval {
-		// The node-local copies the script checked, not the shared files.
-		spec.ImageVar = EvalImageVar
-		if !isolated {
-			delete(spec.Env, "NEMORL_BUNDLE")
-			delete(spec.Env, "NEMORL_PATCH")
-			spec.EnvVars = map[string]string{"NEMORL_BUNDLE": EvalBundleVar, "NEMORL_PATCH": EvalPatchVar}
-		}
-	}
-	if isolated {
-		for _, m := range mounts {
-			b := apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro}
-			if stage == stages.Eval && m.rel == "eval/bundle" {
-				b.Host, b.HostVar = "", EvalBundleVar
-			}
-			if stage == stages.Eval && m.rel == "author/change.diff" {
-				b.Host, b.HostVar = "", EvalPatchVar
-			}
-			if stage == stages.Author && m.rel == stages.Author {
-				// Node-local: the trusted script copies back the expected
-				// files alone, each within its bound (AuthorCopyOut).
-				b.Host, b.HostVar = "", AuthorOutVar
-			}
-			if stage == stages.Train && m.rel == "train/checkpoint" {
-				// Node-local: the trusted script copies out the weights alone,
-				// within their bound (MaxWeightsBytes).
-				b.Host, b.HostVar = "", TrainOutVar
-			}
-			spec.Binds = append(spec.Binds, b)
-		}
-	}
+	spec := r.spec(p, argv)
 	line, err := spec.Line()
 	if err != nil {
 		return nil, err
 	}
-	var guardLine string
-	if isolated {
-		// Same spec, only the command differs: the guard sees exactly what
-		// the payload will.
-		guardArgv := []string{"/bin/bash", r.inside(true, guardRel, stage)}
-		if gpu && !noNet {
-			guardArgv = append(guardArgv, "--host-network")
-		}
-		guardLine, err = spec.WithArgv(append(guardArgv, stage)...).Line()
-		if err != nil {
-			return nil, err
-		}
-	}
-	var gpuLine string
-	if isolated && gpu {
-		// The device files must be in the container too: --nv on a node
-		// without a working driver succeeds and binds nothing.
-		gpuLine, err = spec.WithArgv("/bin/sh", "-c", fmt.Sprintf(
-			`for d in %s; do [ -e "$d" ] && exit 0; done; echo "nemorl: no GPU: no device file matches %s in the container after --nv" >&2; exit %d`,
-			cfg.Cluster.GPUDevices, cfg.Cluster.GPUDevices, stages.ExitNoGPU)).Line()
-		if err != nil {
-			return nil, err
-		}
-	}
-	var scratchDirs []string
-	for _, rel := range []string{"home", "cache", "config"} {
-		if isolated {
-			rel = path.Join(apptainer.ScratchTmp, rel)
-		}
-		scratchDirs = append(scratchDirs, rel)
-	}
-
-	data := scriptData{
-		Episode: r.in.Episode, Stage: stage, Version: r.in.Version, Runtime: cfg.Runtime.Kind,
-		Isolated: isolated, ScratchVar: ScratchVar, StageDir: r.host(stage), GraceSeconds: GraceSeconds, Exec: line,
-		GuardExec: guardLine, Exit: scriptExits, WatchSeconds: stages.EvalOutputWatchSeconds,
-		NoNetwork: noNet, GPU: gpu, GPUDevices: cfg.Cluster.GPUDevices, GPUCheckExec: gpuLine, NoGPUExit: stages.ExitNoGPU,
-		ScratchDirs:     scratchDirs,
-		Sbatch:          r.sbatchOptions(stage, res, seconds, gpu),
-		OutputHeadBytes: OutputHeadBytes, OutputTailBytes: OutputTailBytes,
-	}
-	switch stage {
-	case stages.Author:
-		if isolated {
-			data.AuthorOutVar, data.AuthorCopyOut = AuthorOutVar, authorCopyOut
-		}
-	case stages.Train:
-		data.InnerDeadlineSeconds = configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds)
-		data.PatchFile = r.host("author/change.diff")
-		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
-		if isolated {
-			data.TrainOutVar, data.MaxWeightsBytes = TrainOutVar, MaxWeightsBytes()
-		}
-	case stages.Eval:
-		data.Image, data.EvalDigest, data.ImageVar = image, cfg.Runtime.Digests.Eval, EvalImageVar
-		data.WeightsFile = r.host("train/checkpoint/model.safetensors")
-		data.PatchFile, data.EvalPatchVar, data.MaxPatchBytes = r.host("author/change.diff"), EvalPatchVar, stages.MaxPatchBytes
-		data.BundleVar = EvalBundleVar
-		for _, f := range bundle {
-			sum := sha256.Sum256(f.Data)
-			data.BundleFiles = append(data.BundleFiles, r.host(f.Path))
-			data.PinnedInputs = append(data.PinnedInputs, hex.EncodeToString(sum[:])+"  "+path.Base(f.Path))
-		}
-		sort.Strings(data.BundleFiles)
-		sort.Strings(data.PinnedInputs)
-	}
-	script, err := execute(stage+".sbatch.tmpl", data)
+	guardLine, err := r.guardLine(p, spec)
 	if err != nil {
 		return nil, err
 	}
-	return append(bundle, File{Path: stages.Script(stage), Mode: 0o600, Data: script}), nil
+	gpuLine, err := r.gpuLine(p, spec)
+	if err != nil {
+		return nil, err
+	}
+	data := r.scriptData(p, line, guardLine, gpuLine)
+	if p.pinInputs {
+		data.BundleFiles, data.PinnedInputs = r.pinned(bundle)
+	}
+	script, err := execute(p.stage+".sbatch.tmpl", data)
+	if err != nil {
+		return nil, err
+	}
+	return append(bundle, File{Path: stages.Script(p.stage), Mode: 0o600, Data: script}), nil
 }
 
-// inside is where the payload sees rel: its container path, or the host path
-// without isolation.
-func (r *renderer) inside(isolated bool, rel, stage string) string {
-	if !isolated {
+// payload returns the stage's bundle with the built-in payload (unless the
+// stage's command replaces it) and the isolation guard (whatever the
+// command), and the command.
+func (r *renderer) payload(p *stagePlan) ([]File, []string, error) {
+	bundle, argv := p.bundle, p.res.Command
+	if len(argv) == 0 {
+		for i, name := range payloadFiles[p.stage] {
+			data, err := payloadFS.ReadFile("payload/" + name)
+			if err != nil {
+				return nil, nil, fmt.Errorf("built-in payload: %w", err)
+			}
+			rel := stages.BundleFile(p.stage, name)
+			bundle = append(bundle, File{Path: rel, Mode: 0o600, Data: data})
+			if i == 0 {
+				argv = []string{"/bin/bash", r.inside(p, rel)}
+			}
+		}
+	}
+	guard, err := payloadFS.ReadFile("payload/" + GuardFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("isolation guard: %w", err)
+	}
+	return append(bundle, File{Path: stages.BundleFile(p.stage, GuardFile), Mode: 0o600, Data: guard}), argv, nil
+}
+
+// spec is the stage's exec line: argv in its container with its binds,
+// or on the host without isolation.
+func (r *renderer) spec(p *stagePlan, argv []string) apptainer.Spec {
+	cfg := r.cfg
+	env := map[string]string{"NEMORL_EPISODE": r.in.Episode, "NEMORL_STAGE": p.stage}
+	for name, rel := range p.paths {
+		if _, ok := p.envVars[name]; !ok {
+			env[name] = r.inside(p, rel)
+		}
+	}
+	spec := apptainer.Spec{Kind: cfg.Runtime.Kind, Binary: cfg.Runtime.Binary, Image: p.image, GPU: p.gpu, NoNetwork: p.noNet,
+		Env: env, EnvVars: p.envVars, PassEnv: append([]string{"SLURM_JOB_ID", "SLURM_CPUS_PER_TASK"}, p.pass...), Argv: argv,
+		WorkdirVar: ScratchVar, ScratchEnv: ScratchEnv(p.stage), ImageVar: p.imageVar}
+	if !r.isolated() {
+		return spec
+	}
+	spec.Pwd = ContainerPwd
+	for _, m := range p.mounts {
+		b := apptainer.Bind{Host: r.host(m.rel), Container: m.container, ReadOnly: m.ro}
+		if m.hostVar != "" {
+			b.Host, b.HostVar = "", m.hostVar
+		}
+		spec.Binds = append(spec.Binds, b)
+	}
+	return spec
+}
+
+// guardLine runs the isolation guard with spec (isolated only): only the
+// command differs, so the guard sees exactly what the payload will.
+func (r *renderer) guardLine(p *stagePlan, spec apptainer.Spec) (string, error) {
+	if !r.isolated() {
+		return "", nil
+	}
+	argv := []string{"/bin/bash", r.inside(p, stages.BundleFile(p.stage, GuardFile))}
+	if p.gpu && !p.noNet {
+		argv = append(argv, "--host-network")
+	}
+	return spec.WithArgv(append(argv, p.stage)...).Line()
+}
+
+// gpuCheckScript is the GPU check in the container (gpuCheck).
+//
+//go:embed scripts/gpu_check.sh
+var gpuCheckScript string
+
+// gpuLine runs the GPU check with spec (isolated, GPU stages only): the
+// device files must be in the container too, as --nv on a node without a
+// working driver succeeds and binds nothing.
+func (r *renderer) gpuLine(p *stagePlan, spec apptainer.Spec) (string, error) {
+	if !r.isolated() || !p.gpu {
+		return "", nil
+	}
+	return spec.WithArgv("/bin/sh", "-c", gpuCheck(r.cfg.Cluster.GPUDevices, stages.ExitNoGPU)).Line()
+}
+
+// gpuCheck is scripts/gpu_check.sh as one sh -c line: its comment lines
+// dropped, the others joined with "; ", devices and exit written in.
+func gpuCheck(devices string, exit int) string {
+	var cmds []string
+	for _, l := range strings.Split(gpuCheckScript, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			cmds = append(cmds, l)
+		}
+	}
+	return strings.NewReplacer(`"$NEMORL_NO_GPU_EXIT"`, strconv.Itoa(exit), "$NEMORL_GPU_DEVICES", devices).Replace(strings.Join(cmds, "; "))
+}
+
+// scriptData is the plan's script data with the fields every stage has.
+func (r *renderer) scriptData(p *stagePlan, exec, guardExec, gpuCheckExec string) scriptData {
+	d := p.data
+	d.Episode, d.Stage, d.Version, d.Runtime = r.in.Episode, p.stage, r.in.Version, r.cfg.Runtime.Kind
+	d.Isolated, d.ScratchVar, d.StageDir, d.GraceSeconds = r.isolated(), ScratchVar, r.host(p.stage), GraceSeconds
+	d.Exec, d.GuardExec, d.Exit, d.WatchSeconds = exec, guardExec, scriptExits, stages.EvalOutputWatchSeconds
+	d.NoNetwork, d.GPU, d.GPUDevices = p.noNet, p.gpu, r.cfg.Cluster.GPUDevices
+	d.GPUCheckExec, d.NoGPUExit = gpuCheckExec, stages.ExitNoGPU
+	d.ScratchDirs = r.scratchDirs()
+	d.Sbatch = r.sbatchOptions(p.stage, p.res, p.seconds, p.gpu)
+	d.OutputHeadBytes, d.OutputTailBytes = OutputHeadBytes, OutputTailBytes
+	return d
+}
+
+// scratchDirs are the directories the script makes under the scratch
+// directory before the payload starts, as the host sees them.
+func (r *renderer) scratchDirs() []string {
+	var dirs []string
+	for _, rel := range []string{"home", "cache", "config"} {
+		if r.isolated() {
+			rel = path.Join(apptainer.ScratchTmp, rel)
+		}
+		dirs = append(dirs, rel)
+	}
+	return dirs
+}
+
+// pinned are the bundle's host paths (to copy) and "sha256  name" lines
+// (to check the copies against), each sorted.
+func (r *renderer) pinned(bundle []File) (files, sums []string) {
+	for _, f := range bundle {
+		sum := sha256.Sum256(f.Data)
+		files = append(files, r.host(f.Path))
+		sums = append(sums, hex.EncodeToString(sum[:])+"  "+path.Base(f.Path))
+	}
+	sort.Strings(files)
+	sort.Strings(sums)
+	return files, sums
+}
+
+// inside is where the payload sees rel: under the container path of the
+// stage's mount that holds it, or the host path without isolation.
+func (r *renderer) inside(p *stagePlan, rel string) string {
+	if !r.isolated() {
 		return r.host(rel)
 	}
-	switch {
-	case stage == stages.Author && strings.HasPrefix(rel, "author"):
-		return path.Join("/nemorl", rel)
-	case rel == "author/change.diff":
-		return "/nemorl/in/change.diff"
-	case rel == "train/checkpoint/model.safetensors":
-		return "/nemorl/in/model.safetensors"
-	case strings.HasPrefix(rel, stage+"/bundle"):
-		return path.Join("/nemorl/bundle", strings.TrimPrefix(rel, stage+"/bundle"))
-	case rel == "train/checkpoint" || rel == "eval/work":
-		return "/nemorl/out"
+	for _, m := range p.mounts {
+		if rest, ok := strings.CutPrefix(rel, m.rel); ok && (rest == "" || rest[0] == '/') {
+			return m.container + rest
+		}
 	}
-	panic("templates: no container path for " + rel + " in stage " + stage)
+	panic("templates: no container path for " + rel + " in stage " + p.stage)
 }
 
 func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds int, gpu bool) []string {
@@ -578,8 +503,8 @@ type copyOut struct {
 // authorCopyOut is what leaves the author's node: the patch and the
 // response whole, the logs for a human their first OutputHeadBytes.
 var authorCopyOut = []copyOut{
-	{"change.diff", stages.MaxPatchBytes, true},
-	{"response.json", stages.MaxResponseBytes, true},
+	{stages.PatchName, stages.MaxPatchBytes, true},
+	{stages.ResponseName, stages.MaxResponseBytes, true},
 	{"transcript.jsonl", OutputHeadBytes, false},
 	{"claude.log", OutputHeadBytes, false},
 	{"proxy.log", OutputHeadBytes, false},
