@@ -13,8 +13,8 @@ import (
 
 // Author output files, relative to the episode directory.
 const (
-	ResponseFile = "author/response.json"
-	PatchFile    = "author/change.diff"
+	ResponseFile = stages.ResponseFile
+	PatchFile    = stages.PatchFile
 )
 
 // AuthorFiles reads the author's response.json and change.diff from the

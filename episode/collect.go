@@ -156,7 +156,7 @@ func (d *Driver) scan(ctx context.Context, e *ledger.Entry, stage string) (rules
 // stages.MaxPatchBytes: never more than the size checked (the file could
 // change).
 func (d *Driver) patch(ctx context.Context, e *ledger.Entry, f *rules.Facts) (*rules.Patch, error) {
-	p := &rules.Patch{Path: path.Join(e.Dir, "author/change.diff")}
+	p := &rules.Patch{Path: path.Join(e.Dir, stages.PatchFile)}
 	fi, err := d.lstat(ctx, p.Path)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", e.Episode, err)

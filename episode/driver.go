@@ -27,7 +27,7 @@ import (
 // SecretsFile is the author stage's secrets file, relative to the episode
 // directory. It holds one line, NEMORL_POLICY_API_KEY=<key>; the author job
 // reads and deletes it.
-const SecretsFile = "author/secrets.env"
+const SecretsFile = stages.SecretsFile
 
 // ManifestFile is the episode's plan on the cluster.
 const ManifestFile = "manifest.json"
