@@ -39,7 +39,7 @@ const EvalOutputSlack = 2 * time.Second
 // less), and sacct's End drops the fraction of a second (one more).
 const EvalOutputQuiet = time.Duration(stages.EvalOutputWatchSeconds-2) * time.Second
 
-// Who is who could have caused a failure: the column of the README's
+// Who is who could have caused a failure: the column of docs/episode.md's
 // attribution table a rule belongs to.
 type Who string
 
@@ -57,96 +57,176 @@ const (
 // has; one that needs a fact the engine has not gathered stops Decide,
 // which asks for it.
 type Rule struct {
-	// ID names the rule in outcomes (Verdict.Rule) and in the README.
+	// ID names the rule in outcomes (Verdict.Rule) and in docs/episode.md.
 	ID  string
 	Who Who
-	// Match returns the verdict, or nil when the rule does not apply.
-	Match func(*decider) *Verdict
+	// Match is what the rule makes of the facts: a pure function of them
+	// (through view, which only reads). It reads nothing another rule
+	// made, and writes nothing but the Result it returns.
+	Match func(view) Result
+}
+
+// Result is what one row makes of the facts: its verdict, or the facts it
+// still needs, or that Slurm must report more first (each of which stops
+// Decide at this row), and what it found on the way.
+type Result struct {
+	// Verdict, when not nil, decides the episode (unless Need or Pending).
+	Verdict *Verdict
+	// Need is the facts the row asks for: nothing else of it holds.
+	Need Need
+	// Pending: the row cannot decide until Slurm reports more (sacct lags).
+	Pending bool
+	// Verified is the author's record, its patch verified by this row.
+	Verified *record.Author
+	// EvalChecked: eval's files were found as the tool left them.
+	EvalChecked bool
+	// Waits are the waits (keys of Facts.Waited) the row looked at, in
+	// the order it looked.
+	Waits []string
+}
+
+// with is r deciding v (read after v is made: what making it asked for
+// is in r).
+func (r *Result) with(v *Verdict) Result {
+	r.Verdict = v
+	return *r
+}
+
+// stops reports a result that ends Decide's walk of the table.
+func (r Result) stops() bool { return r.Need != 0 || r.Pending || r.Verdict != nil }
+
+// fold adds a row's result to the walk's: its needs, what it verified and
+// checked, its waits after those before it; its verdict if none stopped
+// the walk before.
+func (r *Result) fold(row Result) {
+	r.Need |= row.Need
+	r.Pending = r.Pending || row.Pending
+	if row.Verified != nil {
+		r.Verified = row.Verified
+	}
+	r.EvalChecked = r.EvalChecked || row.EvalChecked
+	for _, k := range row.Waits {
+		r.wait(k)
+	}
+	if r.Verdict == nil && !row.Pending {
+		r.Verdict = row.Verdict
+	}
+}
+
+// wait adds key to the waits looked at.
+func (r *Result) wait(key string) {
+	if !slices.Contains(r.Waits, key) {
+		r.Waits = append(r.Waits, key)
+	}
 }
 
 // Decide is the attribution rule: from the facts the engine gathered, the
 // episode's outcome (a Verdict), or the facts still needed, or the
 // engine's next step. It does no I/O and keeps no state.
-func Decide(f *Facts) Decision { return decide(f, Table) }
+func Decide(f *Facts) Decision { return decide(f, table) }
 
-func decide(f *Facts, table []Rule) Decision {
-	d := &decider{f: f}
-	for _, r := range table {
-		v := r.Match(d)
-		if d.need != 0 {
-			return Decision{Need: d.need}
+// decide walks rows in order, folding each row's result into the walk's,
+// until one stops it (the first verdict, need or wait decides), and makes
+// the Decision of the walk.
+func decide(f *Facts, rows []Rule) Decision {
+	v := newView(f)
+	var walk Result
+	for _, row := range rows {
+		r := row.Match(v)
+		walk.fold(r)
+		if r.Need != 0 || r.Pending {
+			break
 		}
-		if d.pending {
-			// Slurm has not yet reported what the rule needs (sacct lags).
-			return Decision{AuthorVerified: d.verified, EvalOutputChecked: d.evalChecked, Waits: d.waits}
-		}
-		if v != nil {
-			v.Rule = r.ID
-			if !f.Isolated && v.Kind == IntegrityViolation && r.Who == Nobody {
-				// Without isolation the policy's code has the user's
-				// Slurm rights and files: what only a deliberate act
-				// explains is its doing, not a free mask.
-				v.Kind, v.Tampering = PolicyFailure, true
-				v.Detail += "; without isolation the policy's code can do this"
-			}
-			v.Retryable = retryable(v)
-			if v.Train == nil && d.authorRecord() != nil {
-				// Train's own account goes with every outcome once it has
-				// ended (its train_reward), whichever rule decided.
-				o, ok := f.Outputs[stages.Train]
-				if _, ended := d.ended(stages.Train); ended && !ok {
-					return Decision{Need: NeedOutputTrain}
-				}
-				if ok && o.RecordErr == nil {
-					v.Train, _ = o.Record.(*record.Train)
-				}
-			}
-			return Decision{Verdict: v, AuthorVerified: d.verified, Waits: d.waits}
+		if r.Verdict != nil {
+			v.settle(&walk, row)
+			break
 		}
 	}
-	dec := d.progress()
-	if d.need != 0 {
-		return Decision{Need: d.need}
+	var next Action
+	var stage string
+	if !walk.stops() {
+		next, stage = v.progress(&walk)
 	}
-	dec.AuthorVerified, dec.EvalOutputChecked, dec.Waits = d.verified, d.evalChecked, d.waits
+	if walk.Need != 0 {
+		return Decision{Need: walk.Need}
+	}
+	dec := Decision{Verdict: walk.Verdict, AuthorVerified: walk.Verified, EvalOutputChecked: walk.EvalChecked, Waits: walk.Waits}
+	if walk.Verdict == nil && !walk.Pending {
+		dec.Next, dec.Stage = next, stage
+	}
 	return dec
 }
 
-// decider is one run of Decide over the facts.
-type decider struct {
-	f           *Facts
-	need        Need
-	waits       []string
-	verified    *record.Author
-	evalChecked bool
-	// pending: a rule cannot decide until Slurm reports more.
-	pending bool
+// settle completes the verdict row decided by: its rule, the outcome
+// without isolation, whether a retry may cure it, and train's record.
+func (v view) settle(walk *Result, row Rule) {
+	vd := walk.Verdict
+	vd.Rule = row.ID
+	if !v.f.Isolated && vd.Kind == IntegrityViolation && row.Who == Nobody {
+		// Without isolation the policy's code has the user's Slurm
+		// rights and files: what only a deliberate act explains is its
+		// doing, not a free mask.
+		vd.Kind, vd.Tampering = PolicyFailure, true
+		vd.Detail += "; without isolation the policy's code can do this"
+	}
+	vd.Retryable = retryable(vd)
+	if vd.Train == nil && (v.f.Author != nil || walk.Verified != nil) {
+		// Train's own account goes with every outcome once it has
+		// ended (its train_reward), whichever rule decided.
+		o, ok := v.f.Outputs[stages.Train]
+		if _, ended := v.ended(walk, stages.Train); ended && !ok {
+			walk.Need |= NeedOutputTrain
+			return
+		}
+		if ok && o.RecordErr == nil {
+			vd.Train, _ = o.Record.(*record.Train)
+		}
+	}
+}
+
+// view is the facts as the rows read them: it only reads, and what is
+// derived from the facts alone is computed once, up front. What a row
+// asks for or waits on as it reads goes into the Result it builds (r).
+type view struct {
+	f *Facts
+	// verified is the author's record when it is not kept by the ledger
+	// and the patch verifies against it (what patch-mismatch verifies).
+	verified *record.Author
+}
+
+func newView(f *Facts) view {
+	v := view{f: f}
+	// What the rows ask for while reading it is theirs to ask (bad-patch
+	// and patch-mismatch do, before any row uses it).
+	var quiet Result
+	if a := v.newAuthorRecord(&quiet); a != nil && f.Patch != nil && record.VerifyPatch(a, f.Patch.Data) == nil {
+		v.verified = a
+	}
+	return v
 }
 
 // job is stage's job; ok is false when the stage was not submitted.
-func (d *decider) job(stage string) (slurm.JobInfo, bool) {
-	j, ok := d.f.Jobs[stage]
+func (v view) job(stage string) (slurm.JobInfo, bool) {
+	j, ok := v.f.Jobs[stage]
 	return j, ok && j.ID != ""
 }
 
 // waited keeps the wait key going and says how long it has lasted.
-func (d *decider) waited(key string) time.Duration {
-	if !slices.Contains(d.waits, key) {
-		d.waits = append(d.waits, key)
-	}
-	return d.f.Waited[key]
+func (v view) waited(r *Result, key string) time.Duration {
+	r.wait(key)
+	return v.f.Waited[key]
 }
 
 // ended reports that stage's job has ended for good: terminal, and not a
 // node failure, preemption or boot failure that Slurm may still requeue.
-func (d *decider) ended(stage string) (slurm.JobInfo, bool) {
-	j, ok := d.job(stage)
+func (v view) ended(r *Result, stage string) (slurm.JobInfo, bool) {
+	j, ok := v.job(stage)
 	if !ok || !j.State.Terminal() {
 		return j, false
 	}
 	switch j.State.Failure {
 	case slurm.FailureNodeFailure, slurm.FailurePreempted, slurm.FailureBootFailure:
-		if stage != stages.Author && d.f.Requeues && d.f.CancelRequested == "" && d.waited("requeue-"+j.ID) < RequeueGrace {
+		if stage != stages.Author && v.f.Requeues && v.f.CancelRequested == "" && v.waited(r, "requeue-"+j.ID) < RequeueGrace {
 			return j, false
 		}
 	}
@@ -154,34 +234,35 @@ func (d *decider) ended(stage string) (slurm.JobInfo, bool) {
 }
 
 // output is stage's output, asking for it when not gathered.
-func (d *decider) output(stage string) (Output, bool) {
-	o, ok := d.f.Outputs[stage]
+func (v view) output(r *Result, stage string) (Output, bool) {
+	o, ok := v.f.Outputs[stage]
 	if !ok {
-		d.need |= NeedOutput(stage)
+		r.Need |= NeedOutput(stage)
 	}
 	return o, ok
 }
 
 // authorRecord is the author's verified record: kept by the ledger, or
-// verified by this run of the author rules.
-func (d *decider) authorRecord() *record.Author {
-	if d.f.Author != nil {
-		return d.f.Author
+// one whose patch verifies (the author rows and bad-patch decided
+// otherwise before any row that reads it).
+func (v view) authorRecord() *record.Author {
+	if v.f.Author != nil {
+		return v.f.Author
 	}
-	return d.verified
+	return v.verified
 }
 
 // trainRecord is train's record when train completed and its record was
 // read and accepted; nil otherwise (the train rules decided already).
-func (d *decider) trainRecord() *record.Train {
-	if d.authorRecord() == nil {
+func (v view) trainRecord(r *Result) *record.Train {
+	if v.authorRecord() == nil {
 		return nil
 	}
-	t, ended := d.ended(stages.Train)
+	t, ended := v.ended(r, stages.Train)
 	if !ended || t.State.Class != slurm.Succeeded {
 		return nil
 	}
-	o, ok := d.output(stages.Train)
+	o, ok := v.output(r, stages.Train)
 	if !ok || o.RecordErr != nil || !o.File.Regular() || o.Unopenable || o.Replaced {
 		return nil
 	}
@@ -219,34 +300,35 @@ func retryable(v *Verdict) bool {
 	return false
 }
 
-// progress is the engine's next step when no rule decided.
-func (d *decider) progress() Decision {
-	f := d.f
+// progress is the engine's next step (and the stage it concerns) when no
+// rule decided; walk is every row's result, folded.
+func (v view) progress(walk *Result) (Action, string) {
+	f := v.f
 	if !f.Staged {
-		return Decision{Next: Restage}
+		return Restage, ""
 	}
-	if _, ok := d.job(stages.Author); !ok {
-		return Decision{Next: SubmitStage, Stage: stages.Author}
+	if _, ok := v.job(stages.Author); !ok {
+		return SubmitStage, stages.Author
 	}
-	if _, ended := d.ended(stages.Author); !ended || d.authorRecord() == nil {
-		return Decision{}
+	if _, ended := v.ended(walk, stages.Author); !ended || (f.Author == nil && walk.Verified == nil) {
+		return Wait, ""
 	}
-	if _, ok := d.job(stages.Train); !ok {
-		return Decision{Next: SubmitStage, Stage: stages.Train}
+	if _, ok := v.job(stages.Train); !ok {
+		return SubmitStage, stages.Train
 	}
-	if _, ok := d.job(stages.Eval); !ok && f.CancelRequested == "" {
-		if t, ended := d.ended(stages.Train); !ended || t.State.Class == slurm.Succeeded {
-			return Decision{Next: SubmitStage, Stage: stages.Eval}
+	if _, ok := v.job(stages.Eval); !ok && f.CancelRequested == "" {
+		if t, ended := v.ended(walk, stages.Train); !ended || t.State.Class == slurm.Succeeded {
+			return SubmitStage, stages.Eval
 		}
 	}
-	return Decision{}
+	return Wait, ""
 }
 
 // live reports a submitted job that has not ended.
-func (d *decider) live() bool {
+func (v view) live(r *Result) bool {
 	for _, s := range stages.All {
-		if _, ok := d.job(s); ok {
-			if _, ended := d.ended(s); !ended {
+		if _, ok := v.job(s); ok {
+			if _, ended := v.ended(r, s); !ended {
 				return true
 			}
 		}
@@ -255,9 +337,9 @@ func (d *decider) live() bool {
 }
 
 // firstUnfinished names the first stage that did not complete.
-func (d *decider) firstUnfinished() string {
+func (v view) firstUnfinished() string {
 	for _, s := range stages.All {
-		j, ok := d.job(s)
+		j, ok := v.job(s)
 		if !ok || j.State.Class != slurm.Succeeded {
 			return s
 		}
@@ -271,8 +353,8 @@ func (d *decider) firstUnfinished() string {
 // can only come from the policy's code (it runs as that user) or from a
 // hand-typed scancel, which the README warns against: the policy's 0,
 // flagged as tampering.
-func (d *decider) cancelled(stage string, j slurm.JobInfo) *Verdict {
-	f := d.f
+func (v view) cancelled(r *Result, stage string, j slurm.JobInfo) *Verdict {
+	f := v.f
 	if slices.Contains(f.CancelsIssued, j.ID) {
 		return fail(InfraFailure, stage, ReasonCancelled, fmt.Sprintf("%s job %s was cancelled by nemorl-slurm", stage, j.ID))
 	}
@@ -287,7 +369,7 @@ func (d *decider) cancelled(stage string, j slurm.JobInfo) *Verdict {
 			fmt.Sprintf("%s job %s ended %s: Slurm does not say who cancelled it, and the policy's code cannot reach Slurm from its container", stage, j.ID, j.State.Raw))
 	}
 	if !f.UIDKnown {
-		d.need |= NeedUID
+		r.Need |= NeedUID
 		return nil
 	}
 	if j.State.ByUID != f.UID {
@@ -300,7 +382,7 @@ func (d *decider) cancelled(stage string, j slurm.JobInfo) *Verdict {
 
 // verdictFailed is the outcome of a job whose batch script refused to run
 // its payload, or found that the cluster failed it (exit 64–79).
-func (d *decider) verdictFailed(stage string, j slurm.JobInfo) *Verdict {
+func (v view) verdictFailed(r *Result, stage string, j slurm.JobInfo) *Verdict {
 	switch j.ExitCode.Code {
 	case stages.ExitNoGPU:
 		return fail(InfraFailure, stage, ReasonNoGPU,
@@ -309,7 +391,7 @@ func (d *decider) verdictFailed(stage string, j slurm.JobInfo) *Verdict {
 		return fail(InfraFailure, stage, ReasonPolicyEndpointFailed,
 			fmt.Sprintf("%s job %s: the policy's endpoint failed (exit %d): no model call succeeded, or the last one failed; see nemorl-slurm logs --stage author", stage, j.ID, stages.ExitPolicyEndpoint))
 	case stages.ExitIsolation:
-		out, ok := d.output(stage)
+		out, ok := v.output(r, stage)
 		if !ok {
 			return nil
 		}
@@ -352,7 +434,7 @@ func scriptVerdict(j slurm.JobInfo) bool {
 // file the job could open, or nil. Eval's output is reachable by the
 // policy only without isolation (the train container does not bind
 // eval/): with isolation it is a breach.
-func (d *decider) plantedOutput(stage string, o Output) *Verdict {
+func (v view) plantedOutput(stage string, o Output) *Verdict {
 	what := ""
 	switch {
 	case !o.File.Exists:
@@ -369,13 +451,13 @@ func (d *decider) plantedOutput(stage string, o Output) *Verdict {
 	default:
 		return nil
 	}
-	return d.plantedVerdict(stage, fmt.Sprintf("the %s output %s is %s", stage, o.Path, what))
+	return v.plantedVerdict(stage, fmt.Sprintf("the %s output %s is %s", stage, o.Path, what))
 }
 
 // plantedVerdict: a planted author or train output is the policy's; eval's
 // is a breach of isolation, or, without it, the policy's.
-func (d *decider) plantedVerdict(stage, detail string) *Verdict {
-	if stage == stages.Eval && d.f.Isolated {
+func (v view) plantedVerdict(stage, detail string) *Verdict {
+	if stage == stages.Eval && v.f.Isolated {
 		return fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered, detail).tampered()
 	}
 	return fail(PolicyFailure, stage, ReasonPlantedOutput, detail).tampered()
@@ -404,20 +486,20 @@ func recordRejected(stage string, err error) *Verdict {
 // directory its owner can write, the output (if any) a regular file its
 // owner can read and write. slurmstepd cannot open an output it may not
 // write, and the job fails before its script runs.
-func (d *decider) evalFilesModified(ef *EvalFiles) *Verdict {
+func (v view) evalFilesModified(ef *EvalFiles) *Verdict {
 	switch {
 	case !ef.Dir.Exists:
-		return d.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s is gone", ef.DirPath))
+		return v.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s is gone", ef.DirPath))
 	case ef.Dir.Type != "directory":
-		return d.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s is a %s", ef.DirPath, ef.Dir.Type))
+		return v.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s is a %s", ef.DirPath, ef.Dir.Type))
 	case ef.Dir.Perm&0o700 != 0o700:
-		return d.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s has mode %04o: its owner cannot write it (the tool makes it 0700)", ef.DirPath, ef.Dir.Perm))
+		return v.plantedVerdict(stages.Eval, fmt.Sprintf("eval's directory %s has mode %04o: its owner cannot write it (the tool makes it 0700)", ef.DirPath, ef.Dir.Perm))
 	case !ef.Out.Exists:
 		return nil
 	case !ef.Out.Regular():
-		return d.plantedVerdict(stages.Eval, fmt.Sprintf("the eval output %s is a %s, not a regular file", ef.OutPath, ef.Out.Type))
+		return v.plantedVerdict(stages.Eval, fmt.Sprintf("the eval output %s is a %s, not a regular file", ef.OutPath, ef.Out.Type))
 	case ef.Out.Perm&0o600 != 0o600:
-		return d.plantedVerdict(stages.Eval, fmt.Sprintf("the eval output %s has mode %04o: its owner cannot write it (the eval job writes it 0600)", ef.OutPath, ef.Out.Perm))
+		return v.plantedVerdict(stages.Eval, fmt.Sprintf("the eval output %s has mode %04o: its owner cannot write it (the eval job writes it 0600)", ef.OutPath, ef.Out.Perm))
 	}
 	return nil
 }

@@ -298,7 +298,7 @@ func TestTableRows(t *testing.T) {
 			covered[v.Rule] = true
 		})
 	}
-	for _, r := range Table {
+	for _, r := range Rules() {
 		if !covered[r.ID] {
 			t.Errorf("rule %s has no case", r.ID)
 		}
@@ -319,7 +319,7 @@ func checkVocabulary(t *testing.T, v *Verdict) {
 	}
 }
 
-// Table is the README's table: every rule ID in the code is a row there,
+// Rules is the README's table: every rule ID in the code is a row there,
 // in the same order.
 func TestREADMETable(t *testing.T) {
 	b, err := readREADME()
@@ -332,13 +332,13 @@ func TestREADMETable(t *testing.T) {
 	for _, line := range strings.Split(b, "\n") {
 		if strings.HasPrefix(line, "| `") {
 			id, _, _ := strings.Cut(strings.TrimPrefix(line, "| `"), "`")
-			if slices.ContainsFunc(Table, func(r Rule) bool { return r.ID == id }) {
+			if slices.ContainsFunc(Rules(), func(r Rule) bool { return r.ID == id }) {
 				ids = append(ids, id)
 			}
 		}
 	}
 	var want []string
-	for _, r := range Table {
+	for _, r := range Rules() {
 		want = append(want, r.ID)
 	}
 	if !slices.Equal(ids, want) {
@@ -524,7 +524,7 @@ func TestPolicyNeverMasked(t *testing.T) {
 	for i := range propertyRuns {
 		isolated := i%2 == 0
 		f := g.policyFacts(isolated)
-		if err := neverMasked(Table, f); err != nil {
+		if err := neverMasked(Rules(), f); err != nil {
 			t.Fatalf("run %d (isolated %v): %v\nfacts: %s", i, isolated, err, describe(f))
 		}
 		v := Decide(f).Verdict
@@ -649,8 +649,8 @@ func TestClusterFaultNeverRewarded(t *testing.T) {
 // masked.
 func TestPropertyCatchesRemovedRules(t *testing.T) {
 	for _, id := range []string{"author-failed", "train-output-bound", "train-timeout", "train-out-of-memory", "train-planted-output", "train-record", "eval-bad-weights", "job-held", "job-modified", "eval-files", "weights-mismatch", "eval-checked-patch", "eval-contaminated"} {
-		table := slices.DeleteFunc(slices.Clone(Table), func(r Rule) bool { return r.ID == id })
-		if len(table) == len(Table) {
+		table := slices.DeleteFunc(slices.Clone(Rules()), func(r Rule) bool { return r.ID == id })
+		if len(table) == len(Rules()) {
 			t.Fatalf("no rule %s", id)
 		}
 		g := gen{rand.New(rand.NewPCG(5, 6))}
@@ -861,7 +861,7 @@ func FuzzDecide(f *testing.F) {
 	f.Fuzz(func(t *testing.T, a, b uint64, isolated bool) {
 		g := gen{rand.New(rand.NewPCG(a, b))}
 		facts := g.policyFacts(isolated)
-		if err := neverMasked(Table, facts); err != nil {
+		if err := neverMasked(Rules(), facts); err != nil {
 			t.Fatalf("%v\nfacts: %s", err, describe(facts))
 		}
 		facts = g.clusterFacts()

@@ -199,7 +199,7 @@ type Verdict struct {
 	// the stage again may cure (the engine runs it again while
 	// episodes.retries allows).
 	Retryable bool
-	// Rule names the rule that decided (Table).
+	// Rule names the rule that decided (Rules).
 	Rule string
 	// Train and Eval are the verified records behind a score (Train also
 	// behind a policy failure after train's record was read).

@@ -10,590 +10,612 @@ import (
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
-// Table is the attribution rule, in the order Decide tries it (the first
-// rule that matches decides) and in the order of the README's table. Who
+// table is the attribution rule, in the order Decide tries it (the first
+// rule that matches decides) and in the order of docs/episode.md's table. Who
 // could have caused a failure decides it: everything in the author
 // container and everything the train job does is the policy's; the
 // cluster's failures and the operator's acts are not; the trusted eval is
 // nobody's if isolation holds, and the policy's without it.
-var Table = []Rule{
+//
+// Each row is a pure function of the facts: it returns its Result and
+// reads nothing another row returned (what a row needs of the facts,
+// such as the author's record whose patch verifies, is computed from them
+// by view). The order is priority only: a row may leave to rows before it
+// the cases they decide (author-failed leaves the script's verdicts to
+// author-script-verdict), never data. Rules returns a copy.
+var table = []Rule{
 	// The tool's own record stands before everything.
-	{"ledger-seal", Chain, func(d *decider) *Verdict {
-		if d.f.SealBroken == "" {
-			return nil
+	{"ledger-seal", Chain, func(v view) (r Result) {
+		if v.f.SealBroken == "" {
+			return r
 		}
-		return fail(IntegrityViolation, "", ReasonLedgerTampered, d.f.SealBroken).tampered()
+		return r.with(fail(IntegrityViolation, "", ReasonLedgerTampered, v.f.SealBroken).tampered())
 	}},
-	{"cancel-on-record", Chain, func(d *decider) *Verdict {
+	{"cancel-on-record", Chain, func(v view) (r Result) {
 		// A cancel on record (cancel, a deadline, an interrupt) wins over
 		// whatever the stopped jobs printed as they were stopped, once
 		// they have stopped; an eval that completed is still scored.
-		if d.f.CancelRequested == "" {
-			return nil
+		if v.f.CancelRequested == "" {
+			return r
 		}
-		if d.live() {
+		if v.live(&r) {
 			// Nothing is decided until the cancelled jobs have ended:
 			// sacct reports each end seconds apart, and a rule that saw
 			// one job's CANCELLED before the others' would blame it. A
 			// job Slurm forgot is left to job-lost.
 			for _, s := range stages.All {
-				if j, ok := d.job(s); ok && j.State.Class == slurm.Unknown && j.Source == slurm.SourceNone && d.waited("unknown-"+j.ID) > JobLostAfter {
-					return nil
+				if j, ok := v.job(s); ok && j.State.Class == slurm.Unknown && j.Source == slurm.SourceNone && v.waited(&r, "unknown-"+j.ID) > JobLostAfter {
+					return r
 				}
 			}
-			d.pending = true
-			return nil
+			r.Pending = true
+			return r
 		}
-		if e, ok := d.job(stages.Eval); ok && e.State.Class == slurm.Succeeded {
-			return nil
+		if e, ok := v.job(stages.Eval); ok && e.State.Class == slurm.Succeeded {
+			return r
 		}
-		return fail(InfraFailure, d.firstUnfinished(), d.f.CancelRequested, "the episode's jobs were cancelled: "+d.f.CancelRequested)
+		return r.with(fail(InfraFailure, v.firstUnfinished(), v.f.CancelRequested, "the episode's jobs were cancelled: "+v.f.CancelRequested))
 	}},
-	{"submit-refused", TheCluster, func(d *decider) *Verdict {
+	{"submit-refused", TheCluster, func(v view) (r Result) {
 		for _, s := range stages.All {
-			if why := d.f.Submit[s].Refused; why != "" {
-				return fail(InfraFailure, s, ReasonSubmitRefused, fmt.Sprintf("sbatch refused the %s job: %s", s, why))
+			if why := v.f.Submit[s].Refused; why != "" {
+				return r.with(fail(InfraFailure, s, ReasonSubmitRefused, fmt.Sprintf("sbatch refused the %s job: %s", s, why)))
 			}
 		}
-		return nil
+		return r
 	}},
-	{"impostor-job", Nobody, func(d *decider) *Verdict {
+	{"impostor-job", Nobody, func(v view) (r Result) {
 		for _, s := range stages.All {
-			if imp := d.f.Submit[s].Impostor; imp != "" {
-				return fail(IntegrityViolation, s, ReasonImpostorJob, imp+"; cancelled").tampered()
+			if imp := v.f.Submit[s].Impostor; imp != "" {
+				return r.with(fail(IntegrityViolation, s, ReasonImpostorJob, imp+"; cancelled").tampered())
 			}
 		}
-		return nil
+		return r
 	}},
 	// Slurm's account of a change to an episode job the tool never makes:
 	// without isolation the policy's code (run as the user) can make it.
-	{"job-held", ThePolicy, func(d *decider) *Verdict {
+	{"job-held", ThePolicy, func(v view) (r Result) {
 		// Once the stage before it has ended (sacct may not show a hold:
 		// squeue, slurmctld's live view, does; a poll takes a pending
 		// job from squeue already, and only a job known from sacct is
 		// asked of squeue again).
-		if d.f.Isolated {
-			return nil
+		if v.f.Isolated {
+			return r
 		}
 		for _, s := range []string{stages.Train, stages.Eval} {
-			j, ok := d.job(s)
+			j, ok := v.job(s)
 			if !ok || j.State.Class != slurm.Pending {
 				continue
 			}
-			if _, before := d.ended(stages.All[slices.Index(stages.All, s)-1]); !before {
+			if _, before := v.ended(&r, stages.All[slices.Index(stages.All, s)-1]); !before {
 				continue
 			}
 			held := j.HeldBy() == "user"
 			if !held && j.Source != slurm.SourceSqueue { // squeue's view is the one a hold shows in
-				if d.f.Queue == nil {
-					d.need |= NeedQueue
-					return nil
+				if v.f.Queue == nil {
+					r.Need |= NeedQueue
+					return r
 				}
-				if q, ok := d.f.Queue[s]; ok && q.HeldBy() == "user" {
+				if q, ok := v.f.Queue[s]; ok && q.HeldBy() == "user" {
 					held, j.Reason = true, q.Reason
 				}
 			}
 			if held {
-				return fail(PolicyFailure, s, ReasonJobHeld, fmt.Sprintf("%s job %s is held by this user (reason %s), and nemorl-slurm never holds a job: without isolation the policy's code can (scontrol hold)", s, j.ID, j.Reason)).tampered()
+				return r.with(fail(PolicyFailure, s, ReasonJobHeld, fmt.Sprintf("%s job %s is held by this user (reason %s), and nemorl-slurm never holds a job: without isolation the policy's code can (scontrol hold)", s, j.ID, j.Reason)).tampered())
 			}
 		}
-		return nil
+		return r
 	}},
-	{"job-modified", ThePolicy, func(d *decider) *Verdict {
-		if d.f.Isolated {
-			return nil
+	{"job-modified", ThePolicy, func(v view) (r Result) {
+		if v.f.Isolated {
+			return r
 		}
 		for _, s := range []string{stages.Train, stages.Eval} {
-			j, ok := d.job(s)
-			want := d.f.TimeLimits[s]
+			j, ok := v.job(s)
+			want := v.f.TimeLimits[s]
 			if ok && want > 0 && j.TimeLimit != 0 && j.TimeLimit != want {
 				got := "UNLIMITED"
 				if j.TimeLimit > 0 {
 					got = j.TimeLimit.String()
 				}
-				return fail(PolicyFailure, s, ReasonJobModified, fmt.Sprintf("%s job %s has time limit %s, but its script asked for %s, and nemorl-slurm never changes it: without isolation the policy's code can (scontrol update)", s, j.ID, got, want)).tampered()
+				return r.with(fail(PolicyFailure, s, ReasonJobModified, fmt.Sprintf("%s job %s has time limit %s, but its script asked for %s, and nemorl-slurm never changes it: without isolation the policy's code can (scontrol update)", s, j.ID, got, want)).tampered())
 			}
 		}
-		return nil
+		return r
 	}},
-	{"job-lost", TheCluster, func(d *decider) *Verdict {
+	{"job-lost", TheCluster, func(v view) (r Result) {
 		// A job Slurm forgot, after JobLostAfter of continuous evidence:
 		// every poll in between answered and did not know it.
 		for _, s := range stages.All {
-			j, ok := d.job(s)
+			j, ok := v.job(s)
 			if !ok || j.State.Terminal() || j.State.Class != slurm.Unknown || j.Source != slurm.SourceNone {
 				continue
 			}
-			if w := d.waited("unknown-" + j.ID); w > JobLostAfter {
-				return fail(InfraFailure, s, ReasonJobLost, fmt.Sprintf("%s job %s: neither sacct nor squeue has known it for %s", s, j.ID, w.Round(time.Second)))
+			if w := v.waited(&r, "unknown-"+j.ID); w > JobLostAfter {
+				return r.with(fail(InfraFailure, s, ReasonJobLost, fmt.Sprintf("%s job %s: neither sacct nor squeue has known it for %s", s, j.ID, w.Round(time.Second))))
 			}
 		}
-		return nil
+		return r
 	}},
 
 	// The author: everything in its container is the policy's.
-	{"author-foreign-record", ThePolicy, func(d *decider) *Verdict {
-		if _, ended := d.ended(stages.Author); !ended || d.authorRecord() != nil {
-			return nil
+	{"author-foreign-record", ThePolicy, func(v view) (r Result) {
+		if _, ended := v.ended(&r, stages.Author); !ended || v.f.Author != nil {
+			return r
 		}
-		o, ok := d.output(stages.Author)
+		o, ok := v.output(&r, stages.Author)
 		if ok && record.ReasonOf(o.RecordErr) == record.ReasonForeignRecord {
 			// A record of another stage in the author's output is
 			// tampering, whatever the job's state.
-			return recordRejected(stages.Author, o.RecordErr)
+			return r.with(recordRejected(stages.Author, o.RecordErr))
 		}
-		return nil
+		return r
 	}},
-	{"author-planted-output", ThePolicy, func(d *decider) *Verdict {
-		if _, ended := d.ended(stages.Author); !ended || d.authorRecord() != nil {
-			return nil
+	{"author-planted-output", ThePolicy, func(v view) (r Result) {
+		if _, ended := v.ended(&r, stages.Author); !ended || v.f.Author != nil {
+			return r
 		}
-		o, _ := d.output(stages.Author)
-		return d.plantedOutput(stages.Author, o)
+		o, _ := v.output(&r, stages.Author)
+		return r.with(v.plantedOutput(stages.Author, o))
 	}},
-	{"author-cancelled", TheCluster, func(d *decider) *Verdict {
-		if a, ended := d.ended(stages.Author); ended && a.State.Failure == slurm.FailureCancelled {
-			return d.cancelled(stages.Author, a)
+	{"author-cancelled", TheCluster, func(v view) (r Result) {
+		if a, ended := v.ended(&r, stages.Author); ended && a.State.Failure == slurm.FailureCancelled {
+			return r.with(v.cancelled(&r, stages.Author, a))
 		}
-		return nil
+		return r
 	}},
-	{"author-script-verdict", TheCluster, func(d *decider) *Verdict {
-		if a, ended := d.ended(stages.Author); ended && scriptVerdict(a) {
-			return d.verdictFailed(stages.Author, a)
+	{"author-script-verdict", TheCluster, func(v view) (r Result) {
+		if a, ended := v.ended(&r, stages.Author); ended && scriptVerdict(a) {
+			return r.with(v.verdictFailed(&r, stages.Author, a))
 		}
-		return nil
+		return r
 	}},
-	{"author-failed", ThePolicy, func(d *decider) *Verdict {
-		a, ended := d.ended(stages.Author)
+	{"author-failed", ThePolicy, func(v view) (r Result) {
+		a, ended := v.ended(&r, stages.Author)
 		if !ended {
-			return nil
+			return r
 		}
 		switch a.State.Failure {
 		case slurm.FailureExitCode:
-			return fail(PolicyFailure, stages.Author, ReasonAuthorFailed,
-				fmt.Sprintf("author job %s failed with exit code %s: the author container (Claude Code and what it ran) is the policy's", a.ID, a.ExitCode.Raw))
+			return r.with(fail(PolicyFailure, stages.Author, ReasonAuthorFailed,
+				fmt.Sprintf("author job %s failed with exit code %s: the author container (Claude Code and what it ran) is the policy's", a.ID, a.ExitCode.Raw)))
 		case slurm.FailureTimeout, slurm.FailureOutOfMemory:
-			return fail(PolicyFailure, stages.Author, ReasonAuthorFailed,
-				fmt.Sprintf("author job %s ended %s: the author container is the policy's", a.ID, a.State.Raw))
+			return r.with(fail(PolicyFailure, stages.Author, ReasonAuthorFailed,
+				fmt.Sprintf("author job %s ended %s: the author container is the policy's", a.ID, a.State.Raw)))
 		}
-		return nil
+		return r
 	}},
-	{"author-slurm-failure", TheCluster, func(d *decider) *Verdict {
-		if a, ended := d.ended(stages.Author); ended && a.State.Class != slurm.Succeeded {
-			return jobFailed(stages.Author, a)
+	{"author-slurm-failure", TheCluster, func(v view) (r Result) {
+		if a, ended := v.ended(&r, stages.Author); ended && a.State.Class != slurm.Succeeded {
+			return r.with(jobFailed(stages.Author, a))
 		}
-		return nil
+		return r
 	}},
-	{"author-record", ThePolicy, func(d *decider) *Verdict {
-		if _, ended := d.ended(stages.Author); !ended || d.authorRecord() != nil {
-			return nil
+	{"author-record", ThePolicy, func(v view) (r Result) {
+		if _, ended := v.ended(&r, stages.Author); !ended || v.f.Author != nil {
+			return r
 		}
-		if o, ok := d.output(stages.Author); ok && o.RecordErr != nil {
-			return recordRejected(stages.Author, o.RecordErr)
+		if o, ok := v.output(&r, stages.Author); ok && o.RecordErr != nil {
+			return r.with(recordRejected(stages.Author, o.RecordErr))
 		}
-		return nil
+		return r
 	}},
-	{"bad-patch", ThePolicy, func(d *decider) *Verdict {
-		a := d.newAuthorRecord()
+	{"bad-patch", ThePolicy, func(v view) (r Result) {
+		a := v.newAuthorRecord(&r)
 		if a == nil {
-			return nil
+			return r
 		}
 		bad := func(format string, args ...any) *Verdict {
-			return fail(PolicyFailure, stages.Author, ReasonBadPatch, d.patchPath()+": "+fmt.Sprintf(format, args...)).tampered()
+			return fail(PolicyFailure, stages.Author, ReasonBadPatch, v.patchPath()+": "+fmt.Sprintf(format, args...)).tampered()
 		}
 		if a.PatchBytes > stages.MaxPatchBytes {
-			return bad("the author record claims %d bytes, more than the %d a patch may have", a.PatchBytes, stages.MaxPatchBytes)
+			return r.with(bad("the author record claims %d bytes, more than the %d a patch may have", a.PatchBytes, stages.MaxPatchBytes))
 		}
-		p := d.f.Patch
+		p := v.f.Patch
 		if p == nil {
-			d.need |= NeedPatch
-			return nil
+			r.Need |= NeedPatch
+			return r
 		}
 		switch fi := p.File; {
 		case !fi.Exists:
 			// Verified below against the record: fine for an empty patch.
 		case !fi.Regular():
-			return bad("a %s, not a regular file", fi.Type)
+			return r.with(bad("a %s, not a regular file", fi.Type))
 		case fi.Size > stages.MaxPatchBytes:
-			return bad("%d bytes, more than the %d a patch may have", fi.Size, stages.MaxPatchBytes)
+			return r.with(bad("%d bytes, more than the %d a patch may have", fi.Size, stages.MaxPatchBytes))
 		case fi.Size != a.PatchBytes:
-			return bad("%d bytes, but the author record says %d", fi.Size, a.PatchBytes)
+			return r.with(bad("%d bytes, but the author record says %d", fi.Size, a.PatchBytes))
 		}
-		return nil
+		return r
 	}},
-	{"patch-mismatch", ThePolicy, func(d *decider) *Verdict {
-		a := d.newAuthorRecord()
-		if a == nil || d.f.Patch == nil {
-			return nil
+	{"patch-mismatch", ThePolicy, func(v view) (r Result) {
+		a := v.newAuthorRecord(&r)
+		if a == nil || v.f.Patch == nil {
+			return r
 		}
-		if err := record.VerifyPatch(a, d.f.Patch.Data); err != nil {
-			v := recordRejected(stages.Author, err)
-			if !d.f.Patch.File.Exists {
+		if err := record.VerifyPatch(a, v.f.Patch.Data); err != nil {
+			vd := recordRejected(stages.Author, err)
+			if !v.f.Patch.File.Exists {
 				// Under isolation: the script did not copy it back (its
 				// out.log says why: not a regular file, or over the bound).
-				v.Detail = fmt.Sprintf("%s is missing, and the author record names a patch of %d bytes; %s", d.patchPath(), a.PatchBytes, v.Detail)
+				vd.Detail = fmt.Sprintf("%s is missing, and the author record names a patch of %d bytes; %s", v.patchPath(), a.PatchBytes, vd.Detail)
 			}
-			return v
+			return r.with(vd)
 		}
-		d.verified = a
-		return nil
+		r.Verified = a
+		return r
 	}},
-	{"no-patch", ThePolicy, func(d *decider) *Verdict {
-		if a := d.authorRecord(); a != nil && a.PatchBytes == 0 {
-			return fail(PolicyFailure, stages.Author, ReasonNoPatch, "the author's change.diff is empty: train and eval are not run")
+	{"no-patch", ThePolicy, func(v view) (r Result) {
+		if a := v.authorRecord(); a != nil && a.PatchBytes == 0 {
+			return r.with(fail(PolicyFailure, stages.Author, ReasonNoPatch, "the author's change.diff is empty: train and eval are not run"))
 		}
-		return nil
+		return r
 	}},
 
 	// Train: everything the job does is the policy's; the cluster's
 	// failures are not.
-	{"train-cancelled", TheCluster, func(d *decider) *Verdict {
-		if t, ended := d.trainEnded(); ended && t.State.Failure == slurm.FailureCancelled {
-			return d.cancelled(stages.Train, t)
+	{"train-cancelled", TheCluster, func(v view) (r Result) {
+		if t, ended := v.trainEnded(&r); ended && t.State.Failure == slurm.FailureCancelled {
+			return r.with(v.cancelled(&r, stages.Train, t))
 		}
-		return nil
+		return r
 	}},
-	{"train-timeout", ThePolicy, func(d *decider) *Verdict {
-		if t, ended := d.trainEnded(); ended && t.State.Failure == slurm.FailureTimeout {
-			return fail(PolicyFailure, stages.Train, ReasonTrainTimeout,
-				fmt.Sprintf("train job %s ran into its time limit (%s): the launcher stops the trainer long before it", t.ID, t.State.Raw))
+	{"train-timeout", ThePolicy, func(v view) (r Result) {
+		if t, ended := v.trainEnded(&r); ended && t.State.Failure == slurm.FailureTimeout {
+			return r.with(fail(PolicyFailure, stages.Train, ReasonTrainTimeout,
+				fmt.Sprintf("train job %s ran into its time limit (%s): the launcher stops the trainer long before it", t.ID, t.State.Raw)))
 		}
-		return nil
+		return r
 	}},
-	{"train-out-of-memory", ThePolicy, func(d *decider) *Verdict {
-		if t, ended := d.trainEnded(); ended && t.State.Failure == slurm.FailureOutOfMemory {
-			return fail(PolicyFailure, stages.Train, ReasonTrainOutOfMemory, fmt.Sprintf("train job %s ran out of memory", t.ID))
+	{"train-out-of-memory", ThePolicy, func(v view) (r Result) {
+		if t, ended := v.trainEnded(&r); ended && t.State.Failure == slurm.FailureOutOfMemory {
+			return r.with(fail(PolicyFailure, stages.Train, ReasonTrainOutOfMemory, fmt.Sprintf("train job %s ran out of memory", t.ID)))
 		}
-		return nil
+		return r
 	}},
-	{"train-output-bound", ThePolicy, func(d *decider) *Verdict {
-		if t, ended := d.trainEnded(); ended && scriptVerdict(t) && t.ExitCode.Code == stages.ExitOutputBound {
-			return fail(PolicyFailure, stages.Train, ReasonOutputTooLarge,
-				fmt.Sprintf("train job %s: the weights its payload left are larger than the pinned architecture can be (exit %d): nothing was copied out; see nemorl-slurm logs --stage train", t.ID, stages.ExitOutputBound))
+	{"train-output-bound", ThePolicy, func(v view) (r Result) {
+		if t, ended := v.trainEnded(&r); ended && scriptVerdict(t) && t.ExitCode.Code == stages.ExitOutputBound {
+			return r.with(fail(PolicyFailure, stages.Train, ReasonOutputTooLarge,
+				fmt.Sprintf("train job %s: the weights its payload left are larger than the pinned architecture can be (exit %d): nothing was copied out; see nemorl-slurm logs --stage train", t.ID, stages.ExitOutputBound)))
 		}
-		return nil
+		return r
 	}},
-	{"train-script-verdict", TheCluster, func(d *decider) *Verdict {
-		if t, ended := d.trainEnded(); ended && scriptVerdict(t) {
-			return d.verdictFailed(stages.Train, t)
+	{"train-script-verdict", TheCluster, func(v view) (r Result) {
+		if t, ended := v.trainEnded(&r); ended && scriptVerdict(t) {
+			return r.with(v.verdictFailed(&r, stages.Train, t))
 		}
-		return nil
+		return r
 	}},
-	{"train-slurm-failure", TheCluster, func(d *decider) *Verdict {
-		if t, ended := d.trainEnded(); ended && t.State.Class == slurm.Failed && t.State.Failure != slurm.FailureExitCode {
-			return jobFailed(stages.Train, t)
+	{"train-slurm-failure", TheCluster, func(v view) (r Result) {
+		if t, ended := v.trainEnded(&r); ended && t.State.Class == slurm.Failed && t.State.Failure != slurm.FailureExitCode {
+			return r.with(jobFailed(stages.Train, t))
 		}
-		return nil
+		return r
 	}},
-	{"train-planted-output", ThePolicy, func(d *decider) *Verdict {
-		if _, ended := d.trainEnded(); !ended {
-			return nil
+	{"train-planted-output", ThePolicy, func(v view) (r Result) {
+		if _, ended := v.trainEnded(&r); !ended {
+			return r
 		}
-		o, _ := d.output(stages.Train)
-		return d.plantedOutput(stages.Train, o)
+		o, _ := v.output(&r, stages.Train)
+		return r.with(v.plantedOutput(stages.Train, o))
 	}},
-	{"train-record", ThePolicy, func(d *decider) *Verdict {
-		t, ended := d.trainEnded()
+	{"train-record", ThePolicy, func(v view) (r Result) {
+		t, ended := v.trainEnded(&r)
 		if !ended {
-			return nil
+			return r
 		}
-		o, ok := d.output(stages.Train)
+		o, ok := v.output(&r, stages.Train)
 		if !ok || o.RecordErr == nil {
-			return nil
+			return r
 		}
-		v := recordRejected(stages.Train, o.RecordErr)
+		vd := recordRejected(stages.Train, o.RecordErr)
 		if t.State.Class == slurm.Failed {
-			v.Detail += fmt.Sprintf("; the train job failed with exit code %s", t.ExitCode.Raw)
+			vd.Detail += fmt.Sprintf("; the train job failed with exit code %s", t.ExitCode.Raw)
 		}
-		return v
+		return r.with(vd)
 	}},
-	{"train-status", ThePolicy, func(d *decider) *Verdict {
-		tr := d.trainRecordRead()
+	{"train-status", ThePolicy, func(v view) (r Result) {
+		tr := v.trainRecordRead(&r)
 		if tr == nil || !tr.Status.PolicyFailure() {
-			return nil
+			return r
 		}
 		reason := ReasonTrainFailed
 		if tr.Status == record.StatusPatchFailed {
 			reason = ReasonPatchRejected
 		}
-		v := fail(PolicyFailure, stages.Train, reason, fmt.Sprintf("train record status %q (trainer exit status %d)", tr.Status, tr.TrainerExitStatus))
-		v.Train = tr
-		return v
+		vd := fail(PolicyFailure, stages.Train, reason, fmt.Sprintf("train record status %q (trainer exit status %d)", tr.Status, tr.TrainerExitStatus))
+		vd.Train = tr
+		return r.with(vd)
 	}},
-	{"train-failed-record-ok", ThePolicy, func(d *decider) *Verdict {
-		tr := d.trainRecordRead()
-		if t, _ := d.trainEnded(); tr == nil || t.State.Class == slurm.Succeeded {
-			return nil
+	{"train-failed-record-ok", ThePolicy, func(v view) (r Result) {
+		tr := v.trainRecordRead(&r)
+		if t, _ := v.trainEnded(&r); tr == nil || t.State.Class == slurm.Succeeded {
+			return r
 		}
-		t, _ := d.trainEnded()
-		v := fail(PolicyFailure, stages.Train, ReasonTrainFailed,
+		t, _ := v.trainEnded(&r)
+		vd := fail(PolicyFailure, stages.Train, ReasonTrainFailed,
 			fmt.Sprintf("train job %s failed with exit code %s although its record says %q", t.ID, t.ExitCode.Raw, tr.Status))
-		v.Train = tr
-		return v
+		vd.Train = tr
+		return r.with(vd)
 	}},
 
 	// Eval: the trusted evaluator. Its files are reachable by the policy
 	// only without isolation; a failure of its job is the cluster's.
-	{"eval-files", Nobody, func(d *decider) *Verdict {
-		if d.trainRecord() == nil {
-			return nil
+	{"eval-files", Nobody, func(v view) (r Result) {
+		if v.trainRecord(&r) == nil {
+			return r
 		}
-		e, ok := d.job(stages.Eval)
-		_, ended := d.ended(stages.Eval)
+		e, ok := v.job(stages.Eval)
+		_, ended := v.ended(&r, stages.Eval)
 		// Looked at once train has ended (slurmstepd opens eval's output
 		// as eval starts: a FIFO there stalls it, a file or directory it
 		// may not write fails it), and again if eval failed (a helper
 		// job may have acted later).
-		if !ok || (ended && e.State.Class == slurm.Succeeded) || (!ended && d.f.EvalOutputChecked) {
-			return nil
+		if !ok || (ended && e.State.Class == slurm.Succeeded) || (!ended && v.f.EvalOutputChecked) {
+			return r
 		}
-		if d.f.EvalFiles == nil {
-			d.need |= NeedEvalFiles
-			return nil
+		if v.f.EvalFiles == nil {
+			r.Need |= NeedEvalFiles
+			return r
 		}
-		if v := d.evalFilesModified(d.f.EvalFiles); v != nil {
-			return v
+		if vd := v.evalFilesModified(v.f.EvalFiles); vd != nil {
+			return r.with(vd)
 		}
 		if !ended {
-			d.evalChecked = true
+			r.EvalChecked = true
 		}
-		return nil
+		return r
 	}},
-	{"eval-cancelled", TheCluster, func(d *decider) *Verdict {
-		if e, ended := d.evalEnded(); ended && e.State.Failure == slurm.FailureCancelled {
-			return d.cancelled(stages.Eval, e)
+	{"eval-cancelled", TheCluster, func(v view) (r Result) {
+		if e, ended := v.evalEnded(&r); ended && e.State.Failure == slurm.FailureCancelled {
+			return r.with(v.cancelled(&r, stages.Eval, e))
 		}
-		return nil
+		return r
 	}},
-	{"eval-slurm-failure", TheCluster, func(d *decider) *Verdict {
-		if e, ended := d.evalEnded(); ended && e.State.Class != slurm.Succeeded && e.State.Failure != slurm.FailureExitCode {
-			return jobFailed(stages.Eval, e)
+	{"eval-slurm-failure", TheCluster, func(v view) (r Result) {
+		if e, ended := v.evalEnded(&r); ended && e.State.Class != slurm.Succeeded && e.State.Failure != slurm.FailureExitCode {
+			return r.with(jobFailed(stages.Eval, e))
 		}
-		return nil
+		return r
 	}},
-	{"eval-inputs-tampered", Nobody, func(d *decider) *Verdict {
-		if e, ok := d.evalExit(stages.ExitInputsTampered); ok {
-			return fail(IntegrityViolation, stages.Eval, ReasonEvalInputsTampered,
-				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", e.ID, stages.ExitInputsTampered)).tampered()
+	{"eval-inputs-tampered", Nobody, func(v view) (r Result) {
+		if e, ok := v.evalExit(&r, stages.ExitInputsTampered); ok {
+			return r.with(fail(IntegrityViolation, stages.Eval, ReasonEvalInputsTampered,
+				fmt.Sprintf("eval job %s refused to run (exit %d): the eval image or the evaluator inputs differ from those pinned", e.ID, stages.ExitInputsTampered)).tampered())
 		}
-		return nil
+		return r
 	}},
-	{"eval-output-redirected", Nobody, func(d *decider) *Verdict {
-		if e, ok := d.evalExit(stages.ExitOutputNotOwn); ok {
-			return fail(IntegrityViolation, stages.Eval, ReasonEvalOutputRedirected,
-				fmt.Sprintf("eval job %s refused to print its record (exit %d): its standard output was not its %s (the job's StdOut was changed or the file replaced)", e.ID, stages.ExitOutputNotOwn, d.evalOutPath())).tampered()
+	{"eval-output-redirected", Nobody, func(v view) (r Result) {
+		if e, ok := v.evalExit(&r, stages.ExitOutputNotOwn); ok {
+			return r.with(fail(IntegrityViolation, stages.Eval, ReasonEvalOutputRedirected,
+				fmt.Sprintf("eval job %s refused to print its record (exit %d): its standard output was not its %s (the job's StdOut was changed or the file replaced)", e.ID, stages.ExitOutputNotOwn, v.evalOutPath())).tampered())
 		}
-		return nil
+		return r
 	}},
-	{"eval-bad-weights", ThePolicy, func(d *decider) *Verdict {
-		if e, ok := d.evalExit(stages.ExitInputBad); ok {
-			return fail(PolicyFailure, stages.Eval, ReasonBadWeights,
-				fmt.Sprintf("eval job %s found no regular file of weights where train exported them (exit %d)", e.ID, stages.ExitInputBad))
+	{"eval-bad-weights", ThePolicy, func(v view) (r Result) {
+		if e, ok := v.evalExit(&r, stages.ExitInputBad); ok {
+			return r.with(fail(PolicyFailure, stages.Eval, ReasonBadWeights,
+				fmt.Sprintf("eval job %s found no regular file of weights where train exported them (exit %d)", e.ID, stages.ExitInputBad)))
 		}
-		if e, ok := d.evalExit(stages.ExitWeightsRejected); ok {
-			return fail(PolicyFailure, stages.Eval, ReasonBadWeights,
-				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", e.ID, stages.ExitWeightsRejected, d.f.Episode))
+		if e, ok := v.evalExit(&r, stages.ExitWeightsRejected); ok {
+			return r.with(fail(PolicyFailure, stages.Eval, ReasonBadWeights,
+				fmt.Sprintf("eval job %s: the trusted check rejected the weights train exported (exit %d); see nemorl-slurm logs %s --stage eval", e.ID, stages.ExitWeightsRejected, v.f.Episode)))
 		}
-		return nil
+		return r
 	}},
-	{"eval-script-verdict", TheCluster, func(d *decider) *Verdict {
-		if e, ok := d.evalExit(stages.ExitIsolation); ok {
-			return d.verdictFailed(stages.Eval, e)
+	{"eval-script-verdict", TheCluster, func(v view) (r Result) {
+		if e, ok := v.evalExit(&r, stages.ExitIsolation); ok {
+			return r.with(v.verdictFailed(&r, stages.Eval, e))
 		}
-		if e, ok := d.evalExit(stages.ExitNoGPU); ok {
-			return d.verdictFailed(stages.Eval, e)
+		if e, ok := v.evalExit(&r, stages.ExitNoGPU); ok {
+			return r.with(v.verdictFailed(&r, stages.Eval, e))
 		}
-		return nil
+		return r
 	}},
-	{"eval-rollouts-rejected", TheCluster, func(d *decider) *Verdict {
-		if e, ok := d.evalExit(stages.EvalRejectedExit); ok {
-			return fail(InfraFailure, stages.Eval, ReasonRolloutsRejected,
-				fmt.Sprintf("eval job %s: the evaluator rejected the rollouts (exit %d): see nemorl-slurm logs %s --stage eval", e.ID, stages.EvalRejectedExit, d.f.Episode))
+	{"eval-rollouts-rejected", TheCluster, func(v view) (r Result) {
+		if e, ok := v.evalExit(&r, stages.EvalRejectedExit); ok {
+			return r.with(fail(InfraFailure, stages.Eval, ReasonRolloutsRejected,
+				fmt.Sprintf("eval job %s: the evaluator rejected the rollouts (exit %d): see nemorl-slurm logs %s --stage eval", e.ID, stages.EvalRejectedExit, v.f.Episode)))
 		}
-		return nil
+		return r
 	}},
-	{"eval-exit-code", TheCluster, func(d *decider) *Verdict {
-		if e, ended := d.evalEnded(); ended && e.State.Class != slurm.Succeeded {
-			return jobFailed(stages.Eval, e)
+	{"eval-exit-code", TheCluster, func(v view) (r Result) {
+		if e, ended := v.evalEnded(&r); ended && e.State.Class != slurm.Succeeded {
+			return r.with(jobFailed(stages.Eval, e))
 		}
-		return nil
+		return r
 	}},
-	{"times-unknown", TheCluster, func(d *decider) *Verdict {
-		e, ended := d.evalEnded()
+	{"times-unknown", TheCluster, func(v view) (r Result) {
+		e, ended := v.evalEnded(&r)
 		if !ended {
-			return nil
+			return r
 		}
-		t, _ := d.ended(stages.Train)
+		t, _ := v.ended(&r, stages.Train)
 		if !t.End.IsZero() && !e.Start.IsZero() && !e.End.IsZero() {
-			return nil
+			return r
 		}
-		if w := d.waited("times"); w > TimesUnknownAfter {
-			return fail(InfraFailure, stages.Eval, ReasonTimesUnknown,
-				fmt.Sprintf("sacct has not reported train's end and eval's start for %s: the order of the jobs cannot be checked", w.Round(time.Second)))
+		if w := v.waited(&r, "times"); w > TimesUnknownAfter {
+			return r.with(fail(InfraFailure, stages.Eval, ReasonTimesUnknown,
+				fmt.Sprintf("sacct has not reported train's end and eval's start for %s: the order of the jobs cannot be checked", w.Round(time.Second))))
 		}
-		d.pending = true
-		return nil
+		r.Pending = true
+		return r
 	}},
-	{"eval-before-train-end", Nobody, func(d *decider) *Verdict {
-		e, ended := d.evalEnded()
-		t, _ := d.ended(stages.Train)
+	{"eval-before-train-end", Nobody, func(v view) (r Result) {
+		e, ended := v.evalEnded(&r)
+		t, _ := v.ended(&r, stages.Train)
 		if ended && e.Start.Before(t.End) {
-			return fail(IntegrityViolation, stages.Eval, ReasonEvalBeforeTrainEnd,
-				fmt.Sprintf("eval job %s started at %s, before train job %s ended at %s", e.ID, e.Start.UTC().Format("15:04:05"), t.ID, t.End.UTC().Format("15:04:05"))).tampered()
+			return r.with(fail(IntegrityViolation, stages.Eval, ReasonEvalBeforeTrainEnd,
+				fmt.Sprintf("eval job %s started at %s, before train job %s ended at %s", e.ID, e.Start.UTC().Format("15:04:05"), t.ID, t.End.UTC().Format("15:04:05"))).tampered())
 		}
-		return nil
+		return r
 	}},
-	{"eval-output-planted", Nobody, func(d *decider) *Verdict {
-		if _, ended := d.evalEnded(); !ended {
-			return nil
+	{"eval-output-planted", Nobody, func(v view) (r Result) {
+		if _, ended := v.evalEnded(&r); !ended {
+			return r
 		}
-		o, _ := d.output(stages.Eval)
-		return d.plantedOutput(stages.Eval, o)
+		o, _ := v.output(&r, stages.Eval)
+		return r.with(v.plantedOutput(stages.Eval, o))
 	}},
-	{"eval-output-gone", Nobody, func(d *decider) *Verdict {
-		e, ended := d.evalEnded()
+	{"eval-output-gone", Nobody, func(v view) (r Result) {
+		e, ended := v.evalEnded(&r)
 		if !ended {
-			return nil
+			return r
 		}
-		if o, ok := d.output(stages.Eval); ok && !o.File.Exists {
-			return fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered,
-				fmt.Sprintf("eval job %s completed, but its output %s is gone", e.ID, o.Path)).tampered()
+		if o, ok := v.output(&r, stages.Eval); ok && !o.File.Exists {
+			return r.with(fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered,
+				fmt.Sprintf("eval job %s completed, but its output %s is gone", e.ID, o.Path)).tampered())
 		}
-		return nil
+		return r
 	}},
-	{"eval-output-changed", Nobody, func(d *decider) *Verdict {
+	{"eval-output-changed", Nobody, func(v view) (r Result) {
 		// The file must be the one the eval job wrote, last changed while
 		// it ran and before its quiet watch: a redirected StdOut leaves a
 		// file older than the job, a rewrite or a rename after the
 		// script's last look a younger one.
-		e, ended := d.evalEnded()
+		e, ended := v.evalEnded(&r)
 		if !ended {
-			return nil
+			return r
 		}
-		o, _ := d.output(stages.Eval)
+		o, _ := v.output(&r, stages.Eval)
 		latest := e.End.Add(-EvalOutputQuiet).Add(EvalOutputSlack)
 		if c := o.File.Ctime; c.Before(e.Start.Add(-EvalOutputSlack)) || c.After(latest) {
-			return fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered,
+			return r.with(fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered,
 				fmt.Sprintf("eval's output %s last changed at %s, outside eval job %s's run before its quiet watch (%s to %s; the job ran to %s)", o.Path,
-					c.UTC().Format(time.RFC3339), e.ID, e.Start.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339), e.End.UTC().Format(time.RFC3339))).tampered()
+					c.UTC().Format(time.RFC3339), e.ID, e.Start.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339), e.End.UTC().Format(time.RFC3339))).tampered())
 		}
-		return nil
+		return r
 	}},
-	{"eval-record", Nobody, func(d *decider) *Verdict {
-		e, ended := d.evalEnded()
+	{"eval-record", Nobody, func(v view) (r Result) {
+		e, ended := v.evalEnded(&r)
 		if !ended {
-			return nil
+			return r
 		}
-		o, _ := d.output(stages.Eval)
+		o, ok := v.output(&r, stages.Eval)
+		if !ok {
+			return r
+		}
 		if o.RecordErr != nil {
-			v := recordRejected(stages.Eval, o.RecordErr)
-			v.Train = d.trainRecord()
-			return v
+			vd := recordRejected(stages.Eval, o.RecordErr)
+			vd.Train = v.trainRecord(&r)
+			return r.with(vd)
 		}
 		ev, _ := o.Record.(*record.Eval)
 		if err := record.VerifyEvalJob(ev, e.ID); err != nil {
-			return recordRejected(stages.Eval, err)
+			return r.with(recordRejected(stages.Eval, err))
 		}
-		return nil
+		return r
 	}},
-	{"weights-mismatch", ThePolicy, func(d *decider) *Verdict {
-		if _, ended := d.evalEnded(); !ended {
-			return nil
+	{"weights-mismatch", ThePolicy, func(v view) (r Result) {
+		if _, ended := v.evalEnded(&r); !ended {
+			return r
 		}
 		// The eval record is the trusted evaluator's (checked above): the
 		// weights it scored are not those the train record names, so the
 		// train job's record or its checkpoint lied.
-		tr, ev := d.trainRecord(), d.f.Outputs[stages.Eval].Record.(*record.Eval)
-		if err := record.VerifyWeights(tr, ev); err != nil {
-			v := fail(PolicyFailure, stages.Train, string(record.ReasonOf(err)), err.Error()).tampered()
-			v.Train = tr
-			return v
+		tr, ev := v.trainRecord(&r), v.evalRecord()
+		if ev == nil {
+			return r
 		}
-		return nil
+		if err := record.VerifyWeights(tr, ev); err != nil {
+			vd := fail(PolicyFailure, stages.Train, string(record.ReasonOf(err)), err.Error()).tampered()
+			vd.Train = tr
+			return r.with(vd)
+		}
+		return r
 	}},
-	{"eval-checked-patch", Nobody, func(d *decider) *Verdict {
+	{"eval-checked-patch", Nobody, func(v view) (r Result) {
 		// The contamination check must have read the patch train ran,
 		// the author's: a clean patch shown in its place after the
 		// author's ended is a deliberate act.
-		a := d.authorRecord()
-		if _, ended := d.evalEnded(); !ended || a == nil {
-			return nil
+		a := v.authorRecord()
+		if _, ended := v.evalEnded(&r); !ended || a == nil {
+			return r
 		}
-		ev := d.f.Outputs[stages.Eval].Record.(*record.Eval)
+		ev := v.evalRecord()
+		if ev == nil {
+			return r
+		}
 		if err := record.VerifyCheckedPatch(a, ev); err != nil {
-			v := fail(IntegrityViolation, stages.Eval, string(record.ReasonOf(err)), err.Error()).tampered()
-			v.Train = d.trainRecord()
-			return v
+			vd := fail(IntegrityViolation, stages.Eval, string(record.ReasonOf(err)), err.Error()).tampered()
+			vd.Train = v.trainRecord(&r)
+			return r.with(vd)
 		}
-		return nil
+		return r
 	}},
-	{"eval-contaminated", ThePolicy, func(d *decider) *Verdict {
+	{"eval-contaminated", ThePolicy, func(v view) (r Result) {
 		// The trusted check found the eval problems or their answers in
 		// the patch the policy wrote: its weights were not scored.
-		if _, ended := d.evalEnded(); !ended {
-			return nil
+		if _, ended := v.evalEnded(&r); !ended {
+			return r
 		}
-		ev := d.f.Outputs[stages.Eval].Record.(*record.Eval)
-		if !ev.Contaminated {
-			return nil
+		ev := v.evalRecord()
+		if ev == nil || !ev.Contaminated {
+			return r
 		}
-		v := fail(PolicyFailure, stages.Eval, ReasonContaminated, "eval's contamination check: "+ev.Contamination).tampered()
-		v.Train = d.trainRecord()
-		return v
+		vd := fail(PolicyFailure, stages.Eval, ReasonContaminated, "eval's contamination check: "+ev.Contamination).tampered()
+		vd.Train = v.trainRecord(&r)
+		return r.with(vd)
 	}},
-	{"scored", TheCluster, func(d *decider) *Verdict {
-		if _, ended := d.evalEnded(); !ended {
-			return nil
+	{"scored", TheCluster, func(v view) (r Result) {
+		ev := v.evalRecord()
+		if _, ended := v.evalEnded(&r); !ended || ev == nil {
+			return r
 		}
-		return &Verdict{Kind: Scored, Train: d.trainRecord(), Eval: d.f.Outputs[stages.Eval].Record.(*record.Eval)}
+		return r.with(&Verdict{Kind: Scored, Train: v.trainRecord(&r), Eval: ev})
 	}},
 }
 
+// Rules is the attribution table, in the order Decide tries it: a copy,
+// so that no caller changes what Decide does.
+func Rules() []Rule { return slices.Clone(table) }
+
 // newAuthorRecord is the author's record, read from a completed author
-// job's output and not yet verified; nil when there is none to verify.
-func (d *decider) newAuthorRecord() *record.Author {
-	a, ended := d.ended(stages.Author)
-	if !ended || a.State.Class != slurm.Succeeded || d.f.Author != nil || d.verified != nil {
+// job's output and not yet verified (the ledger keeps none); nil when
+// there is none to verify.
+func (v view) newAuthorRecord(r *Result) *record.Author {
+	a, ended := v.ended(r, stages.Author)
+	if !ended || a.State.Class != slurm.Succeeded || v.f.Author != nil {
 		return nil
 	}
-	o, ok := d.output(stages.Author)
+	o, ok := v.output(r, stages.Author)
 	if !ok || o.RecordErr != nil {
 		return nil
 	}
-	r, _ := o.Record.(*record.Author)
-	return r
+	ar, _ := o.Record.(*record.Author)
+	return ar
 }
 
-func (d *decider) patchPath() string {
-	if d.f.Patch != nil && d.f.Patch.Path != "" {
-		return d.f.Patch.Path
+func (v view) patchPath() string {
+	if v.f.Patch != nil && v.f.Patch.Path != "" {
+		return v.f.Patch.Path
 	}
-	return "author/change.diff"
+	return stages.PatchFile
 }
 
-func (d *decider) evalOutPath() string {
-	if d.f.EvalFiles != nil {
-		return d.f.EvalFiles.OutPath
+func (v view) evalOutPath() string {
+	if v.f.EvalFiles != nil {
+		return v.f.EvalFiles.OutPath
 	}
 	return stages.Output(stages.Eval)
 }
 
 // trainEnded is train's job once the author's patch is verified and the
 // job has ended.
-func (d *decider) trainEnded() (slurm.JobInfo, bool) {
-	if d.authorRecord() == nil {
+func (v view) trainEnded(r *Result) (slurm.JobInfo, bool) {
+	if v.authorRecord() == nil {
 		return slurm.JobInfo{}, false
 	}
-	return d.ended(stages.Train)
+	return v.ended(r, stages.Train)
 }
 
 // trainRecordRead is train's accepted record once its job ended (nil
 // before, or when the train rules above decided).
-func (d *decider) trainRecordRead() *record.Train {
-	if _, ended := d.trainEnded(); !ended {
+func (v view) trainRecordRead(r *Result) *record.Train {
+	if _, ended := v.trainEnded(r); !ended {
 		return nil
 	}
-	o, ok := d.output(stages.Train)
+	o, ok := v.output(r, stages.Train)
 	if !ok || o.RecordErr != nil {
 		return nil
 	}
@@ -603,15 +625,22 @@ func (d *decider) trainRecordRead() *record.Train {
 
 // evalEnded is eval's job once train's record is accepted and the job
 // has ended.
-func (d *decider) evalEnded() (slurm.JobInfo, bool) {
-	if d.trainRecord() == nil {
+func (v view) evalEnded(r *Result) (slurm.JobInfo, bool) {
+	if v.trainRecord(r) == nil {
 		return slurm.JobInfo{}, false
 	}
-	return d.ended(stages.Eval)
+	return v.ended(r, stages.Eval)
+}
+
+// evalRecord is eval's record once eval has ended and eval-record
+// accepted it (nil, which no row after it sees, otherwise).
+func (v view) evalRecord() *record.Eval {
+	ev, _ := v.f.Outputs[stages.Eval].Record.(*record.Eval)
+	return ev
 }
 
 // evalExit is eval's job when it ended FAILED with exit status code.
-func (d *decider) evalExit(code int) (slurm.JobInfo, bool) {
-	e, ended := d.evalEnded()
+func (v view) evalExit(r *Result, code int) (slurm.JobInfo, bool) {
+	e, ended := v.evalEnded(r)
 	return e, ended && e.State.Failure == slurm.FailureExitCode && e.ExitCode.Code == code
 }
