@@ -12,7 +12,7 @@ import (
 // rl_enable) or restarting: the question may be asked again later, and
 // the jobs it was about are not affected.
 var busyAnswers = []string{
-	"rate limit",                            // rl_enable's token bucket: "... rate limit exceeded ..."
+	"rate limit",                            // "Rate limit exceeded, please retry momentarily" (under rl_enable the 24.11 commands back off by themselves and print nothing: docs/serve.md)
 	"socket timed out",                      // "Socket timed out on send/recv operation"
 	"temporarily unavailable",               // "Resource temporarily unavailable"
 	"unable to contact slurm controller",    // slurmctld down or failing over
