@@ -18,7 +18,13 @@ test: lab-up shellcheck ## install and start the lab, then shellcheck, gofmt, ve
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	NEMORL_REQUIRE_LAB=1 $(GO) test -race -count=1 -timeout 40m ./...
+	@# Every package's time, slowest first, after the run (the CI log's
+	@# answer to "what made it slow").
+	@log=$$(mktemp); set -o pipefail; \
+	  NEMORL_REQUIRE_LAB=1 $(GO) test -race -count=1 -timeout 40m ./... 2>&1 | tee "$$log"; rc=$$?; \
+	  echo "package times, slowest first:"; \
+	  awk '($$1 == "ok" || $$1 == "FAIL") && $$3 ~ /s$$/ { t = $$3; sub(/s$$/, "", t); printf "%10.1f s  %s %s\n", t, $$1, $$2 }' "$$log" | sort -rn; \
+	  rm -f "$$log"; exit $$rc
 
 unit: ## tests that need no lab (lab tests skip)
 	$(GO) test -race -count=1 ./...

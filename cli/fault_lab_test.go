@@ -222,6 +222,7 @@ func (x *labCLI) testNodeDownRequeued(t *testing.T) {
 		labDaemon(t, "node-down")
 		time.Sleep(2 * time.Second)
 		labDaemon(t, "node-resume")
+		startRequeuedNow(t, train)
 	})
 	a := attemptsOf(t, raw)
 	tr := a.Jobs["train"]
@@ -294,6 +295,7 @@ func (x *labCLI) testRequeue(t *testing.T) {
 		if out, err := exec.Command("scontrol", "requeue", train).CombinedOutput(); err != nil {
 			t.Fatalf("scontrol requeue %s: %v\n%s", train, err, out)
 		}
+		startRequeuedNow(t, train)
 	})
 	a := attemptsOf(t, raw)
 	tr := a.Jobs["train"]
@@ -305,6 +307,26 @@ func (x *labCLI) testRequeue(t *testing.T) {
 		"train":  {tr.ID + " " + tr.EarlierRuns[0], tr.ID + " COMPLETED"},
 		"eval":   {o.Jobs["eval"].ID + " COMPLETED"},
 	})
+}
+
+// startRequeuedNow waits for job id to be pending again after a requeue
+// and, as an operator may, lets it start now: Slurm holds a requeued batch
+// job for about two minutes (PENDING (BeginTime)), which the tool only
+// waits through; the test need not.
+func startRequeuedNow(t *testing.T, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		out, _ := exec.Command("squeue", "-h", "-j", id, "-o", "%T %r").Output()
+		if f := strings.Fields(string(out)); len(f) == 2 && f[0] == "PENDING" && f[1] == "BeginTime" {
+			if out, err := exec.Command("scontrol", "update", "jobid="+id, "StartTime=now").CombinedOutput(); err != nil {
+				t.Logf("scontrol update jobid=%s StartTime=now: %v %s (it starts at its begin time)", id, err, out)
+			}
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("job %s was not seen pending on its begin time after the requeue", id)
 }
 
 // submitCount submits n episodes and returns their ids.
