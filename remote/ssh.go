@@ -1,21 +1,28 @@
 package remote
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"math/rand/v2"
+	"io/fs"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/pkg/sftp"
-	"golang.org/x/crypto/ssh"
-
-	"github.com/nemorl/nemorl-slurm/internal/shell"
 )
+
+// The SSH host, in files of one job each:
+//
+//	ssh.go        SSH: Options, Dial and Open, the Host methods (each one
+//	              WithRetry over a single attempt), Name, Close
+//	sshpool.go    the shared connection: dialled once for all waiting
+//	              callers, with a backoff between failed dials
+//	sshconn.go    one connection: keepalive, probes, its SFTP client
+//	sshsession.go one command in one session: the session cap, stdin,
+//	              stdout and stderr, exit status, cancel
+//	sshfiles.go   one file operation over SFTP
+//	sshclient.go  the small interfaces over x/crypto/ssh (fakes in tests)
+//	sshdial.go    connecting: TCP, jump hosts, handshake, authentication
+//	sshconfig.go  Options resolved against ~/.ssh/config
+//	hostkey.go    known_hosts
+//	retry.go      WithRetry: what is tried again after a lost connection
 
 // Options says how to reach a login node over SSH. Empty fields are looked
 // up in the OpenSSH client config (ConfigFile) for Host, then defaulted the
@@ -57,7 +64,8 @@ type Options struct {
 	MaxSessions int
 	// MaxRetries is how many times a call is retried after reconnecting
 	// (dial failures, or a dropped connection for Idempotent commands and
-	// file operations). Default 3; negative: never.
+	// file operations), each after a jittered backoff (WithRetry).
+	// Default 3; negative: never.
 	MaxRetries int
 	// ConfigFile is the OpenSSH client config. "" means ~/.ssh/config;
 	// "none" means no config.
@@ -69,22 +77,18 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Backoff between reconnection attempts.
-const (
-	minBackoff = 250 * time.Millisecond
-	maxBackoff = 8 * time.Second
-)
-
 // SSH is a Host reached over one shared SSH connection: commands run in
 // sessions on it (at most MaxSessions at once) and files go through one SFTP
-// client on it. When the connection drops, the next call redials. It is safe
-// for concurrent use.
+// client on it. When the connection drops, the next call redials. Every
+// call is WithRetry over one attempt (sshOnce). It is safe for concurrent
+// use.
 type SSH struct {
-	cfg  *resolved
-	name string
-	sem  chan struct{}
-	logf func(string, ...any)
-	dial func(context.Context, *resolved) (*conn, error) // dialConn; tests replace it
+	cfg   *resolved
+	name  string
+	sem   chan struct{}
+	logf  func(string, ...any)
+	dial  func(context.Context, *resolved) (*conn, error) // dialConn; tests replace it
+	retry Host                                            // WithRetry(sshOnce{s})
 
 	mu       sync.Mutex
 	cur      *conn
@@ -97,12 +101,6 @@ type SSH struct {
 }
 
 var _ Host = (*SSH)(nil)
-
-type dialCall struct {
-	done chan struct{}
-	c    *conn
-	err  error
-}
 
 // Dial resolves opts against the SSH config, connects, checks the host key
 // and logs in. Host key and authentication failures come back as
@@ -127,13 +125,25 @@ func Open(opts Options) (*SSH, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SSH{
+	return newSSH(cfg), nil
+}
+
+func newSSH(cfg *resolved) *SSH {
+	s := &SSH{
 		cfg:  cfg,
 		name: cfg.dest(),
 		sem:  make(chan struct{}, cfg.maxSessions),
 		logf: cfg.logf,
 		dial: dialConn,
-	}, nil
+	}
+	retries := cfg.maxRetries
+	if retries == 0 {
+		retries = -1 // resolved: 0 is none, not the default
+	}
+	// The pool (conn) keeps its own backoff between failed dials, shared
+	// by every caller; a retry's backoff overlaps it.
+	s.retry = WithRetry(sshOnce{s}, RetryPolicy{MaxRetries: retries, Logf: cfg.logf})
+	return s
 }
 
 // Name returns user@host:port.
@@ -161,103 +171,9 @@ func (s *SSH) Close() error {
 	return nil
 }
 
-// conn returns the live connection, dialing (once, for all waiting callers)
-// when there is none, after a backoff that grows with consecutive failures.
-func (s *SSH) conn(ctx context.Context) (*conn, error) {
-	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return nil, ErrClosed
-		}
-		if c := s.cur; c != nil {
-			if !c.isDead() {
-				s.mu.Unlock()
-				return c, nil
-			}
-			s.cur = nil
-			go c.close() // reap its goroutines; it is already dead
-			s.logf("remote: %s: connection lost: %v; reconnecting", s.name, c.deathCause())
-		}
-		if d := s.dialing; d != nil {
-			s.mu.Unlock()
-			select {
-			case <-d.done:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			if d.err != nil && isCtxErr(d.err) && ctx.Err() == nil {
-				continue // the dialer gave up on its own ctx; try again
-			}
-			if d.err != nil {
-				return nil, d.err
-			}
-			continue
-		}
-		d := &dialCall{done: make(chan struct{})}
-		s.dialing = d
-		wait := time.Until(s.nextDial)
-		s.mu.Unlock()
-
-		if wait > 0 {
-			if err := sleepCtx(ctx, wait); err != nil {
-				d.err = err
-				s.finishDial(d)
-				return nil, err
-			}
-		}
-		d.c, d.err = s.dial(ctx, s.cfg)
-		s.finishDial(d)
-		if d.err != nil {
-			return nil, d.err
-		}
-	}
-}
-
-func (s *SSH) finishDial(d *dialCall) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dialing = nil
-	defer close(d.done)
-	switch {
-	case d.err != nil:
-		if !isCtxErr(d.err) {
-			s.failures++
-			b := minBackoff << min(s.failures-1, 10)
-			s.nextDial = time.Now().Add(min(b, maxBackoff))
-			s.logf("remote: %s: connect failed (attempt %d): %v", s.name, s.failures, d.err)
-		}
-	case s.closed:
-		go d.c.close()
-		d.c, d.err = nil, ErrClosed
-	default:
-		if s.failures > 0 {
-			s.reconnects.Add(1)
-			s.logf("remote: %s: reconnected", s.name)
-		}
-		s.failures = 0
-		s.nextDial = time.Time{}
-		s.cur = d.c
-	}
-}
-
 // Reconnects is how many times the connection was made again after it was
 // lost (serve's /metrics).
 func (s *SSH) Reconnects() int64 { return s.reconnects.Load() }
-
-func (s *SSH) acquire(ctx context.Context) error {
-	select {
-	case s.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *SSH) release() { <-s.sem }
-
-// canRetry says whether attempt (0-based) may be followed by another.
-func (s *SSH) canRetry(attempt int) bool { return attempt < s.cfg.maxRetries }
 
 // Run runs cmd in a session on the shared connection, as "exec ARGV" under
 // the login shell (so a cancel signal reaches the program itself). When ctx
@@ -266,417 +182,74 @@ func (s *SSH) canRetry(attempt int) bool { return attempt < s.cfg.maxRetries }
 // When the connection drops before the session opens, the call reconnects
 // and tries again. When it drops while the command runs, an Idempotent
 // command is re-run after reconnecting; any other command returns an
-// *OutcomeUnknownError (matching ErrOutcomeUnknown).
-func (s *SSH) Run(ctx context.Context, cmd Command) (*Result, error) {
-	if len(cmd.Argv) == 0 {
-		return nil, fmt.Errorf("%s: empty command", s.name)
-	}
-	line := "exec " + shell.Join(cmd.Argv)
-	stdin := cmd.Stdin
-	var replay []byte
-	if cmd.Idempotent && stdin != nil {
-		// A re-run needs the same input again.
-		b, err := io.ReadAll(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: reading stdin: %w", s.name, cmd, err)
-		}
-		replay = b
-	}
-	refused := 0
-	for attempt := 0; ; attempt++ {
-		if replay != nil {
-			stdin = bytes.NewReader(replay)
-		}
-		c, err := s.conn(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, ctx.Err())
-			}
-			if isPermanent(err) || !s.canRetry(attempt) {
-				return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, err)
-			}
-			continue // conn() waits out the backoff
-		}
-		res, started, err := s.runOnce(ctx, c, cmd, line, stdin)
-		var ce *CommandError
-		if err == nil || errors.As(err, &ce) {
-			return res, err
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, ctx.Err())
-		}
-		if errors.Is(err, errSessionRefused) && refused < maxRefused {
-			// The server refused a new session: nothing ran, so wait a
-			// little and try again. sshd frees a finished session's slot a
-			// moment after the channel closes, so a full semaphore can race
-			// it; that does not count as a failed attempt.
-			refused++
-			attempt--
-			if err := sleepCtx(ctx, jitter(20*time.Millisecond<<min(refused, 6))); err != nil {
-				return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, err)
-			}
-			continue
-		}
-		if !c.lost(err) {
-			return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, err)
-		}
-		lostErr := fmt.Errorf("%w: %w", ErrConnectionLost, err)
-		switch {
-		case !started && s.canRetry(attempt):
-			s.logf("remote: %s: %s: connection lost before the command started; retrying", s.name, cmd)
-		case !started:
-			return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, lostErr)
-		case !cmd.Idempotent:
-			return nil, &OutcomeUnknownError{Host: s.name, Command: cmd.String(), Err: lostErr}
-		case s.canRetry(attempt):
-			s.logf("remote: %s: %s: connection lost while running; re-running (idempotent)", s.name, cmd)
-		default:
-			return nil, fmt.Errorf("%s: %s: %w", s.name, cmd, lostErr)
-		}
-	}
+// *OutcomeUnknownError (matching ErrOutcomeUnknown). (WithRetry.)
+func (s *SSH) Run(ctx context.Context, cmd Command) (*Result, error) { return s.retry.Run(ctx, cmd) }
+
+// MkdirAll makes dir and its missing parents, chmod-ing each one it made to
+// mode (the server's umask would narrow it otherwise). File operations are
+// idempotent: one that failed because the connection dropped is retried
+// after reconnecting, as every one below.
+func (s *SSH) MkdirAll(ctx context.Context, dir string, mode fs.FileMode) error {
+	return s.retry.MkdirAll(ctx, dir, mode)
 }
 
-var errSessionRefused = errors.New("server refused a new session")
-
-// maxRefused bounds the retries of a session the server would not open.
-const maxRefused = 30
-
-// jitter returns a duration in [d/2, d).
-func jitter(d time.Duration) time.Duration {
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+// WriteFile writes a temp file in the same directory, chmods it to mode
+// before any data goes in, fsyncs it (when the server has fsync@openssh.com)
+// and renames it over path with posix-rename@openssh.com.
+func (s *SSH) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	return s.retry.WriteFile(ctx, p, data, mode)
 }
 
-// runOnce runs the command in one session. started says whether the exec
-// request may have reached the server.
-func (s *SSH) runOnce(ctx context.Context, c *conn, cmd Command, line string, stdin io.Reader) (res *Result, started bool, err error) {
-	if err := s.acquire(ctx); err != nil {
-		return nil, false, err
-	}
-	defer s.release()
-	sess, err := c.client.NewSession()
-	if err != nil {
-		var oce *ssh.OpenChannelError
-		if errors.As(err, &oce) {
-			// "administratively prohibited" or "open failed" (sshd's
-			// MaxSessions): the command never started.
-			return nil, false, fmt.Errorf("%w: %w", errSessionRefused, err)
-		}
-		return nil, false, fmt.Errorf("opening session: %w", err)
-	}
-	defer sess.Close()
-
-	var stdout, stderr bytes.Buffer
-	sess.SetOutput(&stdout, &stderr)
-	var stdinW io.WriteCloser
-	if stdin != nil {
-		if stdinW, err = sess.StdinPipe(); err != nil {
-			return nil, false, fmt.Errorf("stdin pipe: %w", err)
-		}
-	}
-	if err := sess.Start(line); err != nil {
-		return nil, true, fmt.Errorf("starting command: %w", err)
-	}
-	if stdinW != nil {
-		// Not waited for: it ends when stdin is drained or when the
-		// session closes (writes then fail).
-		go func() {
-			_, _ = io.Copy(stdinW, stdin)
-			_ = stdinW.Close()
-		}()
-	}
-	stop := context.AfterFunc(ctx, func() {
-		_ = sess.Signal(ssh.SIGKILL)
-		_ = sess.Close()
-	})
-	defer stop()
-	err = sess.Wait()
-	if ctx.Err() != nil {
-		return nil, true, ctx.Err()
-	}
-	res = &Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
-	var exitErr *ssh.ExitError
-	switch {
-	case err == nil:
-		return res, true, nil
-	case errors.As(err, &exitErr):
-		res.ExitStatus = exitErr.ExitStatus()
-		msg := res.Stderr
-		if exitErr.Signal() != "" {
-			msg = append(append([]byte{}, msg...), []byte("\nkilled by signal "+exitErr.Signal())...)
-		}
-		return res, true, &CommandError{Host: s.name, Command: cmd.String(), ExitStatus: res.ExitStatus, Stderr: TrimStderr(msg)}
-	default:
-		return nil, true, err
-	}
+// ReadFile reads the whole file.
+func (s *SSH) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return s.retry.ReadFile(ctx, p)
 }
 
-// isPermanent says whether a dial error will not go away by retrying.
-func isPermanent(err error) bool {
-	var hk *HostKeyError
-	var ae *AuthError
-	var ce *ConfigError
-	return errors.As(err, &hk) || errors.As(err, &ae) || errors.As(err, &ce) || errors.Is(err, ErrClosed)
+// ReadTail returns at most the last n bytes of the file, seeking past the
+// rest so a large log is not transferred.
+func (s *SSH) ReadTail(ctx context.Context, p string, n int64) ([]byte, error) {
+	return s.retry.ReadTail(ctx, p, n)
 }
 
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+// Stat returns the file's info; a missing file matches fs.ErrNotExist.
+func (s *SSH) Stat(ctx context.Context, p string) (fs.FileInfo, error) { return s.retry.Stat(ctx, p) }
+
+// Lstat is Stat without following a final symlink.
+func (s *SSH) Lstat(ctx context.Context, p string) (fs.FileInfo, error) { return s.retry.Lstat(ctx, p) }
+
+// Remove removes a file or an empty directory.
+func (s *SSH) Remove(ctx context.Context, p string) error { return s.retry.Remove(ctx, p) }
+
+// sshOnce is s as a Host whose every call is one attempt, reporting a
+// failed or lost connection as a *ConnError: what WithRetry wraps.
+type sshOnce struct{ s *SSH }
+
+var _ Host = sshOnce{}
+
+func (o sshOnce) Name() string { return o.s.name }
+func (o sshOnce) Close() error { return o.s.Close() }
+func (o sshOnce) Run(ctx context.Context, cmd Command) (*Result, error) {
+	return o.s.runAttempt(ctx, cmd)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+func (o sshOnce) MkdirAll(ctx context.Context, dir string, mode fs.FileMode) error {
+	return o.s.mkdirAll(ctx, dir, mode)
 }
 
-// conn is one SSH connection with its keepalive and lazily made SFTP client.
-type conn struct {
-	client  sshClient
-	closers []io.Closer // jump hosts, closed after client
-	logf    func(string, ...any)
-	dest    string
-
-	dead      chan struct{}
-	deathOnce sync.Once
-	deathErr  error
-	wg        sync.WaitGroup
-
-	probeTimeout time.Duration
-
-	sftpMu sync.Mutex
-	sftp   *sftp.Client
-	sftpOK chan struct{} // closed when the current SFTP client ended
+func (o sshOnce) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	return o.s.writeFile(ctx, p, data, mode)
 }
 
-func newConn(client sshClient, closers []io.Closer, cfg *resolved) *conn {
-	c := &conn{
-		client:       client,
-		closers:      closers,
-		logf:         cfg.logf,
-		dest:         cfg.dest(),
-		dead:         make(chan struct{}),
-		probeTimeout: 10 * time.Second,
-	}
-	if cfg.keepalive > 0 {
-		c.probeTimeout = min(c.probeTimeout, cfg.keepalive*time.Duration(cfg.keepaliveMax))
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		err := client.Wait()
-		if err == nil {
-			err = io.EOF
-		}
-		c.markDead(fmt.Errorf("connection closed: %w", err))
-	}()
-	if cfg.keepalive > 0 {
-		c.wg.Add(1)
-		go c.keepalive(cfg.keepalive, cfg.keepaliveMax)
-	}
-	return c
+func (o sshOnce) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return o.s.readFile(ctx, p)
 }
 
-func (c *conn) isDead() bool {
-	select {
-	case <-c.dead:
-		return true
-	default:
-		return false
-	}
+func (o sshOnce) ReadTail(ctx context.Context, p string, n int64) ([]byte, error) {
+	return o.s.readTail(ctx, p, n)
 }
 
-func (c *conn) deathCause() error {
-	<-c.dead
-	return c.deathErr
+func (o sshOnce) Stat(ctx context.Context, p string) (fs.FileInfo, error) { return o.s.stat(ctx, p) }
+func (o sshOnce) Lstat(ctx context.Context, p string) (fs.FileInfo, error) {
+	return o.s.lstat(ctx, p)
 }
-
-// markDead records why the connection ended and closes it, which unblocks
-// every call waiting on it.
-func (c *conn) markDead(err error) {
-	c.deathOnce.Do(func() {
-		c.deathErr = err
-		close(c.dead)
-		_ = c.client.Close()
-	})
-}
-
-// close closes the connection and waits for its goroutines.
-func (c *conn) close() {
-	c.markDead(ErrClosed)
-	c.sftpMu.Lock()
-	if c.sftp != nil {
-		_ = c.sftp.Close()
-	}
-	c.sftpMu.Unlock()
-	c.wg.Wait()
-	for i := len(c.closers) - 1; i >= 0; i-- {
-		_ = c.closers[i].Close()
-	}
-}
-
-// keepalive sends keepalive@openssh.com every interval and marks the
-// connection dead when countMax of them in a row went unanswered, or on
-// the first send error.
-func (c *conn) keepalive(interval time.Duration, countMax int) {
-	defer c.wg.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	missed := 0
-	for {
-		select {
-		case <-c.dead:
-			return
-		case <-t.C:
-		}
-		switch err := c.ping(interval); {
-		case err == nil:
-			missed = 0
-		case errors.Is(err, errPingTimeout):
-			missed++
-			if missed >= countMax {
-				c.markDead(fmt.Errorf("no keepalive reply for %v: %w", interval*time.Duration(missed), ErrConnectionLost))
-				return
-			}
-		default:
-			c.markDead(fmt.Errorf("keepalive: %w", err))
-			return
-		}
-	}
-}
-
-var errPingTimeout = errors.New("keepalive timed out")
-
-// ping sends one keepalive and waits up to timeout for the reply. The
-// request goroutine ends when the reply comes or the connection closes.
-func (c *conn) ping(timeout time.Duration) error {
-	errc := make(chan error, 1)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		errc <- c.client.SendKeepalive()
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case err := <-errc:
-		return err
-	case <-t.C:
-		return errPingTimeout
-	case <-c.dead:
-		return c.deathErr
-	}
-}
-
-// lost says whether err happened because the connection is gone; when the
-// connection looks alive it probes it once.
-func (c *conn) lost(err error) bool {
-	if c.isDead() {
-		return true
-	}
-	if perr := c.ping(c.probeTimeout); perr != nil {
-		c.markDead(fmt.Errorf("after %v: probe failed: %w", err, perr))
-		return true
-	}
-	return false
-}
-
-// sftpClient returns the connection's SFTP client, starting it on first use
-// (or after the previous one ended).
-func (c *conn) sftpClient(ctx context.Context) (*sftp.Client, error) {
-	c.sftpMu.Lock()
-	defer c.sftpMu.Unlock()
-	if c.sftp != nil {
-		select {
-		case <-c.sftpOK:
-			_ = c.sftp.Close()
-			c.sftp = nil
-		default:
-			return c.sftp, nil
-		}
-	}
-	if c.isDead() {
-		return nil, c.deathCause()
-	}
-	type made struct {
-		cl  *sftp.Client
-		err error
-	}
-	ch := make(chan made, 1)
-	go func() {
-		cl, err := c.client.NewSFTP()
-		ch <- made{cl, err}
-	}()
-	var m made
-	select {
-	case m = <-ch:
-	case <-ctx.Done():
-		// Let the starter finish in the background; close what it made.
-		go func() {
-			if m := <-ch; m.cl != nil {
-				_ = m.cl.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
-	if m.err != nil {
-		return nil, fmt.Errorf("starting sftp: %w", m.err)
-	}
-	c.sftp = m.cl
-	ended := make(chan struct{})
-	c.sftpOK = ended
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		_ = m.cl.Wait()
-		close(ended)
-	}()
-	return m.cl, nil
-}
-
-// sshClient is what conn needs from an SSH connection; sshSession is what
-// Run needs from a session. Small, so tests can stand in for the network.
-type sshClient interface {
-	NewSession() (sshSession, error)
-	NewSFTP() (*sftp.Client, error)
-	SendKeepalive() error
-	Wait() error
-	Close() error
-}
-
-type sshSession interface {
-	SetOutput(stdout, stderr io.Writer)
-	StdinPipe() (io.WriteCloser, error)
-	Start(cmd string) error
-	Wait() error
-	Signal(sig ssh.Signal) error
-	Close() error
-}
-
-// xClient adapts *ssh.Client.
-type xClient struct{ *ssh.Client }
-
-func (x xClient) NewSession() (sshSession, error) {
-	s, err := x.Client.NewSession()
-	if err != nil {
-		return nil, err
-	}
-	return xSession{s}, nil
-}
-
-func (x xClient) NewSFTP() (*sftp.Client, error) { return sftp.NewClient(x.Client) }
-
-func (x xClient) SendKeepalive() error {
-	_, _, err := x.Client.SendRequest("keepalive@openssh.com", true, nil)
-	return err
-}
-
-type xSession struct{ *ssh.Session }
-
-func (x xSession) SetOutput(stdout, stderr io.Writer) {
-	x.Session.Stdout = stdout
-	x.Session.Stderr = stderr
-}
+func (o sshOnce) Remove(ctx context.Context, p string) error { return o.s.remove(ctx, p) }

@@ -142,13 +142,15 @@ func newFakeHost(t *testing.T, opts Options, mk func(n int) (*fakeClient, error)
 	if opts.KeepaliveInterval == 0 {
 		opts.KeepaliveInterval = -1
 	}
-	opts.Logf = t.Logf
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
 	cfg, err := resolve(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fh := &fakeHost{}
-	fh.SSH = &SSH{cfg: cfg, name: cfg.dest(), sem: make(chan struct{}, cfg.maxSessions), logf: t.Logf}
+	fh.SSH = newSSH(cfg)
 	fh.dial = func(ctx context.Context, cfg *resolved) (*conn, error) {
 		fh.mu.Lock()
 		n := len(fh.clients)
@@ -213,6 +215,42 @@ func TestRunIdempotentRerunAfterDrop(t *testing.T) {
 	}
 	if runs.Load() != 2 || h.dials() != 2 {
 		t.Errorf("runs %d, dials %d; want 2, 2", runs.Load(), h.dials())
+	}
+}
+
+// TestRunLogLines: the lines a lost connection logs, which serve shows
+// without -v ("connection lost", ": reconnected").
+func TestRunLogLines(t *testing.T) {
+	var logs logLines
+	h := newFakeHost(t, Options{Logf: logs.logf}, func(n int) (*fakeClient, error) {
+		if n == 1 {
+			return nil, &net.OpError{Op: "dial", Err: errors.New("connection refused")}
+		}
+		fc := newFakeClient(n)
+		fc.run = func(c *fakeClient, cmd string, stdout io.Writer, killed <-chan struct{}) error {
+			if c.id == 0 {
+				c.drop()
+				return errors.New("wait: remote command exited without exit status or exit signal")
+			}
+			return echoRun(c, cmd, stdout, killed)
+		}
+		return fc, nil
+	})
+	res, err := h.Run(t.Context(), Command{Argv: []string{"sacct", "-j", "1"}, Idempotent: true})
+	if err != nil || string(res.Stdout) != "ok\n" || h.dials() != 3 {
+		t.Fatalf("Run = %v, %v after %d dials", res, err, h.dials())
+	}
+	logs.check(t, []string{
+		"remote: alice@login1:22: sacct -j 1: connection lost while running; re-running (idempotent)",
+		"remote: alice@login1:22: connection lost: ",
+		"remote: alice@login1:22: connect failed (attempt 1): dial: connection refused",
+		"remote: alice@login1:22: reconnected",
+	})
+	if l := logs.lines[1]; !strings.HasSuffix(l, "; reconnecting") {
+		t.Errorf("line 1: %q", l)
+	}
+	if h.Reconnects() != 1 {
+		t.Errorf("Reconnects() = %d", h.Reconnects())
 	}
 }
 

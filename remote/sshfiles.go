@@ -14,10 +14,13 @@ import (
 	"github.com/pkg/sftp"
 )
 
-// withSFTP runs op with the connection's SFTP client. File operations are
-// idempotent, so one that failed because the connection dropped is retried
-// after reconnecting. ctx is checked between steps and ends the wait for a
-// step in flight (which then finishes in the background).
+// withSFTP is one attempt at a file operation: it runs op with the
+// connection's SFTP client (made first if there is none). A connection
+// that could not be made or was lost, or an SFTP session that ended, comes
+// back as a *ConnError (under the *fs.PathError): file operations are
+// idempotent, and WithRetry tries them again (SSH.MkdirAll and the rest).
+// ctx is checked between steps and ends the wait for a step in flight
+// (which then finishes in the background).
 func (s *SSH) withSFTP(ctx context.Context, op, p string, fn func(*sftp.Client) error) error {
 	wrap := func(err error) error {
 		var pe *fs.PathError
@@ -29,46 +32,39 @@ func (s *SSH) withSFTP(ctx context.Context, op, p string, fn func(*sftp.Client) 
 	if !path.IsAbs(p) {
 		return wrap(errors.New("path is not absolute"))
 	}
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return wrap(err)
-		}
-		c, err := s.conn(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return wrap(ctx.Err())
-			}
-			if isPermanent(err) || !s.canRetry(attempt) {
-				return wrap(err)
-			}
-			continue
-		}
-		cl, err := c.sftpClient(ctx)
-		if err == nil {
-			err = callCtx(ctx, func() error { return fn(cl) })
-		}
-		if err == nil {
-			return nil
-		}
+	if err := ctx.Err(); err != nil {
+		return wrap(err)
+	}
+	c, err := s.conn(ctx)
+	if err != nil {
 		if ctx.Err() != nil {
 			return wrap(ctx.Err())
 		}
-		if isFileError(err) {
+		if isPermanent(err) {
 			return wrap(err)
 		}
-		if c.lost(err) {
-			if !s.canRetry(attempt) {
-				return wrap(fmt.Errorf("%w: %w", ErrConnectionLost, err))
-			}
-			s.logf("remote: %s: %s %s: connection lost; retrying", s.name, op, p)
-			continue
-		}
-		if c.sftpEnded(cl) && s.canRetry(attempt) {
-			s.logf("remote: %s: sftp session ended; restarting it", s.name)
-			continue
-		}
+		return wrap(&ConnError{Stage: NotConnected, Err: err})
+	}
+	cl, err := c.sftpClient(ctx)
+	if err == nil {
+		err = callCtx(ctx, func() error { return fn(cl) })
+	}
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return wrap(ctx.Err())
+	}
+	if isFileError(err) {
 		return wrap(err)
 	}
+	if c.lost(err) {
+		return wrap(&ConnError{Stage: LostAfterStart, Err: err})
+	}
+	if c.sftpEnded(cl) {
+		return wrap(&ConnError{Stage: SessionEnded, Err: err})
+	}
+	return wrap(err)
 }
 
 // isFileError says whether err is the server's answer about the file
@@ -77,21 +73,6 @@ func isFileError(err error) bool {
 	var se *sftp.StatusError
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrExist) ||
 		errors.As(err, &se)
-}
-
-// sftpEnded says whether cl is the connection's SFTP client and has ended.
-func (c *conn) sftpEnded(cl *sftp.Client) bool {
-	c.sftpMu.Lock()
-	defer c.sftpMu.Unlock()
-	if c.sftp != cl {
-		return true // already replaced
-	}
-	select {
-	case <-c.sftpOK:
-		return true
-	default:
-		return false
-	}
 }
 
 // callCtx runs fn, returning early with ctx's error when ctx ends first.
@@ -106,9 +87,9 @@ func callCtx(ctx context.Context, fn func() error) error {
 	}
 }
 
-// MkdirAll makes dir and its missing parents, chmod-ing each one it made to
-// mode (the server's umask would narrow it otherwise).
-func (s *SSH) MkdirAll(ctx context.Context, dir string, mode fs.FileMode) error {
+// mkdirAll is one attempt at MkdirAll: parents are made one by one, each
+// chmod-ed to mode.
+func (s *SSH) mkdirAll(ctx context.Context, dir string, mode fs.FileMode) error {
 	dir = path.Clean(dir)
 	return s.withSFTP(ctx, "mkdir", dir, func(cl *sftp.Client) error {
 		var missing []string
@@ -147,10 +128,9 @@ func (s *SSH) MkdirAll(ctx context.Context, dir string, mode fs.FileMode) error 
 	})
 }
 
-// WriteFile writes a temp file in the same directory, chmods it to mode
-// before any data goes in, fsyncs it (when the server has fsync@openssh.com)
-// and renames it over path with posix-rename@openssh.com.
-func (s *SSH) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+// writeFile is one attempt at WriteFile: a temp file in the same
+// directory, chmod-ed before any data goes in, fsync-ed, then renamed over p.
+func (s *SSH) writeFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
 	return s.withSFTP(ctx, "write", p, func(cl *sftp.Client) (err error) {
 		var rnd [8]byte
 		_, _ = rand.Read(rnd[:])
@@ -193,8 +173,8 @@ func (s *SSH) WriteFile(ctx context.Context, p string, data []byte, mode fs.File
 	})
 }
 
-// ReadFile reads the whole file.
-func (s *SSH) ReadFile(ctx context.Context, p string) ([]byte, error) {
+// readFile is one attempt at ReadFile.
+func (s *SSH) readFile(ctx context.Context, p string) ([]byte, error) {
 	return s.read(ctx, p, func(f *sftp.File) ([]byte, error) {
 		var buf bytes.Buffer
 		if _, err := f.WriteTo(&buf); err != nil {
@@ -204,14 +184,13 @@ func (s *SSH) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	})
 }
 
-// ReadTail returns at most the last n bytes of the file, seeking past the
-// rest so a large log is not transferred.
-func (s *SSH) ReadTail(ctx context.Context, p string, n int64) ([]byte, error) {
+// readTail is one attempt at ReadTail: it seeks past all but the last n
+// bytes.
+func (s *SSH) readTail(ctx context.Context, p string, n int64) ([]byte, error) {
 	return s.read(ctx, p, func(f *sftp.File) ([]byte, error) { return readTail(f, n) })
 }
 
-// read opens p over SFTP (retried like every file operation) and hands it
-// to fn.
+// read opens p over SFTP and hands it to fn.
 func (s *SSH) read(ctx context.Context, p string, fn func(*sftp.File) ([]byte, error)) ([]byte, error) {
 	var out []byte
 	err := s.withSFTP(ctx, "read", p, func(cl *sftp.Client) error {
@@ -229,8 +208,8 @@ func (s *SSH) read(ctx context.Context, p string, fn func(*sftp.File) ([]byte, e
 	return out, nil
 }
 
-// Stat returns the file's info; a missing file matches fs.ErrNotExist.
-func (s *SSH) Stat(ctx context.Context, p string) (fs.FileInfo, error) {
+// stat is one attempt at Stat.
+func (s *SSH) stat(ctx context.Context, p string) (fs.FileInfo, error) {
 	var fi fs.FileInfo
 	err := s.withSFTP(ctx, "stat", p, func(cl *sftp.Client) error {
 		var err error
@@ -243,8 +222,8 @@ func (s *SSH) Stat(ctx context.Context, p string) (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// Lstat is Stat without following a final symlink.
-func (s *SSH) Lstat(ctx context.Context, p string) (fs.FileInfo, error) {
+// lstat is one attempt at Lstat.
+func (s *SSH) lstat(ctx context.Context, p string) (fs.FileInfo, error) {
 	var fi fs.FileInfo
 	err := s.withSFTP(ctx, "lstat", p, func(cl *sftp.Client) error {
 		var err error
@@ -257,8 +236,8 @@ func (s *SSH) Lstat(ctx context.Context, p string) (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// Remove removes a file or an empty directory.
-func (s *SSH) Remove(ctx context.Context, p string) error {
+// remove is one attempt at Remove.
+func (s *SSH) remove(ctx context.Context, p string) error {
 	return s.withSFTP(ctx, "remove", p, func(cl *sftp.Client) error {
 		return cl.Remove(p)
 	})
