@@ -116,11 +116,16 @@ func (e *env) serve(c *ucli.Context) error {
 		login, ok := logins[entry]
 		var down error
 		if !ok {
-			// Reconnections are logged, -v or not (and counted by the SSH host).
+			// Reconnections are logged, -v or not (and counted by the SSH
+			// host), under the entry's name: its members share them.
+			loginWhere := where
+			if entry != name {
+				loginWhere = "cluster " + entry + ": "
+			}
 			logf := func(format string, args ...any) {
 				msg := fmt.Sprintf(format, args...)
 				if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
-					e.logf("%s%s", where, msg)
+					e.logf("%s%s", loginWhere, msg)
 				}
 			}
 			if len(names) > 1 {
