@@ -217,10 +217,10 @@ func TestAttackApptainerLab(t *testing.T) {
 	t.Cleanup(func() { gpuNode(t, "off") })
 	// runWith runs an episode whose stage stand-in gets args (YAML list
 	// items), and returns its outcome.
-	runWith := func(t *testing.T, stage, args, name string) outcomeJSON {
-		old := "command: [" + labStandIns + "/" + stage + "]"
-		p := filepath.Join(t.TempDir(), stage+".yaml")
-		if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, "command: ["+labStandIns+"/"+stage+", "+args+"]", 1)), 0o600); err != nil {
+	runWith := func(t *testing.T, stage stages.Stage, args, name string) outcomeJSON {
+		old := "command: [" + labStandIns + "/" + string(stage) + "]"
+		p := filepath.Join(t.TempDir(), string(stage)+".yaml")
+		if err := os.WriteFile(p, []byte(strings.Replace(string(locked), old, "command: ["+labStandIns+"/"+string(stage)+", "+args+"]", 1)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		ep := newEpisode(t, "ctr-"+name)
@@ -271,7 +271,7 @@ func TestAttackApptainerLab(t *testing.T) {
 	// about it makes the episode the policy's 0.
 	authorAttack := func(t *testing.T, args, name string) (outcomeJSON, string) {
 		o := runWith(t, stages.Author, args, name)
-		return o, filepath.Join(o.Dir, stages.Author)
+		return o, filepath.Join(o.Dir, string(stages.Author))
 	}
 	t.Run("author-flood-bytes", func(t *testing.T) {
 		const n = int64(1) << 30

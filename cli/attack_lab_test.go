@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // testAttacks runs every attack in parallel.
@@ -591,7 +592,7 @@ func crashWindow(t *testing.T, state, ep, stage, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := e.Jobs[stage]
+	sub := e.Jobs[stages.Stage(stage)]
 	if e.Final() || sub == nil || sub.Intent.IsZero() || sub.JobID != id {
 		t.Fatalf("ledger %s submission %+v (final %v), want an intent and job id %s", stage, sub, e.Final(), id)
 	}

@@ -62,7 +62,7 @@ func (e *env) list(c *ucli.Context) error {
 		if o := en.Outcome; o != nil {
 			kind, reward = string(o.Outcome), formatReward(o)
 			if o.FailureReason != "" {
-				reason = o.FailureStage + ": " + o.FailureReason
+				reason = string(o.FailureStage) + ": " + o.FailureReason
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", en.Episode, en.Created.Local().Format("2006-01-02 15:04"), kind, reward, reason, formatLabels(en.Labels))

@@ -49,9 +49,13 @@ func (e *env) logs(c *ucli.Context) error {
 	if n <= 0 {
 		return usageErr("--tail %d: want a positive number of lines", n)
 	}
-	stage := c.String("stage")
-	if stage != "" && !slices.Contains(stages.All, stage) {
-		return usageErr("--stage %q: want author, train or eval", stage)
+	var stage stages.Stage
+	if name := c.String("stage"); name != "" {
+		st, ok := stages.Parse(name)
+		if !ok {
+			return usageErr("--stage %q: want author, train or eval", name)
+		}
+		stage = st
 	}
 	if c.Bool("follow") && globalBool(c, "json") {
 		return usageErr("--follow streams lines; it has no --json form")
@@ -110,7 +114,7 @@ func (e *env) logs(c *ucli.Context) error {
 // currentStage is the episode's stage now: the first submitted whose job
 // has not completed (one sacct), or for a finished episode the stage that
 // decided its outcome.
-func currentStage(ctx context.Context, s *session, en *ledger.Entry) (string, error) {
+func currentStage(ctx context.Context, s *session, en *ledger.Entry) (stages.Stage, error) {
 	if o := en.Outcome; o != nil {
 		if o.FailureStage != "" && en.Jobs[o.FailureStage] != nil {
 			return o.FailureStage, nil
@@ -137,7 +141,7 @@ func currentStage(ctx context.Context, s *session, en *ledger.Entry) (string, er
 // follow prints the last n lines of the stage's output, then what it
 // writes, until the stage's job has ended and its output is read to the
 // end (or Ctrl-C): one command per second reads the new bytes.
-func (e *env) follow(c *ucli.Context, s *session, en *ledger.Entry, stage, p string, n int) error {
+func (e *env) follow(c *ucli.Context, s *session, en *ledger.Entry, stage stages.Stage, p string, n int) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	id := en.JobID(stage)

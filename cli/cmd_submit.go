@@ -61,8 +61,8 @@ func (e *env) submit(c *ucli.Context) error {
 const MaxSubmitCount = 10000
 
 func submittedJSON(en *ledger.Entry) map[string]any {
-	jobs := map[string]string{}
-	for _, st := range []string{stages.Author, stages.Train, stages.Eval} {
+	jobs := map[stages.Stage]string{}
+	for _, st := range stages.All {
 		if id := en.JobID(st); id != "" {
 			jobs[st] = id
 		}

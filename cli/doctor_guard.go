@@ -24,7 +24,7 @@ import (
 // guardStages are the stages doctor checks: the author (no GPU, the host
 // network) and train (--nv, no network); eval's line is train's but for
 // its binds.
-var guardStages = []string{stages.Author, stages.Train}
+var guardStages = []stages.Stage{stages.Author, stages.Train}
 
 // doctorGuard renders a throwaway episode, and in one job on the partition
 // lays out what the guard lines bind, runs each stage's guard line, and
@@ -38,7 +38,7 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 		add("isolation", "fail", "rendering the stage scripts: "+err.Error(), "fix the config (nemorl-slurm render)")
 		return
 	}
-	guard, ok := tree.Lookup(stages.Train + "/bundle/" + templates.GuardFile)
+	guard, ok := tree.Lookup(stages.BundleFile(stages.Train, templates.GuardFile))
 	if !ok {
 		add("isolation", "fail", "the rendered tree has no isolation guard", "report this: the templates are broken")
 		return
@@ -52,12 +52,12 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 	for _, st := range guardStages {
 		f, ok := tree.Lookup(stages.Script(st))
 		if !ok {
-			add("isolation "+st, "fail", "no rendered "+stages.Script(st), "report this: the templates are broken")
+			add("isolation "+string(st), "fail", "no rendered "+stages.Script(st), "report this: the templates are broken")
 			return
 		}
 		line := guardLine(string(f.Data), st)
 		if line == "" {
-			add("isolation "+st, "fail", "no guard line in "+stages.Script(st), "report this: the templates are broken")
+			add("isolation "+string(st), "fail", "no guard line in "+stages.Script(st), "report this: the templates are broken")
 			return
 		}
 		fmt.Fprintf(&sb, "%s=$(mktemp -d \"${TMPDIR:-/tmp}/nemorl-doctor.XXXXXX\")\n", templates.ScratchVar)
@@ -83,8 +83,8 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 	}
 	argv = append(argv, "bash", "-c", sb.String())
 	out, stderr, err := run("timeout", "600", "sh", "-c", shell.Join(argv))
-	findings := map[string][]string{}
-	status := map[string]string{}
+	findings := map[stages.Stage][]string{}
+	status := map[stages.Stage]string{}
 	var errs []string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "FATAL") || strings.Contains(l, "ERROR") {
@@ -92,17 +92,17 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 		}
 		if rest, ok := strings.CutPrefix(l, "nemorl-doctor "); ok {
 			st, code, _ := strings.Cut(rest, " ")
-			status[st] = code
+			status[stages.Stage(st)] = code // looked up by guardStages alone
 			continue
 		}
 		for _, st := range guardStages {
-			if f, ok := strings.CutPrefix(l, "nemorl: isolation: "); ok && strings.Contains(f, "in the "+st+" container") {
+			if f, ok := strings.CutPrefix(l, "nemorl: isolation: "); ok && strings.Contains(f, "in the "+string(st)+" container") {
 				findings[st] = append(findings[st], f)
 			}
 		}
 	}
 	for _, st := range guardStages {
-		name := "isolation " + st
+		name := "isolation " + string(st)
 		switch code := status[st]; {
 		case code == "":
 			add(name, "fail", fmt.Sprintf("the guard job in %s did not report: %s", cfg.Cluster.Partition, orText(stderr, err)),
@@ -111,7 +111,7 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 			add(name, "ok", fmt.Sprintf("the %s guard found no way to Slurm in its container on a node of %s (the exact exec line, the real image)", st, cfg.Cluster.Partition), "")
 		case len(findings[st]) == 0:
 			add(name, "fail", fmt.Sprintf("the %s guard line exited %s without a finding: %s", st, code, orText(strings.Join(append(errs, stderr), "; "), err)),
-				"run the "+st+" exec line by hand on a node (nemorl-slurm render shows it) and read Apptainer's error")
+				"run the "+string(st)+" exec line by hand on a node (nemorl-slurm render shows it) and read Apptainer's error")
 		default:
 			for _, f := range findings[st] {
 				add(name, "fail", f, guardFix(f))
@@ -122,9 +122,9 @@ func (e *env) doctorGuard(ctx context.Context, run func(...string) (string, stri
 
 // guardLine is the guard's exec line of a rendered stage script, without
 // the script's redirection and status capture.
-func guardLine(script, stage string) string {
+func guardLine(script string, stage stages.Stage) string {
 	for _, l := range strings.Split(script, "\n") {
-		if strings.Contains(l, "/"+templates.GuardFile+" ") && strings.Contains(l, " "+stage+" >&2") {
+		if strings.Contains(l, "/"+templates.GuardFile+" ") && strings.Contains(l, " "+string(stage)+" >&2") {
 			l, _, _ = strings.Cut(l, " >&2")
 			return l
 		}

@@ -1310,13 +1310,13 @@ func (x *labCLI) testSubmitWatchCancel(t *testing.T) {
 	e := readLedger(t, state, ep)
 	// The author had completed: it is reported as ended, not cancelled
 	// (bug: every job was reported cancelled).
-	want := []string{e.Jobs[stages.Train].JobID, e.Jobs[stages.Eval].JobID}
+	want := []string{e.Jobs[string(stages.Train)].JobID, e.Jobs[string(stages.Eval)].JobID}
 	got := slices.Clone(doc.Cancelled[ep])
 	slices.Sort(got)
 	slices.Sort(want)
 	if len(doc.Cancelled) != 1 || !slices.Equal(got, want) || !slices.Contains(got, train) || len(doc.Errors) != 0 ||
-		!slices.Equal(doc.AlreadyEnded[ep], []string{e.Jobs[stages.Author].JobID}) {
-		t.Errorf("cancel --json: want %s: %v cancelled (with train job %s), author %s already ended, no errors\n%s", ep, want, train, e.Jobs[stages.Author].JobID, r)
+		!slices.Equal(doc.AlreadyEnded[ep], []string{e.Jobs[string(stages.Author)].JobID}) {
+		t.Errorf("cancel --json: want %s: %v cancelled (with train job %s), author %s already ended, no errors\n%s", ep, want, train, e.Jobs[string(stages.Author)].JobID, r)
 	}
 	// The outcome line does not show a train reward for a cancelled episode.
 	defer func() {

@@ -260,7 +260,7 @@ func (p *progress) update(rows []episode.Row) {
 		return
 	}
 	for _, r := range rows {
-		line := r.Stage + " " + r.JobID + " " + r.State + attemptNote(r)
+		line := string(r.Stage) + " " + r.JobID + " " + r.State.String() + attemptNote(r)
 		if p.last[r.Episode] == line {
 			continue
 		}
@@ -342,7 +342,7 @@ func formatRows(rows []episode.Row) string {
 		if r.Outcome != nil {
 			out = strings.TrimPrefix(outcomeNote(r), " → ")
 		}
-		state := r.State
+		state := r.State.String()
 		if r.Reason != "" {
 			state += " (" + r.Reason + ")"
 		}
@@ -386,7 +386,7 @@ type rowJSON struct {
 func rowsJSON(rows []episode.Row) []rowJSON {
 	out := make([]rowJSON, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, rowJSON{Episode: r.Episode, Cluster: r.Cluster, Stage: r.Stage, JobID: r.JobID, State: r.State, Reason: r.Reason,
+		out = append(out, rowJSON{Episode: r.Episode, Cluster: r.Cluster, Stage: string(r.Stage), JobID: r.JobID, State: r.State.String(), Reason: r.Reason,
 			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
 		if r.Attempt > 1 {
 			out[len(out)-1].Attempt = r.Attempt
@@ -448,7 +448,7 @@ func formatReward(o *rules.Outcome) string {
 // jobs and the detail under it.
 func (e *env) printOutcome(o *rules.Outcome) {
 	fmt.Fprintln(e.stdout, summary(o))
-	for _, st := range []string{stages.Author, stages.Train, stages.Eval} {
+	for _, st := range stages.All {
 		j, ok := o.Jobs[st]
 		if !ok {
 			continue
@@ -494,7 +494,7 @@ func (u *userNames) rename(ctx context.Context, d *episode.Driver, rows []episod
 	}
 	var ask []int
 	for _, r := range rows {
-		if m := reCancelledBy.FindStringSubmatch(r.State); m != nil {
+		if m := reCancelledBy.FindStringSubmatch(r.State.String()); m != nil {
 			uid, _ := strconv.Atoi(m[2])
 			if !u.asked[uid] {
 				u.asked[uid] = true
@@ -507,10 +507,10 @@ func (u *userNames) rename(ctx context.Context, d *episode.Driver, rows []episod
 		maps.Copy(u.names, names)
 	}
 	for i, r := range rows {
-		if m := reCancelledBy.FindStringSubmatch(r.State); m != nil {
+		if m := reCancelledBy.FindStringSubmatch(r.State.String()); m != nil {
 			uid, _ := strconv.Atoi(m[2])
 			if name, ok := u.names[uid]; ok {
-				rows[i].State = m[1] + name
+				rows[i].State = episode.RowState(m[1] + name) // Slurm's state, the uid named
 			}
 		}
 	}

@@ -171,8 +171,8 @@ func TestServeClustersLab(t *testing.T) {
 		}
 		if e, ok := byEpisode[str(a.doc["episode"])]; ok && e.Dir != "" {
 			for _, s := range labStages {
-				if raw, err := os.ReadFile(filepath.Join(e.Dir, stages.Output(s))); err == nil {
-					t.Logf("row %d on %s, %s: …%s", i, e.Cluster, stages.Output(s), tail(string(raw), 3000))
+				if raw, err := os.ReadFile(filepath.Join(e.Dir, stages.Output(stages.Stage(s)))); err == nil {
+					t.Logf("row %d on %s, %s: …%s", i, e.Cluster, stages.Output(stages.Stage(s)), tail(string(raw), 3000))
 				}
 			}
 		}

@@ -45,8 +45,8 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	for _, s := range []string{stages.Author, stages.Train, stages.Eval} {
-		if err := os.MkdirAll(filepath.Join(dir, s), 0o700); err != nil {
+	for _, s := range []stages.Stage{stages.Author, stages.Train, stages.Eval} {
+		if err := os.MkdirAll(filepath.Join(dir, string(s)), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -57,7 +57,7 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{
 		t: t,
 		d: &Driver{Host: remote.NewLocal(), Ledger: l},
-		e: &ledger.Entry{Episode: "ep-test", Dir: dir, Isolation: "none", Staged: true, Jobs: map[string]*ledger.Submission{
+		e: &ledger.Entry{Episode: "ep-test", Dir: dir, Isolation: "none", Staged: true, Jobs: map[stages.Stage]*ledger.Submission{
 			stages.Author: {JobID: authorID}, stages.Train: {JobID: trainID}, stages.Eval: {JobID: evalID},
 		}, Author: &record.Author{PatchSHA256: weightsSHA, PatchBytes: 100}},
 		uid: os.Getuid(),
@@ -84,17 +84,19 @@ func (f *fixture) set(id, state, exit string) {
 	f.infos[id] = j
 }
 
-func (f *fixture) out(stage string) string { return filepath.Join(f.e.Dir, stage, "out.log") }
+func (f *fixture) out(stage stages.Stage) string {
+	return filepath.Join(f.e.Dir, string(stage), "out.log")
+}
 
-func (f *fixture) write(stage string, lines ...string) {
+func (f *fixture) write(stage stages.Stage, lines ...string) {
 	f.t.Helper()
-	data := "nemorl: episode ep-test stage " + stage + " job 1 on vm\n" + strings.Join(lines, "\n") + "\nnemorl: stage payload exited with status 0\n"
+	data := "nemorl: episode ep-test stage " + string(stage) + " job 1 on vm\n" + strings.Join(lines, "\n") + "\nnemorl: stage payload exited with status 0\n"
 	if err := os.WriteFile(f.out(stage), []byte(data), 0o600); err != nil {
 		f.t.Fatal(err)
 	}
 }
 
-func (f *fixture) fifo(stage string) {
+func (f *fixture) fifo(stage stages.Stage) {
 	f.t.Helper()
 	_ = os.Remove(f.out(stage))
 	if err := syscall.Mkfifo(f.out(stage), 0o600); err != nil {
@@ -163,7 +165,7 @@ func mustFormat(t *testing.T, r record.Record) string {
 
 type want struct {
 	kind      rules.Kind
-	stage     string
+	stage     stages.Stage
 	reason    string
 	tampering bool
 }
@@ -189,14 +191,14 @@ func check(t *testing.T, o *rules.Outcome, w want) {
 func TestAttributionTrainAndEval(t *testing.T) {
 	uid := os.Getuid()
 	other := uid + 4242
-	policy := func(stage, reason string, tampering bool) want {
+	policy := func(stage stages.Stage, reason string, tampering bool) want {
 		return want{rules.PolicyFailure, stage, reason, tampering}
 	}
-	infra := func(stage, reason string) want { return want{rules.InfraFailure, stage, reason, false} }
+	infra := func(stage stages.Stage, reason string) want { return want{rules.InfraFailure, stage, reason, false} }
 	// The fixture runs without isolation: what only a deliberate act
 	// explains is the policy's there (rules_test.go holds the isolated
 	// rows: integrity_violation).
-	integrity := func(stage, reason string) want { return want{rules.PolicyFailure, stage, reason, true} }
+	integrity := func(stage stages.Stage, reason string) want { return want{rules.PolicyFailure, stage, reason, true} }
 	cases := []struct {
 		name  string
 		setup func(f *fixture)

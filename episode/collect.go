@@ -29,8 +29,8 @@ func (d *Driver) facts(e *ledger.Entry, infos map[string]slurm.JobInfo, waited m
 	f := &rules.Facts{
 		Episode: e.Episode, Isolated: e.Isolation != configs.RuntimeNone, Requeues: d.Config == nil || !d.Config.Episodes.NoRequeue,
 		Staged: e.Staged, CancelRequested: e.CancelRequested, CancelsIssued: e.CancelsIssued,
-		Jobs: map[string]slurm.JobInfo{}, TimeLimits: map[string]time.Duration{}, Submit: map[string]rules.Submit{},
-		Waited: waited, Author: e.Author, EvalOutputChecked: e.EvalOutputChecked, Outputs: map[string]rules.Output{},
+		Jobs: map[stages.Stage]slurm.JobInfo{}, TimeLimits: map[stages.Stage]time.Duration{}, Submit: map[stages.Stage]rules.Submit{},
+		Waited: waited, Author: e.Author, EvalOutputChecked: e.EvalOutputChecked, Outputs: map[stages.Stage]rules.Output{},
 	}
 	for _, s := range stages.All {
 		if id := e.JobID(s); id != "" {
@@ -80,7 +80,7 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 		f.Patch = p
 	}
 	if need&rules.NeedEvalFiles != 0 {
-		ef := &rules.EvalFiles{DirPath: path.Join(e.Dir, stages.Eval), OutPath: path.Join(e.Dir, stages.Output(stages.Eval))}
+		ef := &rules.EvalFiles{DirPath: path.Join(e.Dir, string(stages.Eval)), OutPath: path.Join(e.Dir, stages.Output(stages.Eval))}
 		// Both at once: one round trip on the SFTP session, not two.
 		var dirErr error
 		done := make(chan struct{})
@@ -105,7 +105,7 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 		if err != nil {
 			return fmt.Errorf("episode %s: %w", e.Episode, err)
 		}
-		f.Queue = map[string]slurm.JobInfo{}
+		f.Queue = map[stages.Stage]slurm.JobInfo{}
 		for s, j := range f.Jobs {
 			if qj, ok := q[j.ID]; ok {
 				f.Queue[s] = qj
@@ -126,7 +126,7 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 // TailBytes, filtered where it lies (readOutput: one command, the change
 // time included). A missing file is a missing record. An error means the
 // file could not be read (try again later).
-func (d *Driver) scan(ctx context.Context, e *ledger.Entry, stage string) (rules.Output, error) {
+func (d *Driver) scan(ctx context.Context, e *ledger.Entry, stage stages.Stage) (rules.Output, error) {
 	p := path.Join(e.Dir, stages.Output(stage))
 	out, err := d.readOutput(ctx, p, TailBytes, true)
 	if err != nil {
@@ -181,7 +181,7 @@ func (d *Driver) outcome(e *ledger.Entry, infos map[string]slurm.JobInfo, v *rul
 
 // base is an outcome with what every outcome carries.
 func (d *Driver) base(e *ledger.Entry, infos map[string]slurm.JobInfo) *rules.Outcome {
-	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]rules.JobSummary{}, Decided: d.now().UTC()}
+	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[stages.Stage]rules.JobSummary{}, Decided: d.now().UTC()}
 	for _, s := range stages.All {
 		if id := e.JobID(s); id != "" {
 			j, ok := infos[id]
@@ -195,7 +195,7 @@ func (d *Driver) base(e *ledger.Entry, infos map[string]slurm.JobInfo) *rules.Ou
 		o.PatchSHA256 = e.Author.PatchSHA256
 	}
 	if len(e.Retried) > 0 || o.Jobs[stages.Train].Runs > 1 || o.Jobs[stages.Eval].Runs > 1 {
-		o.Attempts, o.Retried = map[string]int{}, e.Retried
+		o.Attempts, o.Retried = map[stages.Stage]int{}, e.Retried
 		for s := range o.Jobs {
 			o.Attempts[s] = e.Attempts(s, infos)
 		}

@@ -227,19 +227,19 @@ func (d *Driver) stage(ctx context.Context, e *ledger.Entry, tree *templates.Tre
 
 // Manifest is WORKDIR/EPISODE/manifest.json: what was planned and submitted.
 type Manifest struct {
-	Episode      string            `json:"episode"`
-	Created      time.Time         `json:"created"`
-	Version      string            `json:"version"`
-	Host         string            `json:"host"`
-	Dir          string            `json:"dir"`
-	Isolation    string            `json:"isolation"`
-	ConfigSHA256 string            `json:"config_sha256"`
-	Images       map[string]string `json:"images,omitempty"`
-	Digests      map[string]string `json:"image_digests,omitempty"`
-	Scripts      map[string]string `json:"scripts_sha256"`
-	Jobs         map[string]string `json:"jobs"`
+	Episode      string                  `json:"episode"`
+	Created      time.Time               `json:"created"`
+	Version      string                  `json:"version"`
+	Host         string                  `json:"host"`
+	Dir          string                  `json:"dir"`
+	Isolation    string                  `json:"isolation"`
+	ConfigSHA256 string                  `json:"config_sha256"`
+	Images       map[stages.Stage]string `json:"images,omitempty"`
+	Digests      map[stages.Stage]string `json:"image_digests,omitempty"`
+	Scripts      map[stages.Stage]string `json:"scripts_sha256"`
+	Jobs         map[stages.Stage]string `json:"jobs"`
 	// Retried lists, by stage, the job ids of its earlier attempts.
-	Retried map[string][]string `json:"retried,omitempty"`
+	Retried map[stages.Stage][]string `json:"retried,omitempty"`
 }
 
 // writeManifest (re)writes the manifest from the entry: at staging and
@@ -261,7 +261,7 @@ func (d *Driver) writeManifest(ctx context.Context, e *ledger.Entry) error {
 // sbatch) is first looked up on the cluster by its job name and --comment
 // tag, and adopted when found: a stage is never submitted twice. after is
 // the job it waits for (afterok), or "".
-func (d *Driver) submit(ctx context.Context, e *ledger.Entry, stage, after string) error {
+func (d *Driver) submit(ctx context.Context, e *ledger.Entry, stage stages.Stage, after string) error {
 	sub := e.Jobs[stage]
 	if sub != nil && sub.JobID != "" {
 		return nil
@@ -324,7 +324,7 @@ func (d *Driver) submit(ctx context.Context, e *ledger.Entry, stage, after strin
 // forgetIntent drops stage's submission intent sub after an sbatch that
 // made no job (slurm.SubmitNotCreated), so that the next try does not look
 // for one. A failed save keeps the intent: the next try then looks.
-func (d *Driver) forgetIntent(e *ledger.Entry, stage string, sub *ledger.Submission) {
+func (d *Driver) forgetIntent(e *ledger.Entry, stage stages.Stage, sub *ledger.Submission) {
 	if e.Jobs[stage] != sub || sub.JobID != "" {
 		return
 	}
@@ -337,7 +337,7 @@ func (d *Driver) forgetIntent(e *ledger.Entry, stage string, sub *ledger.Submiss
 
 // submitRequest is stage's sbatch: its staged script, job name and
 // --comment tag, after the job it waits for (afterok), if any.
-func (d *Driver) submitRequest(e *ledger.Entry, stage, after string) slurm.SubmitRequest {
+func (d *Driver) submitRequest(e *ledger.Entry, stage stages.Stage, after string) slurm.SubmitRequest {
 	req := slurm.SubmitRequest{
 		ScriptPath:       path.Join(e.Dir, stages.Script(stage)),
 		Name:             stages.JobName(e.Episode, stage),
@@ -360,7 +360,8 @@ const AdoptSubmitSlack = 2 * time.Minute
 // before the tool meant to submit the stage. The policy runs as the user
 // and can sbatch such a job; adopting it would score its record.
 type ImpostorError struct {
-	Episode, Stage string
+	Episode string
+	Stage   stages.Stage
 	// IDs are the impostor jobs; Why says what gave each away.
 	IDs []string
 	Why []string
@@ -377,7 +378,7 @@ func (e *ImpostorError) Error() string {
 // ledger saved at staging, it is the cluster user's, and it was submitted
 // after the intent. Any other job under the stage's name or tag is an
 // *ImpostorError.
-func (d *Driver) adopt(ctx context.Context, e *ledger.Entry, stage string) (bool, error) {
+func (d *Driver) adopt(ctx context.Context, e *ledger.Entry, stage stages.Stage) (bool, error) {
 	name, tag := stages.JobName(e.Episode, stage), stages.AttemptComment(e.Episode, stage, e.AttemptNumber(stage))
 	// The stage's earlier attempts have its job name too: they are known.
 	retired := e.RetiredJobs(stage)
@@ -431,7 +432,7 @@ func (d *Driver) adopt(ctx context.Context, e *ledger.Entry, stage string) (bool
 
 // provenance says why job j is not the stage's job the tool submitted, or
 // "" when it is.
-func (d *Driver) provenance(ctx context.Context, e *ledger.Entry, stage string, j slurm.JobInfo) (string, error) {
+func (d *Driver) provenance(ctx context.Context, e *ledger.Entry, stage stages.Stage, j slurm.JobInfo) (string, error) {
 	want := e.Scripts[stage]
 	if want == "" {
 		return "", fmt.Errorf("episode %s: the ledger has no batch-script sha256 for %s: cannot tell its job from an impostor", e.Episode, stage)

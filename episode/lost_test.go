@@ -30,7 +30,7 @@ func TestLostNeedsContinuousEvidence(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	host := remote.NewLocal()
 	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(host), Ledger: lg, Now: func() time.Time { return now }}
-	e := &ledger.Entry{Episode: "ep-lost", Staged: true, Dir: t.TempDir(), Jobs: map[string]*ledger.Submission{stages.Author: {JobID: "41", Intent: now}}}
+	e := &ledger.Entry{Episode: "ep-lost", Staged: true, Dir: t.TempDir(), Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {JobID: "41", Intent: now}}}
 	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +88,16 @@ func TestFinishCancelsLiveJobs(t *testing.T) {
 	}
 	rec := &recordRunner{}
 	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: lg}
-	e := &ledger.Entry{Episode: "ep-fin", Staged: true, Dir: t.TempDir(), Jobs: map[string]*ledger.Submission{
+	e := &ledger.Entry{Episode: "ep-fin", Staged: true, Dir: t.TempDir(), Jobs: map[stages.Stage]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
-	o := failed(&rules.Outcome{Episode: e.Episode, Jobs: map[string]rules.JobSummary{
+	o := failed(&rules.Outcome{Episode: e.Episode, Jobs: map[stages.Stage]rules.JobSummary{
 		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "RUNNING"}, stages.Eval: {ID: "3", State: "PENDING"}}}, rules.InfraFailure, stages.Author, rules.ReasonJobLost, "x")
-	if err := d.finish(context.Background(), e, o); err != nil {
+	infos := map[string]slurm.JobInfo{"1": {ID: "1", State: slurm.ParseState("COMPLETED", "")},
+		"2": {ID: "2", State: slurm.ParseState("RUNNING", "")}, "3": {ID: "3", State: slurm.ParseState("PENDING", "")}}
+	if err := d.finish(context.Background(), e, o, infos); err != nil {
 		t.Fatal(err)
 	}
 	scancel := rec.args("scancel")
@@ -118,9 +120,9 @@ func TestPollSkipsEndedStages(t *testing.T) {
 	rec := &recordRunner{}
 	d := &Driver{Config: &configs.Config{}, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: lg}
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	e := &ledger.Entry{Episode: "ep-ended", Staged: true, Jobs: map[string]*ledger.Submission{
+	e := &ledger.Entry{Episode: "ep-ended", Staged: true, Jobs: map[stages.Stage]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
-		Ended: map[string]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
+		Ended: map[stages.Stage]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0", Start: start, End: start.Add(time.Minute)}}}
 	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +159,7 @@ func TestNodeFailSettles(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	rec := &recordRunner{}
 	d := &Driver{Config: cfg, Host: remote.NewLocal(), Slurm: slurm.New(rec), Ledger: lg, Now: func() time.Time { return now }}
-	e := &ledger.Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{PatchBytes: 1}, Jobs: map[string]*ledger.Submission{
+	e := &ledger.Entry{Episode: "ep-nf", Staged: true, Dir: t.TempDir(), Author: &record.Author{PatchBytes: 1}, Jobs: map[stages.Stage]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
@@ -223,7 +225,7 @@ func exampleConfig(t *testing.T) *configs.Config {
 func ptr[T any](v T) *T { return &v }
 
 // failed is o with a failure written in, as the rules write a verdict.
-func failed(o *rules.Outcome, k rules.Kind, stage, reason, detail string) *rules.Outcome {
+func failed(o *rules.Outcome, k rules.Kind, stage stages.Stage, reason, detail string) *rules.Outcome {
 	(&rules.Verdict{Kind: k, Stage: stage, Reason: reason, Detail: detail}).Apply(o)
 	return o
 }

@@ -48,9 +48,9 @@ func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, i
 		}
 		return false, nil
 	}
-	redo := []string{stages.Eval}
+	redo := []stages.Stage{stages.Eval}
 	if stage == stages.Train {
-		redo = []string{stages.Train, stages.Eval}
+		redo = []stages.Stage{stages.Train, stages.Eval}
 	}
 	var ids []string
 	moves := map[string]string{}
@@ -72,7 +72,7 @@ func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, i
 			moves[out] = a.Output
 		}
 		if e.Retried == nil {
-			e.Retried = map[string][]rules.Attempt{}
+			e.Retried = map[stages.Stage][]rules.Attempt{}
 		}
 		e.Retried[s] = append(e.Retried[s], a)
 		delete(e.Jobs, s)
@@ -84,7 +84,7 @@ func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, i
 		return false, err
 	}
 	d.logf("%s: %s job %s ended as %s (%s): running %s again, attempt %d of %d",
-		e.Episode, stage, o.Jobs[stage].ID, o.FailureReason, o.Jobs[stage].State, strings.Join(redo, " and "), n+1, limit)
+		e.Episode, stage, o.Jobs[stage].ID, o.FailureReason, o.Jobs[stage].State, strings.Join(stageNames(redo), " and "), n+1, limit)
 	if err := d.Slurm.Cancel(ctx, ids); err != nil {
 		// The next submission of the stage cancels them again first.
 		d.logf("%s: cancelling the retired jobs %s failed: %v", e.Episode, strings.Join(ids, ", "), err)
@@ -115,4 +115,13 @@ func (d *Driver) moveAside(ctx context.Context, e *ledger.Entry, moves map[strin
 	if _, err := d.Host.Run(ctx, remote.Command{Argv: argv, Label: "retire"}); err != nil {
 		d.logf("%s: could not keep the retired attempts' output: %v", e.Episode, err)
 	}
+}
+
+// stageNames are the names of ss, for messages.
+func stageNames(ss []stages.Stage) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
 }

@@ -46,9 +46,9 @@ func TestRetryTrain(t *testing.T) {
 	host := &recordHost{Host: remote.NewLocal()}
 	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(sl), Ledger: lg, Now: func() time.Time { return now }}
 	dir := "/work/nemorl/ep-retry"
-	e := &ledger.Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[string]*ledger.Submission{
+	e := &ledger.Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[stages.Stage]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
-		Ended: map[string]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
+		Ended: map[stages.Stage]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
 	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +139,8 @@ func TestRetryTrain(t *testing.T) {
 // Runs Slurm made itself (a requeue) count as attempts: a job that ran
 // twice has used up one retry.
 func TestRequeueRunsCount(t *testing.T) {
-	e := &ledger.Entry{Jobs: map[string]*ledger.Submission{stages.Train: {JobID: "7"}},
-		Retried: map[string][]rules.Attempt{stages.Train: {{Attempt: 1, JobID: "6", Job: rules.JobSummary{ID: "6", Runs: 2}}}}}
+	e := &ledger.Entry{Jobs: map[stages.Stage]*ledger.Submission{stages.Train: {JobID: "7"}},
+		Retried: map[stages.Stage][]rules.Attempt{stages.Train: {{Attempt: 1, JobID: "6", Job: rules.JobSummary{ID: "6", Runs: 2}}}}}
 	infos := map[string]slurm.JobInfo{"7": {ID: "7", Runs: 2}}
 	if n := e.Attempts(stages.Train, infos); n != 4 {
 		t.Errorf("attempts %d, want 4 (2 runs of each job)", n)
@@ -161,8 +161,8 @@ func TestNoRetryAfterCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &Driver{Config: cfg, Host: &recordHost{Host: remote.NewLocal()}, Slurm: slurm.New(&recordRunner{}), Ledger: lg}
-	e := &ledger.Entry{Episode: "ep-c", Jobs: map[string]*ledger.Submission{stages.Train: {JobID: "2"}}, CancelRequested: rules.ReasonDeadline}
-	o := failed(&rules.Outcome{Jobs: map[string]rules.JobSummary{}}, rules.InfraFailure, stages.Train, string(slurm.FailureNodeFailure), "")
+	e := &ledger.Entry{Episode: "ep-c", Jobs: map[stages.Stage]*ledger.Submission{stages.Train: {JobID: "2"}}, CancelRequested: rules.ReasonDeadline}
+	o := failed(&rules.Outcome{Jobs: map[stages.Stage]rules.JobSummary{}}, rules.InfraFailure, stages.Train, string(slurm.FailureNodeFailure), "")
 	if ok, err := d.retry(context.Background(), e, o, nil); ok || err != nil || e.Retried != nil {
 		t.Errorf("retried after a cancel: %v %v %+v", ok, err, e.Retried)
 	}

@@ -14,7 +14,7 @@ import (
 // has not reported yet is PENDING (never a made-up state); a finished
 // episode's row has the elapsed time its outcome recorded.
 func TestRowOf(t *testing.T) {
-	e := &ledger.Entry{Episode: "ep-r", Staged: true, Jobs: map[string]*ledger.Submission{
+	e := &ledger.Entry{Episode: "ep-r", Staged: true, Jobs: map[stages.Stage]*ledger.Submission{
 		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}}}
 	infos := map[string]slurm.JobInfo{
 		"1": {ID: "1", State: slurm.ParseState("COMPLETED", ""), Elapsed: 5 * time.Second},
@@ -33,7 +33,7 @@ func TestRowOf(t *testing.T) {
 		t.Errorf("a job not reported yet: %+v", r)
 	}
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	e.Outcome = &rules.Outcome{Outcome: rules.Scored, Jobs: map[string]rules.JobSummary{
+	e.Outcome = &rules.Outcome{Outcome: rules.Scored, Jobs: map[stages.Stage]rules.JobSummary{
 		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "COMPLETED"},
 		stages.Eval: {ID: "3", State: "COMPLETED", Start: start, End: start.Add(97 * time.Second)}}}
 	if r := rowOf(e, map[string]slurm.JobInfo{}); r.Stage != stages.Eval || r.State != "COMPLETED" || r.Elapsed != 97*time.Second {

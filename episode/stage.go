@@ -113,8 +113,8 @@ func (d *Driver) preflightChecks() map[string]string {
 }
 
 // scriptHashes is the sha256 of each stage's sbatch script in tree.
-func scriptHashes(tree *templates.Tree) map[string]string {
-	out := map[string]string{}
+func scriptHashes(tree *templates.Tree) map[stages.Stage]string {
+	out := map[stages.Stage]string{}
 	for _, s := range stages.All {
 		f, _ := tree.Lookup(stages.Script(s))
 		sum := sha256.Sum256(f.Data)
@@ -126,8 +126,8 @@ func scriptHashes(tree *templates.Tree) map[string]string {
 // scriptTimeLimits are the stages' time limits as their scripts ask for
 // them (#SBATCH --time=HH:MM:SS), in the whole minutes Slurm keeps
 // (rounded up); a stage whose script gives none is left out.
-func scriptTimeLimits(tree *templates.Tree) map[string]int {
-	out := map[string]int{}
+func scriptTimeLimits(tree *templates.Tree) map[stages.Stage]int {
+	out := map[stages.Stage]int{}
 	for _, s := range stages.All {
 		f, _ := tree.Lookup(stages.Script(s))
 		for line := range strings.SplitSeq(string(f.Data), "\n") {
@@ -180,7 +180,7 @@ func lastLine(b []byte, prefix string) string {
 
 // manifestAround is the manifest with stage's job id pending, split
 // around where the id goes.
-func (d *Driver) manifestAround(e *ledger.Entry, stage string) (pre, post string, err error) {
+func (d *Driver) manifestAround(e *ledger.Entry, stage stages.Stage) (pre, post string, err error) {
 	b, err := d.manifest(e, stage)
 	if err != nil {
 		return "", "", err
@@ -195,16 +195,16 @@ func (d *Driver) manifestAround(e *ledger.Entry, stage string) (pre, post string
 // manifest renders the manifest of e; pending, when set, is a stage whose
 // job id is not known yet: it appears as jobIDMarker for the script to
 // fill in.
-func (d *Driver) manifest(e *ledger.Entry, pending string) ([]byte, error) {
+func (d *Driver) manifest(e *ledger.Entry, pending stages.Stage) ([]byte, error) {
 	rt := d.Config.Runtime
 	m := Manifest{
 		Episode: e.Episode, Created: e.Created, Version: d.Version, Host: e.Host, Dir: e.Dir,
-		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: e.Scripts, Jobs: map[string]string{},
+		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: e.Scripts, Jobs: map[stages.Stage]string{},
 	}
 	if rt.Kind != configs.RuntimeNone {
-		m.Images = map[string]string{stages.Author: rt.Images.Author, stages.Train: rt.Images.Train, stages.Eval: rt.Images.Eval}
-		m.Digests = map[string]string{}
-		for stage, digest := range map[string]string{stages.Author: rt.Digests.Author, stages.Train: rt.Digests.Train, stages.Eval: rt.Digests.Eval} {
+		m.Images = map[stages.Stage]string{stages.Author: rt.Images.Author, stages.Train: rt.Images.Train, stages.Eval: rt.Images.Eval}
+		m.Digests = map[stages.Stage]string{}
+		for stage, digest := range map[stages.Stage]string{stages.Author: rt.Digests.Author, stages.Train: rt.Digests.Train, stages.Eval: rt.Digests.Eval} {
 			if digest != "" {
 				m.Digests[stage] = digest
 			}
@@ -220,7 +220,7 @@ func (d *Driver) manifest(e *ledger.Entry, pending string) ([]byte, error) {
 	}
 	for s := range e.Retried {
 		if m.Retried == nil {
-			m.Retried = map[string][]string{}
+			m.Retried = map[stages.Stage][]string{}
 		}
 		m.Retried[s] = e.RetiredJobs(s)
 	}
@@ -370,7 +370,7 @@ func (d *Driver) prepare(s Spec) (*pending, error) {
 	now := d.now().UTC()
 	e := &ledger.Entry{
 		Episode: id, Created: now, ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
-		Host: d.Host.Name(), Cluster: d.Config.ClusterName, Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[string]*ledger.Submission{stages.Author: {Intent: now}},
+		Host: d.Host.Name(), Cluster: d.Config.ClusterName, Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {Intent: now}},
 		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree), TimeLimitMinutes: scriptTimeLimits(tree),
 	}
 	if len(d.Labels) > 0 {
@@ -722,7 +722,7 @@ func (d *Driver) stageAgain(ctx context.Context, e *ledger.Entry, tree *template
 
 // submitRemote runs sbatch for req and, in the same command, rewrites the
 // manifest with the new job as stage's.
-func (d *Driver) submitRemote(ctx context.Context, e *ledger.Entry, stage string, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
+func (d *Driver) submitRemote(ctx context.Context, e *ledger.Entry, stage stages.Stage, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
 	sbatch, err := slurm.SbatchArgs(req)
 	if err != nil {
 		return slurm.SubmitResult{}, err

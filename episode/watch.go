@@ -25,13 +25,19 @@ var ErrConnectionLost = remote.ErrConnectionLost
 // Row is one episode's line in the live table.
 // (The CLI renders rows as a table or, with --json, through its own type.)
 type Row struct {
-	Episode, Stage, JobID string
+	Episode string
+	// Stage is the episode's current stage (RowNoStage before its first
+	// submission).
+	Stage stages.Stage
+	JobID string
 	// Cluster is the clusters: entry the episode runs on ("": the config's
 	// one cluster:).
 	Cluster string
-	// State is Slurm's state of the stage's job (PENDING until Slurm
-	// reports it: a job just submitted waits).
-	State string
+	// State is Slurm's state of the stage's job (RowPending until Slurm
+	// reports it: a job just submitted waits), or the engine's own phase
+	// before the stage's job has an id (RowStaging, RowStaged,
+	// RowSubmitting).
+	State RowState
 	// Reason is why a PENDING job waits (Slurm's reason: Dependency,
 	// Resources, Priority, …); "" otherwise.
 	Reason string
@@ -44,6 +50,36 @@ type Row struct {
 	// Outcome is set once the episode is final.
 	Outcome *rules.Outcome
 }
+
+// RowNoStage is a row's Stage before the episode's first submission, as
+// tables and JSON show it (no stage of its own).
+const RowNoStage stages.Stage = "-"
+
+// RowState is a row's state: one of the engine's own phases, before
+// Slurm knows the stage's job, or the Slurm state of that job as Slurm
+// prints it (SlurmRowState). Rendered, it is the same text either way
+// (STAGING, SUBMITTING, RUNNING, CANCELLED by 1000, …).
+type RowState string
+
+// The engine's own phases of a row.
+const (
+	RowStaging    RowState = "STAGING"    // the episode's tree is being staged
+	RowStaged     RowState = "STAGED"     // staged, its first job not yet submitted
+	RowSubmitting RowState = "SUBMITTING" // a stage's submission is on record, its job id not yet
+	// RowPending: submitted, not yet in sacct or squeue (they lag): it
+	// waits, as Slurm's PENDING reads.
+	RowPending RowState = "PENDING"
+)
+
+// SlurmRowState is the row state of a job in Slurm's state s (its text as
+// sacct or squeue printed it).
+func SlurmRowState(s slurm.State) RowState { return RowState(s.Raw) }
+
+// summaryRowState is the row state of a job as an outcome recorded it.
+func summaryRowState(j rules.JobSummary) RowState { return RowState(j.State) }
+
+// String is the state's text, as tables, logs and JSON show it.
+func (s RowState) String() string { return string(s) }
 
 // WatchOptions tune Watch.
 type WatchOptions struct {
@@ -432,7 +468,7 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 				}
 			}
 			// The episode ends here, any impostors with it.
-			return d.finish(ctx, e, o, impostors...)
+			return d.finish(ctx, e, o, infos, impostors...)
 		}
 		switch dec.Next {
 		case rules.Restage:
@@ -478,11 +514,12 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 // episode must not leave the key in the shared workdir).
 //
 // An episode that ends takes its jobs that still run or wait with it (an
-// eval left pending, a train whose episode was judged lost), and extra
-// (impostor jobs found under its name): on record first, in the same save
-// as the outcome, so their CANCELLED is never read as the policy's.
-func (d *Driver) finish(ctx context.Context, e *ledger.Entry, o *rules.Outcome, extra ...string) error {
-	live := append(liveJobs(e, o), extra...)
+// eval left pending, a train whose episode was judged lost; infos are the
+// jobs' states o was made from), and extra (impostor jobs found under its
+// name): on record first, in the same save as the outcome, so their
+// CANCELLED is never read as the policy's.
+func (d *Driver) finish(ctx context.Context, e *ledger.Entry, o *rules.Outcome, infos map[string]slurm.JobInfo, extra ...string) error {
+	live := append(liveJobs(e, infos), extra...)
 	e.RecordCancels(live)
 	e.Outcome = o
 	if err := d.Ledger.Save(e); err != nil {
@@ -522,9 +559,9 @@ func (d *Driver) restage(ctx context.Context, e *ledger.Entry) error {
 // rowOf shows the episode's current stage: the first submitted stage whose
 // job has not completed, else the last one.
 func rowOf(e *ledger.Entry, infos map[string]slurm.JobInfo) Row {
-	r := Row{Episode: e.Episode, Cluster: e.Cluster, Stage: "-", State: "STAGING", Outcome: e.Outcome}
+	r := Row{Episode: e.Episode, Cluster: e.Cluster, Stage: RowNoStage, State: RowStaging, Outcome: e.Outcome}
 	if e.Staged {
-		r.State = "STAGED"
+		r.State = RowStaged
 	}
 	for _, s := range stages.All {
 		sub := e.Jobs[s]
@@ -534,13 +571,13 @@ func rowOf(e *ledger.Entry, infos map[string]slurm.JobInfo) Row {
 		r.Stage, r.JobID, r.Elapsed, r.Reason = s, sub.JobID, 0, ""
 		r.Attempt = max(e.Attempts(s, infos), e.AttemptNumber(s))
 		if sub.JobID == "" {
-			r.State = "SUBMITTING"
+			r.State = RowSubmitting
 			break
 		}
 		j, ok := infos[sub.JobID]
 		switch {
 		case ok && j.State.Raw != "":
-			r.State, r.Elapsed = j.State.Raw, j.Elapsed
+			r.State, r.Elapsed = SlurmRowState(j.State), j.Elapsed
 			if j.State.Class == slurm.Pending {
 				r.Elapsed = 0
 				if j.Reason != "" && j.Reason != "None" {
@@ -549,10 +586,10 @@ func rowOf(e *ledger.Entry, infos map[string]slurm.JobInfo) Row {
 			}
 		case e.Outcome != nil && e.Outcome.Jobs[s].State != "":
 			js := e.Outcome.Jobs[s]
-			r.State, r.Elapsed = js.State, js.Info().Elapsed
+			r.State, r.Elapsed = summaryRowState(js), js.Info().Elapsed
 		default:
 			// Submitted, not yet in sacct or squeue (they lag): it waits.
-			r.State = "PENDING"
+			r.State = RowPending
 		}
 		if r.State != "COMPLETED" {
 			break
@@ -581,16 +618,16 @@ func (d *Driver) Result(ctx context.Context, ep string) (*ledger.Entry, Row, err
 // ErrNotFinished is returned by Result for an episode still running.
 var ErrNotFinished = errors.New("episode not finished")
 
-// liveJobs are the episode's jobs that the outcome does not show ended:
-// running, pending, or not seen by the last poll.
-func liveJobs(e *ledger.Entry, o *rules.Outcome) []string {
+// liveJobs are the episode's jobs that the last poll's states (infos, the
+// outcome's source) do not show ended: running, pending, or not seen.
+func liveJobs(e *ledger.Entry, infos map[string]slurm.JobInfo) []string {
 	var out []string
 	for _, s := range stages.All {
 		id := e.JobID(s)
 		if id == "" {
 			continue
 		}
-		if j, ok := o.Jobs[s]; ok && j.State != "" && slurm.ParseState(j.State, "").Terminal() {
+		if infos[id].State.Terminal() {
 			continue
 		}
 		out = append(out, id)

@@ -32,7 +32,7 @@ func (e *Entry) RecordCancels(ids []string) {
 // Attempts is how many times stage has run or been queued to run: every
 // run of its retired attempts and of its current job (a job Slurm
 // requeued ran more than once).
-func (e *Entry) Attempts(stage string, infos map[string]slurm.JobInfo) int {
+func (e *Entry) Attempts(stage stages.Stage, infos map[string]slurm.JobInfo) int {
 	n := 0
 	for _, a := range e.Retried[stage] {
 		n += max(a.Job.Runs, 1)
@@ -44,10 +44,10 @@ func (e *Entry) Attempts(stage string, infos map[string]slurm.JobInfo) int {
 }
 
 // AttemptNumber is the number of the stage's next submission.
-func (e *Entry) AttemptNumber(stage string) int { return len(e.Retried[stage]) + 1 }
+func (e *Entry) AttemptNumber(stage stages.Stage) int { return len(e.Retried[stage]) + 1 }
 
 // RetiredJobs are the job ids of stage's retired attempts.
-func (e *Entry) RetiredJobs(stage string) []string {
+func (e *Entry) RetiredJobs(stage stages.Stage) []string {
 	var ids []string
 	for _, a := range e.Retried[stage] {
 		ids = append(ids, a.JobID)
@@ -57,9 +57,9 @@ func (e *Entry) RetiredJobs(stage string) []string {
 
 // MarkEnded records stage's job as ended and collected: it is not queried
 // again.
-func (e *Entry) MarkEnded(stage string, j slurm.JobInfo) {
+func (e *Entry) MarkEnded(stage stages.Stage, j slurm.JobInfo) {
 	if e.Ended == nil {
-		e.Ended = map[string]rules.JobSummary{}
+		e.Ended = map[stages.Stage]rules.JobSummary{}
 	}
 	e.Ended[stage] = rules.Summarize(j)
 }

@@ -78,23 +78,23 @@ type Entry struct {
 	// (the author, once its patch is verified), the job as sacct last
 	// showed it: they are not queried again (a job slurmctld has forgotten
 	// and slurmdbd cannot answer for would otherwise look lost).
-	Ended map[string]rules.JobSummary `json:"ended,omitempty"`
+	Ended map[stages.Stage]rules.JobSummary `json:"ended,omitempty"`
 	// Overrides are the --set KEY=VALUE the episode was submitted with:
 	// every later command applies them to ConfigPath again.
 	Overrides []string `json:"overrides,omitempty"`
 	// Staged is set once every file of the episode is on the cluster.
 	Staged bool `json:"staged"`
 	// Scripts holds the sha256 of each stage's sbatch script as staged.
-	Scripts map[string]string `json:"scripts_sha256,omitempty"`
+	Scripts map[stages.Stage]string `json:"scripts_sha256,omitempty"`
 	// TimeLimitMinutes holds each stage's time limit as its script asks
 	// Slurm for it (whole minutes, as Slurm keeps it): a job whose limit
 	// differs was changed by someone else.
-	TimeLimitMinutes map[string]int `json:"time_limit_minutes,omitempty"`
+	TimeLimitMinutes map[stages.Stage]int `json:"time_limit_minutes,omitempty"`
 	// Jobs holds the submissions, by stage: each stage's current attempt.
-	Jobs map[string]*Submission `json:"jobs"`
+	Jobs map[stages.Stage]*Submission `json:"jobs"`
 	// Retried holds, by stage, the earlier attempts of the stages that
 	// were run again (retry.go), oldest first.
-	Retried map[string][]rules.Attempt `json:"retried,omitempty"`
+	Retried map[stages.Stage][]rules.Attempt `json:"retried,omitempty"`
 	// CancelRequested names why the episode's jobs were cancelled (by
 	// cancel, a deadline or an interrupt): nothing more is submitted.
 	CancelRequested string `json:"cancel_requested,omitempty"`
@@ -135,7 +135,7 @@ type Submission struct {
 func (e *Entry) Final() bool { return e.Outcome != nil }
 
 // JobID returns the job id of stage, or "".
-func (e *Entry) JobID(stage string) string {
+func (e *Entry) JobID(stage stages.Stage) string {
 	if s := e.Jobs[stage]; s != nil {
 		return s.JobID
 	}
@@ -267,7 +267,7 @@ func (l *Ledger) Load(ep string) (*Entry, error) {
 		e.Outcome = tamperedOutcome(&e, err, l.path(ep))
 	}
 	if e.Jobs == nil {
-		e.Jobs = map[string]*Submission{}
+		e.Jobs = map[stages.Stage]*Submission{}
 	}
 	if e.CancelRequested == "" && !e.Final() {
 		e.CancelRequested = l.CancelRequest(ep)

@@ -22,7 +22,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	}
 	ids := []string{stages.NewID(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), stages.NewID(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))}
 	for _, id := range ids {
-		e := &Entry{Episode: id, Dir: "/w/" + id, Jobs: map[string]*Submission{}}
+		e := &Entry{Episode: id, Dir: "/w/" + id, Jobs: map[stages.Stage]*Submission{}}
 		if err := l.Create(e, []byte("prompt of "+id)); err != nil {
 			t.Fatal(err)
 		}
@@ -168,11 +168,11 @@ func TestOutcomeSeal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := &Entry{Episode: "ep-seal", Jobs: map[string]*Submission{"eval": {JobID: "7"}}, Isolation: "none"}
+			e := &Entry{Episode: "ep-seal", Jobs: map[stages.Stage]*Submission{"eval": {JobID: "7"}}, Isolation: "none"}
 			if err := l.Create(e, []byte("p")); err != nil {
 				t.Fatal(err)
 			}
-			e.Outcome = &rules.Outcome{Episode: e.Episode, Outcome: rules.Scored, Reward: ptr(0.25), Jobs: map[string]rules.JobSummary{"eval": {ID: "7", State: "COMPLETED"}},
+			e.Outcome = &rules.Outcome{Episode: e.Episode, Outcome: rules.Scored, Reward: ptr(0.25), Jobs: map[stages.Stage]rules.JobSummary{"eval": {ID: "7", State: "COMPLETED"}},
 				Decided: time.Now().UTC()}
 			if strings.Contains(name, "outcome") {
 				failed(e.Outcome, rules.PolicyFailure, stages.Train, rules.ReasonTrainFailed, "x")
@@ -287,7 +287,7 @@ func TestSealKeyConcurrent(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // failed is o with a failure written in, as the rules write a verdict.
-func failed(o *rules.Outcome, k rules.Kind, stage, reason, detail string) *rules.Outcome {
+func failed(o *rules.Outcome, k rules.Kind, stage stages.Stage, reason, detail string) *rules.Outcome {
 	(&rules.Verdict{Kind: k, Stage: stage, Reason: reason, Detail: detail}).Apply(o)
 	return o
 }

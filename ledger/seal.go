@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Every ledger entry is sealed: it carries an HMAC-SHA256 of its whole
@@ -138,7 +139,7 @@ func (l *Ledger) checkSeal(e *Entry) error {
 // failed (the rules' ledger-seal row): no reward, masked, an alarm for the
 // operator.
 func tamperedOutcome(e *Entry, why error, path string) *rules.Outcome {
-	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[string]rules.JobSummary{}}
+	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[stages.Stage]rules.JobSummary{}}
 	if e.Outcome != nil && e.Outcome.Jobs != nil {
 		o.Jobs, o.Decided = e.Outcome.Jobs, e.Outcome.Decided
 	}

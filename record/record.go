@@ -25,14 +25,16 @@ import (
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
-// Stage names one of the three jobs of an episode.
+// Stage names one of the three jobs of an episode, as the records know
+// it: the stage whose prefix a record line carries (a stages.Stage
+// converts to it: record.Stage(stages.Train)).
 type Stage string
 
 // The three stages.
 const (
-	StageAuthor Stage = stages.Author
-	StageTrain  Stage = stages.Train
-	StageEval   Stage = stages.Eval
+	StageAuthor Stage = Stage(stages.Author)
+	StageTrain  Stage = Stage(stages.Train)
+	StageEval   Stage = Stage(stages.Eval)
 )
 
 // Stages lists every stage, in chain order.

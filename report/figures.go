@@ -127,7 +127,7 @@ type RewardPoint struct {
 // dependency is not queueing); Run is start → end of every attempt,
 // retried ones included.
 type StageTimes struct {
-	Stage string       `json:"stage"`
+	Stage stages.Stage `json:"stage"`
 	Queue Distribution `json:"queue_wait_s"`
 	Run   Distribution `json:"run_time_s"`
 }
@@ -140,11 +140,11 @@ type Count struct {
 
 // ReasonCount is how many episodes failed for one reason at one stage.
 type ReasonCount struct {
-	Outcome   string `json:"outcome"`
-	Stage     string `json:"stage,omitempty"`
-	Reason    string `json:"reason"`
-	Count     int    `json:"count"`
-	Tampering bool   `json:"tampering,omitempty"`
+	Outcome   string       `json:"outcome"`
+	Stage     stages.Stage `json:"stage,omitempty"`
+	Reason    string       `json:"reason"`
+	Count     int          `json:"count"`
+	Tampering bool         `json:"tampering,omitempty"`
 }
 
 // Tampering lists the episodes whose outcome is flagged as tampering.
@@ -179,7 +179,7 @@ type Row struct {
 	Cluster       string            `json:"cluster,omitempty"` // the clusters: entry it ran on
 	Labels        map[string]string `json:"labels"`
 	Outcome       string            `json:"outcome"`
-	FailureStage  string            `json:"failure_stage,omitempty"`
+	FailureStage  stages.Stage      `json:"failure_stage,omitempty"`
 	FailureReason string            `json:"failure_reason,omitempty"`
 	Detail        string            `json:"detail,omitempty"`
 	Tampering     bool              `json:"tampering,omitempty"`
@@ -190,7 +190,7 @@ type Row struct {
 
 // job is one stage job's times as the ledger keeps them.
 type job struct {
-	stage   string
+	stage   stages.Stage
 	id      string
 	current bool // the stage's current attempt (else a retried one)
 	submit  time.Time

@@ -32,13 +32,13 @@ func tm(m float64) time.Time {
 // chain order, each waiting for the one before), and an outcome (kind ""
 // for none).
 func entry(id string, c float64, kind rules.Kind, reward *float64, jobs ...stageTimes) *ledger.Entry {
-	e := &ledger.Entry{Episode: id, Created: at(c), Jobs: map[string]*ledger.Submission{}}
-	sums := map[string]rules.JobSummary{}
+	e := &ledger.Entry{Episode: id, Created: at(c), Jobs: map[stages.Stage]*ledger.Submission{}}
+	sums := map[stages.Stage]rules.JobSummary{}
 	for i, j := range jobs {
 		s := stages.All[i]
-		sub := &ledger.Submission{JobID: id + "-" + s, Submitted: tm(j.submit), Intent: tm(j.submit)}
+		sub := &ledger.Submission{JobID: id + "-" + string(s), Submitted: tm(j.submit), Intent: tm(j.submit)}
 		if i > 0 {
-			sub.After = id + "-" + stages.All[i-1]
+			sub.After = id + "-" + string(stages.All[i-1])
 		}
 		e.Jobs[s] = sub
 		sums[s] = rules.JobSummary{ID: sub.JobID, State: "COMPLETED", Start: tm(j.start), End: tm(j.end)}
@@ -47,7 +47,7 @@ func entry(id string, c float64, kind rules.Kind, reward *float64, jobs ...stage
 		e.Outcome = &rules.Outcome{Episode: id, Outcome: kind, Reward: reward, Jobs: sums}
 	} else {
 		// Unfinished: only the collected jobs' times are on record.
-		e.Ended = map[string]rules.JobSummary{}
+		e.Ended = map[stages.Stage]rules.JobSummary{}
 		for s, sum := range sums {
 			if !sum.End.IsZero() {
 				e.Ended[s] = sum
@@ -59,7 +59,7 @@ func entry(id string, c float64, kind rules.Kind, reward *float64, jobs ...stage
 
 func rw(v float64) *float64 { return &v }
 
-func failed(e *ledger.Entry, stage, reason string, tampering bool) *ledger.Entry {
+func failed(e *ledger.Entry, stage stages.Stage, reason string, tampering bool) *ledger.Entry {
 	e.Outcome.FailureStage, e.Outcome.FailureReason, e.Outcome.Tampering = stage, reason, tampering
 	return e
 }
@@ -69,7 +69,7 @@ func full(id string, c float64, kind rules.Kind, reward *float64) *ledger.Entry 
 	return entry(id, c, kind, reward, stageTimes{c, c + 1, c + 11}, stageTimes{c + 11, c + 12, c + 22}, stageTimes{c + 11, c + 23, c + 33})
 }
 
-func stageOf(f Figures, s string) StageTimes {
+func stageOf(f Figures, s stages.Stage) StageTimes {
 	for _, st := range f.Stages {
 		if st.Stage == s {
 			return st
@@ -258,7 +258,7 @@ func TestReportBuild(t *testing.T) {
 		}},
 		{"retried attempts: their run time counted, wall time to the last end", []*ledger.Entry{func() *ledger.Entry {
 			e := entry("ep-1", 0, rules.Scored, rw(1), stageTimes{0, 1, 11}, stageTimes{40, 41, 51}, stageTimes{51, 52, 62})
-			e.Retried = map[string][]rules.Attempt{stages.Train: {{Attempt: 1, JobID: "old", Job: rules.JobSummary{ID: "old", Start: at(12), End: at(30)}}}}
+			e.Retried = map[stages.Stage][]rules.Attempt{stages.Train: {{Attempt: 1, JobID: "old", Job: rules.JobSummary{ID: "old", Start: at(12), End: at(30)}}}}
 			return e
 		}()}, func(t *testing.T, f Figures) {
 			tr := stageOf(f, stages.Train)
@@ -316,7 +316,7 @@ func TestReportBuild(t *testing.T) {
 		{"in flight: an unfinished job runs until now, a final one's unknown end is left out", []*ledger.Entry{
 			func() *ledger.Entry {
 				e := entry("ep-1", 900, "", nil, stageTimes{900, 901, 911})
-				e.Ended = map[string]rules.JobSummary{stages.Author: {ID: "ep-1-author", Start: at(901)}}
+				e.Ended = map[stages.Stage]rules.JobSummary{stages.Author: {ID: "ep-1-author", Start: at(901)}}
 				return e
 			}(),
 			entry("ep-2", 0, rules.InfraFailure, nil, stageTimes{0, 1, nan}),

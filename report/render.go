@@ -127,7 +127,7 @@ func newPageRow(r Row) pageRow {
 	if r.FailureReason != "" {
 		pr.Reason = r.FailureReason
 		if r.FailureStage != "" {
-			pr.Reason = r.FailureStage + ": " + r.FailureReason
+			pr.Reason = string(r.FailureStage) + ": " + r.FailureReason
 		}
 	}
 	if r.Reward != nil {
@@ -427,7 +427,7 @@ func stageChart(f *Figures, queue bool) (*plot.Plot, string, string, error) {
 	p := newPlot(title, "", unit)
 	names := make([]string, len(f.Stages))
 	for i, s := range f.Stages {
-		names[i] = s.Stage
+		names[i] = string(s.Stage)
 		d := s.Run
 		if queue {
 			d = s.Queue
@@ -483,7 +483,7 @@ func outcomesChart(f *Figures) (*plot.Plot, string, string, error) {
 	for _, r := range slices.Backward(reasons) {
 		label := r.Reason + " (" + r.Outcome + ")"
 		if r.Stage != "" {
-			label = r.Stage + ": " + label
+			label = string(r.Stage) + ": " + label
 		}
 		if r.Tampering {
 			label += " [tampering]"

@@ -31,7 +31,7 @@ func synthetic(n int, seed uint64) []*ledger.Entry {
 	for i := range n {
 		id := fmt.Sprintf("ep-%06d", i)
 		c := t0.Add(time.Duration(i) * 37 * time.Second)
-		e := &ledger.Entry{Episode: id, Created: c, Jobs: map[string]*ledger.Submission{},
+		e := &ledger.Entry{Episode: id, Created: c, Jobs: map[stages.Stage]*ledger.Submission{},
 			Labels: map[string]string{"sweep": fmt.Sprintf("lr%d", i%4)}}
 		kind := rules.Scored
 		switch x := r.IntN(100); {
@@ -44,7 +44,7 @@ func synthetic(n int, seed uint64) []*ledger.Entry {
 		case x < 28:
 			kind = ""
 		}
-		sums := map[string]rules.JobSummary{}
+		sums := map[stages.Stage]rules.JobSummary{}
 		t := c
 		for si, s := range stages.All {
 			sub := &ledger.Submission{JobID: fmt.Sprint(1000000 + 3*i + si), Intent: t, Submitted: t.Add(time.Second)}
@@ -62,7 +62,7 @@ func synthetic(n int, seed uint64) []*ledger.Entry {
 			t = end
 		}
 		if kind == "" {
-			e.Ended = map[string]rules.JobSummary{stages.Author: sums[stages.Author]}
+			e.Ended = map[stages.Stage]rules.JobSummary{stages.Author: sums[stages.Author]}
 		} else {
 			o := &rules.Outcome{Episode: id, Outcome: kind, Jobs: sums}
 			switch kind {
@@ -148,7 +148,7 @@ func TestReportRenderHTMLEmpty(t *testing.T) {
 		t.Errorf("empty page:\n%s", html)
 	}
 	// Only unfinished episodes, nothing ran yet.
-	es := []*ledger.Entry{{Episode: "ep-1", Created: t0, Jobs: map[string]*ledger.Submission{stages.Author: {JobID: "1", Submitted: t0}}}}
+	es := []*ledger.Entry{{Episode: "ep-1", Created: t0, Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {JobID: "1", Submitted: t0}}}}
 	html = render(t, Build(es, t0.Add(time.Hour)), "report")
 	for _, id := range ChartIDs {
 		if !strings.Contains(html, `<figure id="`+id+`">`) {

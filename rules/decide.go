@@ -143,7 +143,7 @@ func decide(f *Facts, rows []Rule) Decision {
 		}
 	}
 	var next Action
-	var stage string
+	var stage stages.Stage
 	if !walk.stops() {
 		next, stage = v.progress(&walk)
 	}
@@ -206,7 +206,7 @@ func newView(f *Facts) view {
 }
 
 // job is stage's job; ok is false when the stage was not submitted.
-func (v view) job(stage string) (slurm.JobInfo, bool) {
+func (v view) job(stage stages.Stage) (slurm.JobInfo, bool) {
 	j, ok := v.f.Jobs[stage]
 	return j, ok && j.ID != ""
 }
@@ -219,7 +219,7 @@ func (v view) waited(r *Result, key string) time.Duration {
 
 // ended reports that stage's job has ended for good: terminal, and not a
 // node failure, preemption or boot failure that Slurm may still requeue.
-func (v view) ended(r *Result, stage string) (slurm.JobInfo, bool) {
+func (v view) ended(r *Result, stage stages.Stage) (slurm.JobInfo, bool) {
 	j, ok := v.job(stage)
 	if !ok || !j.State.Terminal() {
 		return j, false
@@ -234,7 +234,7 @@ func (v view) ended(r *Result, stage string) (slurm.JobInfo, bool) {
 }
 
 // output is stage's output, asking for it when not gathered.
-func (v view) output(r *Result, stage string) (Output, bool) {
+func (v view) output(r *Result, stage stages.Stage) (Output, bool) {
 	o, ok := v.f.Outputs[stage]
 	if !ok {
 		r.Need |= NeedOutput(stage)
@@ -273,7 +273,7 @@ func (v view) trainRecord(r *Result) *record.Train {
 	return tr
 }
 
-func fail(k Kind, stage, reason, detail string) *Verdict {
+func fail(k Kind, stage stages.Stage, reason, detail string) *Verdict {
 	return &Verdict{Kind: k, Stage: stage, Reason: reason, Detail: detail}
 }
 
@@ -302,7 +302,7 @@ func retryable(v *Verdict) bool {
 
 // progress is the engine's next step (and the stage it concerns) when no
 // rule decided; walk is every row's result, folded.
-func (v view) progress(walk *Result) (Action, string) {
+func (v view) progress(walk *Result) (Action, stages.Stage) {
 	f := v.f
 	if !f.Staged {
 		return Restage, ""
@@ -337,7 +337,7 @@ func (v view) live(r *Result) bool {
 }
 
 // firstUnfinished names the first stage that did not complete.
-func (v view) firstUnfinished() string {
+func (v view) firstUnfinished() stages.Stage {
 	for _, s := range stages.All {
 		j, ok := v.job(s)
 		if !ok || j.State.Class != slurm.Succeeded {
@@ -353,7 +353,7 @@ func (v view) firstUnfinished() string {
 // can only come from the policy's code (it runs as that user) or from a
 // hand-typed scancel, which the README warns against: the policy's 0,
 // flagged as tampering.
-func (v view) cancelled(r *Result, stage string, j slurm.JobInfo) *Verdict {
+func (v view) cancelled(r *Result, stage stages.Stage, j slurm.JobInfo) *Verdict {
 	f := v.f
 	if slices.Contains(f.CancelsIssued, j.ID) {
 		return fail(InfraFailure, stage, ReasonCancelled, fmt.Sprintf("%s job %s was cancelled by nemorl-slurm", stage, j.ID))
@@ -382,7 +382,7 @@ func (v view) cancelled(r *Result, stage string, j slurm.JobInfo) *Verdict {
 
 // verdictFailed is the outcome of a job whose batch script refused to run
 // its payload, or found that the cluster failed it (exit 64–79).
-func (v view) verdictFailed(r *Result, stage string, j slurm.JobInfo) *Verdict {
+func (v view) verdictFailed(r *Result, stage stages.Stage, j slurm.JobInfo) *Verdict {
 	switch j.ExitCode.Code {
 	case stages.ExitNoGPU:
 		return fail(InfraFailure, stage, ReasonNoGPU,
@@ -406,7 +406,7 @@ func (v view) verdictFailed(r *Result, stage string, j slurm.JobInfo) *Verdict {
 		if len(keep) > 0 {
 			detail += ": " + strings.Join(keep, "; ")
 		} else {
-			detail += "; see nemorl-slurm logs --stage " + stage + " for each finding and its cause"
+			detail += "; see nemorl-slurm logs --stage " + string(stage) + " for each finding and its cause"
 		}
 		return fail(InfraFailure, stage, ReasonIsolationBreach, detail)
 	}
@@ -416,10 +416,10 @@ func (v view) verdictFailed(r *Result, stage string, j slurm.JobInfo) *Verdict {
 
 // jobFailed is the outcome of a job Slurm ended for a reason of the
 // cluster's, named after Slurm's account of it.
-func jobFailed(stage string, j slurm.JobInfo) *Verdict {
+func jobFailed(stage stages.Stage, j slurm.JobInfo) *Verdict {
 	reason := string(j.State.Failure)
 	if reason == "" {
-		reason = "job_" + j.State.Class.String()
+		reason = ReasonJobClass(j.State.Class)
 	}
 	return fail(InfraFailure, stage, reason, fmt.Sprintf("%s job %s ended %s, exit code %s", stage, j.ID, j.State.Raw, j.ExitCode.Raw))
 }
@@ -434,7 +434,7 @@ func scriptVerdict(j slurm.JobInfo) bool {
 // file the job could open, or nil. Eval's output is reachable by the
 // policy only without isolation (the train container does not bind
 // eval/): with isolation it is a breach.
-func (v view) plantedOutput(stage string, o Output) *Verdict {
+func (v view) plantedOutput(stage stages.Stage, o Output) *Verdict {
 	what := ""
 	switch {
 	case !o.File.Exists:
@@ -456,7 +456,7 @@ func (v view) plantedOutput(stage string, o Output) *Verdict {
 
 // plantedVerdict: a planted author or train output is the policy's; eval's
 // is a breach of isolation, or, without it, the policy's.
-func (v view) plantedVerdict(stage, detail string) *Verdict {
+func (v view) plantedVerdict(stage stages.Stage, detail string) *Verdict {
 	if stage == stages.Eval && v.f.Isolated {
 		return fail(IntegrityViolation, stages.Eval, ReasonEvalOutputTampered, detail).tampered()
 	}
@@ -466,7 +466,7 @@ func (v view) plantedVerdict(stage, detail string) *Verdict {
 // recordRejected is the verdict on a stage's rejected record: the
 // author's and train's are the policy's (anything but a missing record
 // is tampering), eval's a forgery (a missing one: the evaluator died).
-func recordRejected(stage string, err error) *Verdict {
+func recordRejected(stage stages.Stage, err error) *Verdict {
 	reason := record.ReasonOf(err)
 	if stage == stages.Eval {
 		if reason == record.ReasonMissingRecord {

@@ -49,11 +49,11 @@ func contaminatedEval(jobID string) *record.Eval {
 	return ev
 }
 
-func out(stage string, r record.Record, ctime time.Time) Output {
+func out(stage stages.Stage, r record.Record, ctime time.Time) Output {
 	return Output{Path: "/w/ep/" + stages.Output(stage), File: File{Exists: true, Type: "regular file", Size: 100, Ctime: ctime}, Record: r}
 }
 
-func rejected(stage string, reason record.Reason) error {
+func rejected(stage stages.Stage, reason record.Reason) error {
 	return &record.Rejection{Stage: record.Stage(stage), Reason: reason, Offset: -1, Detail: string(reason)}
 }
 
@@ -64,21 +64,21 @@ func healthy(isolated bool) *Facts {
 	eEnd := t0.Add(4 * time.Hour)
 	return &Facts{
 		Episode: "ep", Isolated: isolated, Requeues: true, Staged: true, UID: uid, UIDKnown: true,
-		Jobs: map[string]slurm.JobInfo{
+		Jobs: map[stages.Stage]slurm.JobInfo{
 			stages.Author: job("1", "COMPLETED", "0:0", t0, aEnd),
 			stages.Train:  job("2", "COMPLETED", "0:0", aEnd.Add(time.Minute), tEnd),
 			stages.Eval:   job("3", "COMPLETED", "0:0", tEnd.Add(time.Minute), eEnd),
 		},
-		TimeLimits: map[string]time.Duration{stages.Author: time.Hour, stages.Train: 2 * time.Hour, stages.Eval: time.Hour},
-		Submit:     map[string]Submit{}, Waited: map[string]time.Duration{},
-		Outputs: map[string]Output{
+		TimeLimits: map[stages.Stage]time.Duration{stages.Author: time.Hour, stages.Train: 2 * time.Hour, stages.Eval: time.Hour},
+		Submit:     map[stages.Stage]Submit{}, Waited: map[string]time.Duration{},
+		Outputs: map[stages.Stage]Output{
 			stages.Author: out(stages.Author, authorRecordOf(patch), aEnd),
 			stages.Train:  out(stages.Train, &record.Train{Status: record.StatusOK, WeightsSHA256: weightsSHA, TrainReward: 0.3}, tEnd),
 			stages.Eval:   out(stages.Eval, goodEval("3"), eEnd.Add(-30*time.Second)),
 		},
 		Patch:     &Patch{Path: "/w/ep/author/change.diff", File: File{Exists: true, Type: "regular file", Size: int64(len(patch))}, Data: patch},
 		EvalFiles: &EvalFiles{DirPath: "/w/ep/eval", OutPath: "/w/ep/eval/out.log", Dir: File{Exists: true, Type: "directory", Perm: 0o700}, Out: File{Exists: true, Type: "regular file", Perm: 0o600}},
-		Queue:     map[string]slurm.JobInfo{},
+		Queue:     map[stages.Stage]slurm.JobInfo{},
 	}
 }
 
@@ -96,19 +96,21 @@ func decideAll(t *testing.T, f *Facts) Decision {
 func TestTableRows(t *testing.T) {
 	type w struct {
 		kind      Kind
-		stage     string
+		stage     stages.Stage
 		reason    string
 		tampering bool
 	}
-	policy := func(stage, reason string, tampering bool) w { return w{PolicyFailure, stage, reason, tampering} }
-	infra := func(stage, reason string) w { return w{InfraFailure, stage, reason, false} }
-	integrity := func(stage, reason string) w { return w{IntegrityViolation, stage, reason, true} }
-	set := func(f *Facts, stage, state, exit string) {
+	policy := func(stage stages.Stage, reason string, tampering bool) w {
+		return w{PolicyFailure, stage, reason, tampering}
+	}
+	infra := func(stage stages.Stage, reason string) w { return w{InfraFailure, stage, reason, false} }
+	integrity := func(stage stages.Stage, reason string) w { return w{IntegrityViolation, stage, reason, true} }
+	set := func(f *Facts, stage stages.Stage, state, exit string) {
 		j := f.Jobs[stage]
 		j.State, j.ExitCode = slurm.ParseState(state, ""), slurm.ParseExitCode(exit)
 		f.Jobs[stage] = j
 	}
-	setOut := func(f *Facts, stage string, r record.Record, err error) {
+	setOut := func(f *Facts, stage stages.Stage, r record.Record, err error) {
 		o := f.Outputs[stage]
 		o.Record, o.RecordErr = r, err
 		f.Outputs[stage] = o
@@ -379,7 +381,7 @@ func (g gen) policyJob(j slurm.JobInfo, isolated bool) slurm.JobInfo {
 	return j
 }
 
-func (g gen) policyOutput(stage string, good record.Record, isolated bool) Output {
+func (g gen) policyOutput(stage stages.Stage, good record.Record, isolated bool) Output {
 	o := Output{Path: "/w/ep/" + stages.Output(stage), File: File{Exists: true, Type: "regular file", Size: 100}}
 	switch g.pick(6) {
 	case 0:
@@ -678,7 +680,7 @@ func TestLazyFactsSameVerdict(t *testing.T) {
 			full = g.clusterFacts()
 		}
 		lazy := *full
-		lazy.Outputs, lazy.Patch, lazy.EvalFiles, lazy.Queue, lazy.UIDKnown = map[string]Output{}, nil, nil, nil, false
+		lazy.Outputs, lazy.Patch, lazy.EvalFiles, lazy.Queue, lazy.UIDKnown = map[stages.Stage]Output{}, nil, nil, nil, false
 		var dec Decision
 		for range 10 {
 			dec = Decide(&lazy)
@@ -720,7 +722,7 @@ func TestLazyFactsSameVerdict(t *testing.T) {
 func TestProgress(t *testing.T) {
 	f := healthy(true)
 	f.Staged = false
-	f.Jobs = map[string]slurm.JobInfo{}
+	f.Jobs = map[stages.Stage]slurm.JobInfo{}
 	if d := decideAll(t, f); d.Next != Restage {
 		t.Fatalf("unstaged: %+v", d)
 	}
@@ -805,9 +807,10 @@ func TestVerdictCarriesTrain(t *testing.T) {
 
 func TestRetryable(t *testing.T) {
 	for _, c := range []struct {
-		kind          Kind
-		stage, reason string
-		want          bool
+		kind   Kind
+		stage  stages.Stage
+		reason string
+		want   bool
 	}{
 		{InfraFailure, stages.Train, string(slurm.FailureNodeFailure), true},
 		{InfraFailure, stages.Eval, string(slurm.FailurePreempted), true},

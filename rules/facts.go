@@ -6,6 +6,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Facts is what the engine gathered about one episode: the ledger's
@@ -33,12 +34,12 @@ type Facts struct {
 	// Jobs is, by stage, the current attempt's job as Slurm reports it
 	// (ID set as soon as the stage was submitted; State unknown while
 	// neither sacct nor squeue knows it). A stage not submitted is absent.
-	Jobs map[string]slurm.JobInfo
+	Jobs map[stages.Stage]slurm.JobInfo
 	// TimeLimits is, by stage, the time limit its staged script asks for.
-	TimeLimits map[string]time.Duration
+	TimeLimits map[stages.Stage]time.Duration
 	// Submit is, by stage, sbatch's lasting refusal of the stage or the
 	// impostor jobs found under its name.
-	Submit map[string]Submit
+	Submit map[stages.Stage]Submit
 	// Waited is how long each wait Decide asked for (Decision.Waits) has
 	// lasted, by key; a key asked for the first time is absent (0).
 	Waited map[string]time.Duration
@@ -55,7 +56,7 @@ type Facts struct {
 
 	// Outputs is, by stage, what the engine found in the stage's output
 	// (NeedOutput); absent: not looked at.
-	Outputs map[string]Output
+	Outputs map[stages.Stage]Output
 	// Patch is the author's change.diff (NeedPatch); nil: not looked at.
 	Patch *Patch
 	// EvalFiles are eval's output directory and out.log as lstat sees them
@@ -64,7 +65,7 @@ type Facts struct {
 	// Queue is, by stage, the job as squeue shows it (NeedQueue): a
 	// pending job's live reason; nil: not looked at; a stage absent:
 	// squeue does not know its job.
-	Queue map[string]slurm.JobInfo
+	Queue map[stages.Stage]slurm.JobInfo
 }
 
 // Submit is what sbatch said of a stage for good.
@@ -142,11 +143,11 @@ const (
 )
 
 // NeedOutput is the Need of a stage's output.
-func NeedOutput(stage string) Need {
+func NeedOutput(stage stages.Stage) Need {
 	switch stage {
-	case "author":
+	case stages.Author:
 		return NeedOutputAuthor
-	case "train":
+	case stages.Train:
 		return NeedOutputTrain
 	}
 	return NeedOutputEval
@@ -175,7 +176,7 @@ type Decision struct {
 	// Next is the engine's next step while the episode goes on; Stage is
 	// the stage it concerns.
 	Next  Action
-	Stage string
+	Stage stages.Stage
 	// AuthorVerified is the author's record, its patch verified: train
 	// may be submitted (the ledger keeps it).
 	AuthorVerified *record.Author
@@ -191,7 +192,7 @@ type Decision struct {
 // the jobs, attempts and paths every outcome carries.
 type Verdict struct {
 	Kind      Kind
-	Stage     string
+	Stage     stages.Stage // "" for none (a broken ledger seal)
 	Reason    string
 	Detail    string
 	Tampering bool

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Kind is an episode's outcome.
@@ -34,7 +35,7 @@ type Outcome struct {
 	MaskSample    bool     `json:"mask_sample"`
 	FailureReason string   `json:"failure_reason"`
 	// FailureStage names the stage that decided a failure.
-	FailureStage string `json:"failure_stage,omitempty"`
+	FailureStage stages.Stage `json:"failure_stage,omitempty"`
 	// Detail explains a failure in one line.
 	Detail string `json:"detail,omitempty"`
 	// Tampering marks a failure that only a deliberate act explains (a
@@ -56,12 +57,12 @@ type Outcome struct {
 	Isolation        string `json:"isolation"`
 	Dir              string `json:"dir"`
 
-	Jobs map[string]JobSummary `json:"jobs"`
+	Jobs map[stages.Stage]JobSummary `json:"jobs"`
 	// Attempts counts, by stage, how many times its job ran or was queued
 	// to: the tool's retries and Slurm's own requeues (retry.go).
-	Attempts map[string]int `json:"attempts,omitempty"`
+	Attempts map[stages.Stage]int `json:"attempts,omitempty"`
 	// Retried are the stages' earlier attempts, as the ledger keeps them.
-	Retried map[string][]Attempt `json:"retried,omitempty"`
+	Retried map[stages.Stage][]Attempt `json:"retried,omitempty"`
 	// Decided is when the outcome was decided.
 	Decided time.Time `json:"decided"`
 }
@@ -134,10 +135,6 @@ type Attempt struct {
 	// Output is where its output file was moved ("" if it had none).
 	Output string `json:"output,omitempty"`
 }
-
-// ReasonTrainRetried retires an eval job with the train attempt it waited
-// for.
-const ReasonTrainRetried = "train_retried"
 
 // Apply writes the verdict into o, which carries the episode's jobs and
 // paths: the outcome, its reward and mask, and the scores behind a score.

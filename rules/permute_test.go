@@ -68,7 +68,7 @@ func permuteFacts() []*Facts {
 		for _, f := range []*Facts{g.policyFacts(i%2 == 0), g.clusterFacts(), healthy(i%2 == 0)} {
 			all = append(all, f)
 			lazy := *f
-			lazy.Outputs, lazy.Patch, lazy.EvalFiles, lazy.Queue, lazy.UIDKnown = map[string]Output{}, nil, nil, nil, false
+			lazy.Outputs, lazy.Patch, lazy.EvalFiles, lazy.Queue, lazy.UIDKnown = map[stages.Stage]Output{}, nil, nil, nil, false
 			all = append(all, &lazy)
 			// A requeue, a job unknown, eval's times within their grace;
 			// eval not ended, its files not yet checked.

@@ -56,6 +56,12 @@ const (
 	// serve's own: a row that reached no episode.
 	ReasonSubmitFailed  = "submit_failed"  // serve could not stage or submit the row's episode
 	ReasonServeShutdown = "serve_shutdown" // serve stopped before the row's episode ended (the episode goes on; a re-sent row attaches)
+	ReasonDataError     = "data_error"     // a /run row serve cannot run: malformed (serve.failures: mask; also the row's outcome)
+
+	// A retired attempt's (rules.Attempt.Reason), besides its stage's
+	// failure reason: ReasonTrainRetried retires an eval job with the
+	// train attempt it waited for.
+	ReasonTrainRetried = "train_retried"
 
 	// Nobody's, if isolation holds (no reward, masked, an alarm). Without
 	// isolation the policy's code can do each of them: policy_failure.
@@ -89,8 +95,8 @@ var Vocabulary = func() map[string][]Kind {
 		slurm.FailureDeadline, slurm.FailureLaunch, slurm.FailureRevoked} {
 		m[string(f)] = []Kind{i}
 	}
-	for _, c := range []string{"job_unknown", "job_pending", "job_running", "job_succeeded", "job_failed"} {
-		m[c] = []Kind{i} // a failure Slurm did not name (jobFailed's fallback)
+	for _, c := range []slurm.Class{slurm.Unknown, slurm.Pending, slurm.Running, slurm.Succeeded, slurm.Failed} {
+		m[ReasonJobClass(c)] = []Kind{i} // a failure Slurm did not name (jobFailed's fallback)
 	}
 	// A rejected record: the author's and train's are the policy's, eval's
 	// a forgery (or, missing, the evaluator's death).
@@ -100,3 +106,7 @@ var Vocabulary = func() map[string][]Kind {
 	m[string(record.ReasonMissingRecord)] = []Kind{p, i}
 	return m
 }()
+
+// ReasonJobClass is the reason of a job Slurm ended without naming a
+// failure: "job_" and its state class (job_unknown, job_failed, …).
+func ReasonJobClass(c slurm.Class) string { return "job_" + c.String() }

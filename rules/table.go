@@ -82,7 +82,7 @@ var table = []Rule{
 		if v.f.Isolated {
 			return r
 		}
-		for _, s := range []string{stages.Train, stages.Eval} {
+		for _, s := range []stages.Stage{stages.Train, stages.Eval} {
 			j, ok := v.job(s)
 			if !ok || j.State.Class != slurm.Pending {
 				continue
@@ -110,7 +110,7 @@ var table = []Rule{
 		if v.f.Isolated {
 			return r
 		}
-		for _, s := range []string{stages.Train, stages.Eval} {
+		for _, s := range []stages.Stage{stages.Train, stages.Eval} {
 			j, ok := v.job(s)
 			want := v.f.TimeLimits[s]
 			if ok && want > 0 && j.TimeLimit != 0 && j.TimeLimit != want {

@@ -186,7 +186,7 @@ func (c *cluster) ended(final *ledger.Entry) {
 	if final == nil || final.Outcome == nil {
 		return
 	}
-	for _, stage := range []string{stages.Train, stages.Eval} {
+	for _, stage := range []stages.Stage{stages.Train, stages.Eval} {
 		job, ok := final.Outcome.Jobs[stage]
 		if !ok || job.Start.IsZero() {
 			continue

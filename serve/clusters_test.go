@@ -222,7 +222,7 @@ func TestUnreachable(t *testing.T) {
 func TestFollowWithoutGoroutine(t *testing.T) {
 	s, d := newTestServer(t, Options{})
 	e := &ledger.Entry{Episode: stages.NewID(time.Now()), Created: time.Now(), ConfigPath: d.ConfigPath, Dir: t.TempDir(), Isolation: "none",
-		Jobs: map[string]*ledger.Submission{stages.Author: {JobID: "4242", Submitted: time.Now()}}}
+		Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {JobID: "4242", Submitted: time.Now()}}}
 	if err := d.Ledger.Create(e, []byte("task")); err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 
 	byStage := map[[2]string]int{}
 	for _, row := range s.rows() {
-		byStage[[2]string{row.Stage, row.State}]++
+		byStage[[2]string{string(row.Stage), row.State.String()}]++
 	}
 	for k, n := range byStage {
 		gauge(descEpisodes, float64(n), k[0], k[1])
@@ -321,10 +321,10 @@ func (m *metrics) observeEnd(e *ledger.Entry) {
 			continue
 		}
 		if !job.End.IsZero() && !job.End.Before(job.Start) {
-			m.runTime.WithLabelValues(stage).Observe(job.End.Sub(job.Start).Seconds())
+			m.runTime.WithLabelValues(string(stage)).Observe(job.End.Sub(job.Start).Seconds())
 		}
 		if w, ok := queueWait(e, stage, job); ok {
-			m.queueWait.WithLabelValues(stage).Observe(w.Seconds())
+			m.queueWait.WithLabelValues(string(stage)).Observe(w.Seconds())
 		}
 	}
 	if !e.Created.IsZero() && !o.Decided.IsZero() && !o.Decided.Before(e.Created) {
@@ -342,7 +342,7 @@ func (m *metrics) observeEnd(e *ledger.Entry) {
 // for whose end the outcome does not carry, or a wait that the two clocks
 // (this machine's for the submission, Slurm's for the start) make negative
 // by more than sacct's one-second resolution.
-func queueWait(e *ledger.Entry, stage string, job rules.JobSummary) (time.Duration, bool) {
+func queueWait(e *ledger.Entry, stage stages.Stage, job rules.JobSummary) (time.Duration, bool) {
 	sub := e.Jobs[stage]
 	if sub == nil || sub.Submitted.IsZero() || sub.Adopted || sub.JobID == "" || sub.JobID != job.ID {
 		return 0, false

@@ -95,7 +95,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 func timedEntry(t *testing.T, d *episode.Driver) *ledger.Entry {
 	t.Helper()
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	o := rules.Outcome{Outcome: rules.Scored, Reward: f64(0.42), Completed: 1, Jobs: map[string]rules.JobSummary{
+	o := rules.Outcome{Outcome: rules.Scored, Reward: f64(0.42), Completed: 1, Jobs: map[stages.Stage]rules.JobSummary{
 		stages.Author: {ID: "101", State: "COMPLETED", Start: at(30 * time.Second), End: at(20*time.Minute + 30*time.Second)},
 		stages.Train:  {ID: "102", State: "COMPLETED", Start: at(22 * time.Minute), End: at(2*time.Hour + 22*time.Minute)},
 		stages.Eval:   {ID: "103", State: "COMPLETED", Start: at(2*time.Hour + 32*time.Minute), End: at(5*time.Hour + 52*time.Minute)},
@@ -103,7 +103,7 @@ func timedEntry(t *testing.T, d *episode.Driver) *ledger.Entry {
 	e := finalEntry(t, d, o, `{"id":"r"}`, "diff\n")
 	e.Created = t0.Add(-10 * time.Second)
 	e.Outcome.Decided = at(5*time.Hour + 59*time.Minute + 50*time.Second)
-	e.Jobs = map[string]*ledger.Submission{
+	e.Jobs = map[stages.Stage]*ledger.Submission{
 		stages.Author: {JobID: "101", Submitted: t0},
 		stages.Train:  {JobID: "102", Submitted: at(time.Second), After: "101"},
 		stages.Eval:   {JobID: "103", Submitted: at(2 * time.Second), After: "102"},
@@ -231,8 +231,9 @@ func TestMetricsHistograms(t *testing.T) {
 	}
 	hours := []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 14400, 21600, 43200, 86400}
 	for _, c := range []struct {
-		name, stage string
-		want        float64 // the one observation, in seconds
+		name  string
+		stage stages.Stage
+		want  float64 // the one observation, in seconds
 	}{
 		{"nemorl_serve_stage_queue_wait_seconds", stages.Author, 30},
 		{"nemorl_serve_stage_queue_wait_seconds", stages.Train, 90},
@@ -244,7 +245,7 @@ func TestMetricsHistograms(t *testing.T) {
 	} {
 		var h *dto.Histogram
 		if c.stage != "" {
-			h = hist(c.name, c.stage)
+			h = hist(c.name, string(c.stage))
 		} else {
 			h = hist(c.name)
 		}
@@ -301,7 +302,7 @@ func TestMetricsUnknownTimes(t *testing.T) {
 	for _, m := range mfs["nemorl_serve_stage_run_seconds"].GetMetric() {
 		runs[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
 	}
-	if runs[stages.Train] != 1 || runs[stages.Author] != 0 || runs[stages.Eval] != 0 {
+	if runs[string(stages.Train)] != 1 || runs[string(stages.Author)] != 0 || runs[string(stages.Eval)] != 0 {
 		t.Errorf("run time observations %v, want train's only", runs)
 	}
 }
@@ -333,7 +334,7 @@ func TestMetricsRedacted(t *testing.T) {
 func TestMetricsPollHistogram(t *testing.T) {
 	s, d := newTestServer(t, Options{})
 	e := &ledger.Entry{Episode: stages.NewID(time.Now()), Created: time.Now(), ConfigPath: d.ConfigPath, Dir: t.TempDir(), Isolation: "none",
-		Jobs: map[string]*ledger.Submission{stages.Author: {JobID: "4242", Submitted: time.Now()}}}
+		Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {JobID: "4242", Submitted: time.Now()}}}
 	if err := d.Ledger.Create(e, []byte("task")); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Gym's failure-routing keys (nemo_gym/rollout_collection.py): a row with
@@ -38,14 +39,14 @@ type RunResponse struct {
 	Patch         string `json:"patch"`
 	FailureReason string `json:"failure_reason"`
 
-	Episode      string                      `json:"episode"`
-	Outcome      string                      `json:"outcome"`
-	FailureStage string                      `json:"failure_stage"`
-	MaskSample   bool                        `json:"mask_sample"`
-	Jobs         map[string]rules.JobSummary `json:"jobs"`
-	Isolation    string                      `json:"isolation"`
-	Detail       string                      `json:"detail,omitempty"`
-	Tampering    bool                        `json:"tampering,omitempty"`
+	Episode      string                            `json:"episode"`
+	Outcome      string                            `json:"outcome"`
+	FailureStage string                            `json:"failure_stage"`
+	MaskSample   bool                              `json:"mask_sample"`
+	Jobs         map[stages.Stage]rules.JobSummary `json:"jobs"`
+	Isolation    string                            `json:"isolation"`
+	Detail       string                            `json:"detail,omitempty"`
+	Tampering    bool                              `json:"tampering,omitempty"`
 	// Stored: the row was answered from an earlier episode of the same
 	// rollout (a re-sent row), not a new one.
 	Stored bool `json:"stored,omitempty"`
@@ -88,7 +89,7 @@ type InstanceConfig struct {
 // answer writes the row's answer: the episode's outcome (final), or a
 // failure before any episode existed (err).
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key string, final *ledger.Entry, err error, stored bool) {
-	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[string]rules.JobSummary{}, Stored: stored}
+	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[stages.Stage]rules.JobSummary{}, Stored: stored}
 	switch {
 	case errors.Is(err, errClosed):
 		const msg = "the server is shutting down; a running episode goes on and a re-sent row attaches to it on the next start"
@@ -121,7 +122,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key str
 	default:
 		o := final.Outcome
 		resp.Episode, resp.Outcome = final.Episode, string(o.Outcome)
-		resp.FailureReason, resp.FailureStage, resp.Detail = o.FailureReason, o.FailureStage, o.Detail
+		resp.FailureReason, resp.FailureStage, resp.Detail = o.FailureReason, string(o.FailureStage), o.Detail
 		resp.MaskSample, resp.Tampering, resp.Isolation = o.MaskSample, o.Tampering, o.Isolation
 		resp.Completed, resp.WandbURL = o.Completed, o.WandbURL
 		resp.Jobs = o.Jobs
@@ -209,8 +210,8 @@ func (s *Server) deliver(w http.ResponseWriter, key string, status int, resp *Ru
 // masked, with the terminal failure class data_error/<field> so that Gym
 // files it with its failures and never retries it, and NeMo RL drops it.
 func (s *Server) dataError(w http.ResponseWriter, body []byte, rw *row, rerr *requestError) {
-	resp := RunResponse{Jobs: map[string]rules.JobSummary{}, Outcome: OutcomeDataError,
-		FailureReason: OutcomeDataError, FailureStage: "request", MaskSample: true,
+	resp := RunResponse{Jobs: map[stages.Stage]rules.JobSummary{}, Outcome: OutcomeDataError,
+		FailureReason: rules.ReasonDataError, FailureStage: "request", MaskSample: true,
 		Detail: rerr.Error(), Error: rerr.Error(), Field: rerr.field, Isolation: s.isolation(),
 		FailureClass: OutcomeDataError + "/" + rerr.field, FailureTerminal: true, InstanceConfig: &InstanceConfig{MaskSample: true}}
 	resp.ResponsesCreateParams = json.RawMessage("{}")
@@ -227,8 +228,9 @@ func (s *Server) dataError(w http.ResponseWriter, body []byte, rw *row, rerr *re
 }
 
 // OutcomeDataError is the outcome of a /run row that never became an
-// episode because it is malformed (serve.failures: mask).
-const OutcomeDataError = "data_error"
+// episode because it is malformed (serve.failures: mask); its failure
+// reason is the same word (rules.ReasonDataError).
+const OutcomeDataError = rules.ReasonDataError
 
 func (s *Server) isolation() string {
 	if s.d.Config.Runtime.Kind == configs.RuntimeNone {

@@ -270,7 +270,7 @@ func finalEntry(t *testing.T, d *episode.Driver, o rules.Outcome, response, patc
 	}
 	o.Episode, o.Dir, o.Isolation = ep, dir, "none"
 	e := &ledger.Entry{Episode: ep, Created: time.Now(), ConfigPath: d.ConfigPath, Dir: dir, Isolation: "none",
-		Jobs: map[string]*ledger.Submission{}, Author: &record.Author{PatchSHA256: sha(patch), ResponseSHA256: sha(response), PatchBytes: int64(len(patch))}}
+		Jobs: map[stages.Stage]*ledger.Submission{}, Author: &record.Author{PatchSHA256: sha(patch), ResponseSHA256: sha(response), PatchBytes: int64(len(patch))}}
 	if err := d.Ledger.Create(e, []byte("task")); err != nil {
 		t.Fatal(err)
 	}

@@ -718,7 +718,7 @@ func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 		o := final.Outcome
 		msg := string(o.Outcome)
 		if o.FailureReason != "" {
-			msg += " (" + o.FailureStage + ": " + o.FailureReason + ")"
+			msg += " (" + string(o.FailureStage) + ": " + o.FailureReason + ")"
 		}
 		s.logf("%s: answered %s", final.Episode, msg)
 	}
@@ -732,7 +732,7 @@ func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
 	rows, names := s.clusterRows()
 	out := make([]rowJSON, 0, len(rows))
 	for i, r := range rows {
-		out = append(out, rowJSON{Episode: r.Episode, Cluster: names[i], Stage: r.Stage, JobID: r.JobID, State: r.State,
+		out = append(out, rowJSON{Episode: r.Episode, Cluster: names[i], Stage: string(r.Stage), JobID: r.JobID, State: r.State.String(),
 			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Episode < out[j].Episode })

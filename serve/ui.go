@@ -259,7 +259,7 @@ func (s *Server) uiNowData(unreadable []string) uiNowData {
 	}
 	n := map[[2]string]int{}
 	for _, r := range s.rows() {
-		n[[2]string{r.Stage, r.State}]++
+		n[[2]string{string(r.Stage), r.State.String()}]++
 	}
 	for k, c := range n {
 		d.Stages = append(d.Stages, uiStageCount{Stage: k[0], State: k[1], N: c})
@@ -276,7 +276,7 @@ func (s *Server) uiNowData(unreadable []string) uiNowData {
 
 func stageIndex(s string) int {
 	for i, st := range stages.All {
-		if st == s {
+		if string(st) == s {
 			return i
 		}
 	}
@@ -290,7 +290,7 @@ func stageIndex(s string) int {
 func (s *Server) redactFigures(f *report.Figures) {
 	for i := range f.Rows {
 		r := &f.Rows[i]
-		r.Episode, r.Outcome, r.FailureStage = s.redact(r.Episode), s.redact(r.Outcome), s.redact(r.FailureStage)
+		r.Episode, r.Outcome, r.FailureStage = s.redact(r.Episode), s.redact(r.Outcome), stages.Stage(s.redact(string(r.FailureStage)))
 		r.FailureReason, r.Detail = s.redact(r.FailureReason), s.redact(r.Detail)
 		labels := make(map[string]string, len(r.Labels))
 		for k, v := range r.Labels {
@@ -300,7 +300,7 @@ func (s *Server) redactFigures(f *report.Figures) {
 	}
 	for i := range f.Reasons {
 		r := &f.Reasons[i]
-		r.Outcome, r.Stage, r.Reason = s.redact(r.Outcome), s.redact(r.Stage), s.redact(r.Reason)
+		r.Outcome, r.Stage, r.Reason = s.redact(r.Outcome), stages.Stage(s.redact(string(r.Stage))), s.redact(r.Reason)
 	}
 	for i := range f.Outcomes {
 		f.Outcomes[i].Name = s.redact(f.Outcomes[i].Name)

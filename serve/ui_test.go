@@ -66,9 +66,9 @@ func (l *logLines) String() string {
 // minute after its submission and ended at the next one's; with o, final.
 func uiEntry(t *testing.T, d *episode.Driver, c time.Time, o *rules.Outcome) *ledger.Entry {
 	t.Helper()
-	e := &ledger.Entry{Episode: stages.NewID(c), Created: c, ConfigPath: d.ConfigPath, Jobs: map[string]*ledger.Submission{}}
+	e := &ledger.Entry{Episode: stages.NewID(c), Created: c, ConfigPath: d.ConfigPath, Jobs: map[stages.Stage]*ledger.Submission{}}
 	at := c
-	jobs := map[string]rules.JobSummary{}
+	jobs := map[stages.Stage]rules.JobSummary{}
 	for i, st := range stages.All {
 		id := strconv.Itoa(500 + i)
 		e.Jobs[st] = &ledger.Submission{JobID: id, Submitted: at}
@@ -233,7 +233,7 @@ func TestUIPage(t *testing.T) {
 		uiEntry(t, d, st.Add(-3*time.Hour), &rules.Outcome{Outcome: rules.Scored, Reward: f64(0.5), Decided: st.Add(time.Minute)}), // re-attached, ended since
 	}
 	old := uiEntry(t, d, st.Add(-5*time.Hour), &rules.Outcome{Outcome: rules.Scored, Reward: f64(0.1), Decided: st.Add(-4 * time.Hour)})
-	elsewhere := &ledger.Entry{Episode: stages.NewID(st.Add(3 * time.Second)), Created: st.Add(3 * time.Second), ConfigPath: "/elsewhere/other.yaml", Jobs: map[string]*ledger.Submission{}}
+	elsewhere := &ledger.Entry{Episode: stages.NewID(st.Add(3 * time.Second)), Created: st.Add(3 * time.Second), ConfigPath: "/elsewhere/other.yaml", Jobs: map[stages.Stage]*ledger.Submission{}}
 	if err := d.Ledger.Create(elsewhere, []byte("task")); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestUIRedacts(t *testing.T) {
 	s, d := newTestServer(t, Options{Token: uiToken, Logf: logs.logf})
 	leak := "key " + testKey + " token " + uiToken
 	e := &ledger.Entry{Episode: stages.NewID(time.Now()), Created: time.Now(), ConfigPath: d.ConfigPath,
-		Labels: map[string]string{"note": leak, uiToken: "x"}, Jobs: map[string]*ledger.Submission{}}
+		Labels: map[string]string{"note": leak, uiToken: "x"}, Jobs: map[stages.Stage]*ledger.Submission{}}
 	e.Outcome = &rules.Outcome{Episode: e.Episode, Outcome: rules.InfraFailure, FailureStage: stages.Author,
 		FailureReason: "reason " + testKey, Detail: leak, Decided: time.Now()}
 	if err := d.Ledger.Create(e, []byte("task")); err != nil {

@@ -6,10 +6,10 @@ package stages
 
 // Bundle is a stage's bundle directory: its settings, its payload (unless
 // the stage's command replaces it) and the isolation guard.
-func Bundle(stage string) string { return stage + "/bundle" }
+func Bundle(stage Stage) string { return string(stage) + "/bundle" }
 
 // BundleFile is the file name of a stage's bundle.
-func BundleFile(stage, name string) string { return Bundle(stage) + "/" + name }
+func BundleFile(stage Stage, name string) string { return Bundle(stage) + "/" + name }
 
 // The names of the files the stages hand on.
 const (
@@ -20,11 +20,11 @@ const (
 
 // The stages' inputs and outputs.
 const (
-	PromptFile    = Author + "/prompt.txt"            // the author's task prompt
-	SecretsFile   = Author + "/secrets.env"           // the policy key, written at staging, read once
-	PatchFile     = Author + "/" + PatchName          // the author's patch, train's and eval's input
-	ResponseFile  = Author + "/" + ResponseName       // the author's response
-	CheckpointDir = Train + "/checkpoint"             // train's output directory
-	WeightsFile   = CheckpointDir + "/" + WeightsName // train's weights, eval's input
-	EvalWorkDir   = Eval + "/work"                    // eval's output directory
+	PromptFile    = string(Author) + "/prompt.txt"      // the author's task prompt
+	SecretsFile   = string(Author) + "/secrets.env"     // the policy key, written at staging, read once
+	PatchFile     = string(Author) + "/" + PatchName    // the author's patch, train's and eval's input
+	ResponseFile  = string(Author) + "/" + ResponseName // the author's response
+	CheckpointDir = string(Train) + "/checkpoint"       // train's output directory
+	WeightsFile   = CheckpointDir + "/" + WeightsName   // train's weights, eval's input
+	EvalWorkDir   = string(Eval) + "/work"              // eval's output directory
 )

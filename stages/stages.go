@@ -11,25 +11,57 @@ import (
 	"strings"
 )
 
-// The three stages, in chain order (untyped: record.Stage takes them too).
+// Stage names one of the three stages. A string from outside (a flag, a
+// decoded file, a record) becomes a Stage once, at the boundary, through
+// Parse (or after Valid); a map keyed by Stage encodes in JSON as one
+// keyed by its name.
+type Stage string
+
+// The three stages, in chain order.
 const (
-	Author = "author"
-	Train  = "train"
-	Eval   = "eval"
+	Author Stage = "author"
+	Train  Stage = "train"
+	Eval   Stage = "eval"
 )
 
 // All lists the stages in chain order.
-var All = []string{Author, Train, Eval}
+var All = []Stage{Author, Train, Eval}
 
-// Valid reports whether s names a stage.
-func Valid(s string) bool { return s == Author || s == Train || s == Eval }
+// Valid reports whether s names a stage (s a Stage, or a string from
+// outside).
+func Valid[S ~string](s S) bool {
+	return Stage(s) == Author || Stage(s) == Train || Stage(s) == Eval
+}
+
+// Names are the stages' names, in chain order.
+func Names() []string {
+	out := make([]string, len(All))
+	for i, s := range All {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// Parse is the stage s names; ok is false when it names none.
+func Parse(s string) (st Stage, ok bool) {
+	if !Valid(s) {
+		return "", false
+	}
+	return Stage(s), true
+}
+
+// Valid reports whether s is one of the three stages.
+func (s Stage) Valid() bool { return Valid(s) }
+
+// String is the stage's name.
+func (s Stage) String() string { return string(s) }
 
 // Script is a stage's sbatch script, relative to the episode directory.
-func Script(stage string) string { return stage + "/" + stage + ".sbatch" }
+func Script(stage Stage) string { return string(stage) + "/" + string(stage) + ".sbatch" }
 
 // Output is a stage's job output (--output), relative to the episode
 // directory: the batch script's and the payload's stdout and stderr.
-func Output(stage string) string { return stage + "/out.log" }
+func Output(stage Stage) string { return string(stage) + "/out.log" }
 
 // The bounds of the author's files (under isolation the batch script copies
 // no larger one out of the container's node-local directory, and the engine
@@ -41,15 +73,15 @@ const (
 )
 
 // JobName is the Slurm job name of a stage.
-func JobName(episode, stage string) string { return "nemorl-" + stage + "-" + episode }
+func JobName(episode string, stage Stage) string { return "nemorl-" + string(stage) + "-" + episode }
 
 // Comment is the --comment tag that finds a stage's job again after a crash.
-func Comment(episode, stage string) string { return "nemorl:" + episode + ":" + stage }
+func Comment(episode string, stage Stage) string { return "nemorl:" + episode + ":" + string(stage) }
 
 // AttemptComment is the --comment tag of a stage's attempt: the script's
 // own (Comment) for the first, with the attempt's number after it for a
 // retry (nemorl:EP:train:2), given on sbatch's command line.
-func AttemptComment(episode, stage string, attempt int) string {
+func AttemptComment(episode string, stage Stage, attempt int) string {
 	if attempt <= 1 {
 		return Comment(episode, stage)
 	}

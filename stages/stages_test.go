@@ -18,7 +18,7 @@ func TestValidEpisode(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	if got := strings.Join(All, ","); got != "author,train,eval" {
+	if got := strings.Join(Names(), ","); got != "author,train,eval" {
 		t.Errorf("All = %s", got)
 	}
 	for _, c := range []struct{ got, want string }{

@@ -189,7 +189,7 @@ func TestAuthorCopyOut(t *testing.T) {
 	_, tr := fakeApptainerTree(t)
 	g := newGuardTree(t, stages.Author)
 	g.writeProc(t)
-	shared := filepath.Join(tr.Dir, stages.Author)
+	shared := filepath.Join(tr.Dir, string(stages.Author))
 	for _, c := range []struct {
 		name       string
 		patch, log int64
@@ -254,7 +254,7 @@ func TestAuthorCopyOut(t *testing.T) {
 // a read through the link.
 func TestEvalPatchCopy(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Eval: `case $NEMORL_PATCH in */author/change.diff) echo "payload reads the shared patch"; exit 1 ;; esac
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: `case $NEMORL_PATCH in */author/change.diff) echo "payload reads the shared patch"; exit 1 ;; esac
 echo "payload patch: $(stat -c %s -- "$NEMORL_PATCH") bytes, $(head -c 16 -- "$NEMORL_PATCH")"`})
 	writeWeights(t, tr)
 	patch := filepath.Join(tr.Dir, "author/change.diff")

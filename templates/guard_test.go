@@ -22,7 +22,7 @@ type guardTree struct {
 
 // bindTargets are the container paths of a stage's binds, read from its
 // rendered (cluster-example) payload exec line.
-func bindTargets(t *testing.T, stage string) []string {
+func bindTargets(t *testing.T, stage stages.Stage) []string {
 	t.Helper()
 	f, _ := render(t, loadExample(t, "cluster-example.yaml")).Lookup(stages.Script(stage))
 	payload, _ := execLines(t, f.Data)
@@ -41,7 +41,7 @@ func bindTargets(t *testing.T, stage string) []string {
 	return out
 }
 
-func newGuardTree(t *testing.T, stage string) *guardTree {
+func newGuardTree(t *testing.T, stage stages.Stage) *guardTree {
 	t.Helper()
 	dir := t.TempDir()
 	g := &guardTree{root: filepath.Join(dir, "root"), proc: filepath.Join(dir, "proc"), netdev: []string{"lo"}}
@@ -142,10 +142,10 @@ func mknodSocket(t *testing.T, p string) {
 }
 
 // run writes the proc tree and runs guard.sh with bash on the fake trees.
-func (g *guardTree) run(t *testing.T, stage string, env ...string) (string, int) {
+func (g *guardTree) run(t *testing.T, stage stages.Stage, env ...string) (string, int) {
 	t.Helper()
 	g.writeProc(t)
-	cmd := exec.Command("bash", "payload/guard.sh", "--root", g.root, "--proc", g.proc, stage)
+	cmd := exec.Command("bash", "payload/guard.sh", "--root", g.root, "--proc", g.proc, string(stage))
 	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -184,7 +184,7 @@ func TestGuardClean(t *testing.T) {
 	}
 	// A GPU node running nvidia-persistenced: --nv binds its socket too, at
 	// its path (seen through /var/run or /run).
-	for _, stage := range []string{stages.Train, stages.Eval} {
+	for _, stage := range []stages.Stage{stages.Train, stages.Eval} {
 		for _, p := range []string{"/var/run/nvidia-persistenced/socket", "/run/nvidia-persistenced/socket"} {
 			g := newGuardTree(t, stage)
 			g.mounts = append(g.mounts, p)
@@ -200,10 +200,11 @@ func TestGuardClean(t *testing.T) {
 // named.
 func TestGuardRefuses(t *testing.T) {
 	for _, tc := range []struct {
-		name, stage string
-		plant       func(t *testing.T, g *guardTree)
-		env         []string
-		want        string
+		name  string
+		stage stages.Stage
+		plant func(t *testing.T, g *guardTree)
+		env   []string
+		want  string
 	}{
 		{name: "munge bind", stage: stages.Train, want: "mount point /run/munge ",
 			plant: func(t *testing.T, g *guardTree) { g.mounts = append(g.mounts, "/run/munge") }},

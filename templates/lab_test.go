@@ -23,7 +23,7 @@ func TestLabChain(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("submits as root, the user the lab registers for local jobs")
 	}
-	tr := stageRun(t, map[string]string{
+	tr := stageRun(t, map[stages.Stage]string{
 		stages.Author: `rm -f "$NEMORL_SECRETS"; echo diff > "$NEMORL_OUT/change.diff"; echo NEMORL_ENV_AUTHOR_RESULT={}`,
 		stages.Train:  `test -f "$NEMORL_PATCH"; test -n "$NEMORL_DEADLINE"; echo w > "$NEMORL_OUT/model.safetensors"; echo "train job=$SLURM_JOB_ID"`,
 		stages.Eval:   `test -f "$NEMORL_WEIGHTS"; echo "eval job=$SLURM_JOB_ID"`,
@@ -102,7 +102,7 @@ func TestLabEvalOutputRedirected(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("submits as root, the user the lab registers for local jobs")
 	}
-	tr := stageRun(t, map[string]string{stages.Eval: `echo payload-ran >&2; echo 'NEMORL_ENV_RESULT={"reward": 1}'`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: `echo payload-ran >&2; echo 'NEMORL_ENV_RESULT={"reward": 1}'`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "train/checkpoint/model.safetensors"), []byte("w"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestLabCancelledPayloadIgnoresTerm(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("submits as root, the user the lab registers for local jobs")
 	}
-	tr := stageRun(t, map[string]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 600 & wait`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 600 & wait`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestLabStaleScratchSwept(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	live := labSubmit(ctx, t, lab, "--hold", "--wrap=true") // pending: listed by squeue --me
-	tr := stageRun(t, map[string]string{stages.Train: `echo ran`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Train: `echo ran`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}

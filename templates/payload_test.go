@@ -81,12 +81,12 @@ func imageRoot(t *testing.T, dir string) string {
 
 // payloadCmd is a stage's built-in payload under bash with the variables
 // the exec line gives it, plus the stand-in image root.
-func payloadCmd(t *testing.T, tr *Tree, stage, root, log string, env map[string]string) *exec.Cmd {
+func payloadCmd(t *testing.T, tr *Tree, stage stages.Stage, root, log string, env map[string]string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("bash", filepath.Join(tr.Dir, stage, "bundle", stage+".sh"))
+	cmd := exec.Command("bash", filepath.Join(tr.Dir, string(stage), "bundle", string(stage)+".sh"))
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "TMPDIR=" + t.TempDir(),
 		"NEMORL_IMAGE_ROOT=" + root, "NEMORL_STANDIN_LOG=" + log, "NEMORL_STANDIN_REAL_BIN=" + os.Getenv("NEMORL_STANDIN_REAL_BIN"),
-		"NEMORL_EPISODE=" + tr.Episode, "NEMORL_STAGE=" + stage, "SLURM_JOB_ID=4242"}
+		"NEMORL_EPISODE=" + tr.Episode, "NEMORL_STAGE=" + string(stage), "SLURM_JOB_ID=4242"}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -94,7 +94,7 @@ func payloadCmd(t *testing.T, tr *Tree, stage, root, log string, env map[string]
 }
 
 // runPayload runs a stage's payload to its end.
-func runPayload(t *testing.T, tr *Tree, stage, root, log string, env map[string]string) (stdout, stderr string, code int) {
+func runPayload(t *testing.T, tr *Tree, stage stages.Stage, root, log string, env map[string]string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := payloadCmd(t, tr, stage, root, log, env)
 	var out, errb bytes.Buffer
@@ -456,7 +456,7 @@ func TestRunAuthorEndpointStatus(t *testing.T) {
 				body += "echo '" + l + "' >&4\n"
 			}
 			body += "exit " + strconv.Itoa(c.exit)
-			tr := stageRun(t, map[string]string{stages.Author: body})
+			tr := stageRun(t, map[stages.Stage]string{stages.Author: body})
 			if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("NEMORL_POLICY_API_KEY=x\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}

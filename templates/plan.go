@@ -32,7 +32,7 @@ type mount struct {
 // stagePlan is what makes a stage's script and bundle its own: authorPlan,
 // trainPlan and evalPlan fill it in, build renders it.
 type stagePlan struct {
-	stage   string
+	stage   stages.Stage
 	res     configs.Resources
 	seconds int // the --time limit, margins included
 	image   string
@@ -76,9 +76,9 @@ func (r *renderer) authorPlan() (*stagePlan, error) {
 		image: cfg.Runtime.Images.Author,
 		// Node-local: the trusted script copies back the expected files
 		// alone, each within its bound (AuthorCopyOut).
-		mounts: []mount{{rel: stages.Author, container: containerAuthor, hostVar: AuthorOutVar}},
+		mounts: []mount{{rel: string(stages.Author), container: containerAuthor, hostVar: AuthorOutVar}},
 		paths: map[string]string{
-			"NEMORL_OUT":     stages.Author,
+			"NEMORL_OUT":     string(stages.Author),
 			"NEMORL_BUNDLE":  stages.Bundle(stages.Author),
 			"NEMORL_PROMPT":  stages.PromptFile,
 			"NEMORL_SECRETS": stages.SecretsFile,

@@ -33,7 +33,7 @@ var payloadFS embed.FS
 // payloadFiles are each stage's built-in payload files, staged in its
 // bundle when the stage's command is not replaced; the first is the entry
 // point. GuardFile is staged in every stage's bundle whatever the command.
-var payloadFiles = map[string][]string{
+var payloadFiles = map[stages.Stage][]string{
 	stages.Author: {"author.sh", "author_proxy.py"},
 	stages.Train:  {"train.sh", "export_dcp.py"},
 	stages.Eval:   {"eval.sh", "eval_prepare.py"},
@@ -104,7 +104,7 @@ func Render(cfg *configs.Config, in Input) (*Tree, error) {
 	}
 	r := &renderer{cfg: cfg, in: in, dir: path.Join(cfg.Cluster.Workdir, in.Episode)}
 	t := &Tree{Episode: in.Episode, Dir: r.dir, Isolation: cfg.Runtime.Kind}
-	for _, d := range []string{"", stages.Author, stages.Bundle(stages.Author), stages.Train, stages.Bundle(stages.Train), stages.CheckpointDir, stages.Eval, stages.Bundle(stages.Eval), stages.EvalWorkDir} {
+	for _, d := range []string{"", string(stages.Author), stages.Bundle(stages.Author), string(stages.Train), stages.Bundle(stages.Train), stages.CheckpointDir, string(stages.Eval), stages.Bundle(stages.Eval), stages.EvalWorkDir} {
 		t.Files = append(t.Files, File{Path: d, Mode: fs.ModeDir | 0o700})
 	}
 	for _, stage := range stages.All {
@@ -192,7 +192,7 @@ func (r *renderer) isolated() bool { return r.cfg.Runtime.Kind != configs.Runtim
 
 // stage renders a stage's files: its bundle and its script, from its plan
 // (plan.go).
-func (r *renderer) stage(stage string) ([]File, error) {
+func (r *renderer) stage(stage stages.Stage) ([]File, error) {
 	var (
 		p   *stagePlan
 		err error
@@ -236,7 +236,7 @@ func (r *renderer) build(p *stagePlan) ([]File, error) {
 	if p.pinInputs {
 		data.BundleFiles, data.PinnedInputs = r.pinned(bundle)
 	}
-	script, err := execute(p.stage+".sbatch.tmpl", data)
+	script, err := execute(string(p.stage)+".sbatch.tmpl", data)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +272,7 @@ func (r *renderer) payload(p *stagePlan) ([]File, []string, error) {
 // or on the host without isolation.
 func (r *renderer) spec(p *stagePlan, argv []string) apptainer.Spec {
 	cfg := r.cfg
-	env := map[string]string{"NEMORL_EPISODE": r.in.Episode, "NEMORL_STAGE": p.stage}
+	env := map[string]string{"NEMORL_EPISODE": r.in.Episode, "NEMORL_STAGE": string(p.stage)}
 	for name, rel := range p.paths {
 		if _, ok := p.envVars[name]; !ok {
 			env[name] = r.inside(p, rel)
@@ -305,7 +305,7 @@ func (r *renderer) guardLine(p *stagePlan, spec apptainer.Spec) (string, error) 
 	if p.gpu && !p.noNet {
 		argv = append(argv, "--host-network")
 	}
-	return spec.WithArgv(append(argv, p.stage)...).Line()
+	return spec.WithArgv(append(argv, string(p.stage))...).Line()
 }
 
 // gpuCheckScript is the GPU check in the container (gpuCheck).
@@ -338,8 +338,8 @@ func gpuCheck(devices string, exit int) string {
 // scriptData is the plan's script data with the fields every stage has.
 func (r *renderer) scriptData(p *stagePlan, exec, guardExec, gpuCheckExec string) scriptData {
 	d := p.data
-	d.Episode, d.Stage, d.Version, d.Runtime = r.in.Episode, p.stage, r.in.Version, r.cfg.Runtime.Kind
-	d.Isolated, d.ScratchVar, d.StageDir, d.GraceSeconds = r.isolated(), ScratchVar, r.host(p.stage), GraceSeconds
+	d.Episode, d.Stage, d.Version, d.Runtime = r.in.Episode, string(p.stage), r.in.Version, r.cfg.Runtime.Kind
+	d.Isolated, d.ScratchVar, d.StageDir, d.GraceSeconds = r.isolated(), ScratchVar, r.host(string(p.stage)), GraceSeconds
 	d.Exec, d.GuardExec, d.Exit, d.WatchSeconds = exec, guardExec, scriptExits, stages.EvalOutputWatchSeconds
 	d.NoNetwork, d.GPU, d.GPUDevices = p.noNet, p.gpu, r.cfg.Cluster.GPUDevices
 	d.GPUCheckExec, d.NoGPUExit = gpuCheckExec, stages.ExitNoGPU
@@ -386,10 +386,10 @@ func (r *renderer) inside(p *stagePlan, rel string) string {
 			return m.container + rest
 		}
 	}
-	panic("templates: no container path for " + rel + " in stage " + p.stage)
+	panic("templates: no container path for " + rel + " in stage " + string(p.stage))
 }
 
-func (r *renderer) sbatchOptions(stage string, res configs.Resources, seconds int, gpu bool) []string {
+func (r *renderer) sbatchOptions(stage stages.Stage, res configs.Resources, seconds int, gpu bool) []string {
 	cl := r.cfg.Cluster
 	o := []string{"--job-name=" + stages.JobName(r.in.Episode, stage)}
 	if cl.Partition != "" {
@@ -462,7 +462,7 @@ var scratchEnv = map[string]string{
 // directory (name → path relative to it; see scratchEnv). stages.Train keeps the
 // image's HF_HOME: the train image pins it to the read-only snapshot of the
 // base model (HF_HUB_OFFLINE=1), which training loads by name from there.
-func ScratchEnv(stage string) map[string]string {
+func ScratchEnv(stage stages.Stage) map[string]string {
 	m := make(map[string]string, len(scratchEnv))
 	for k, v := range scratchEnv {
 		if stage == stages.Train && k == "HF_HOME" {

@@ -63,7 +63,7 @@ func TestGolden(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: no %s", name, stages.Script(stage))
 			}
-			golden := filepath.Join("testdata", "golden", strings.TrimSuffix(name, ".yaml"), stage+".sbatch")
+			golden := filepath.Join("testdata", "golden", strings.TrimSuffix(name, ".yaml"), string(stage)+".sbatch")
 			if *update {
 				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
 					t.Fatal(err)
@@ -113,8 +113,8 @@ func TestSbatchOptions(t *testing.T) {
 		o := sbatchLines(f.Data)
 		for _, want := range []string{
 			"--partition=gpu", "--account=rl-lab", "--qos=high", "--open-mode=truncate",
-			"--comment=nemorl:ep-20261129T000000Z-golden:" + stage,
-			"--output=/scratch/alice/nemorl/ep-20261129T000000Z-golden/" + stage + "/out.log",
+			"--comment=nemorl:ep-20261129T000000Z-golden:" + string(stage),
+			"--output=/scratch/alice/nemorl/ep-20261129T000000Z-golden/" + string(stage) + "/out.log",
 			"--signal=B:USR1@120", "--kill-on-invalid-dep=yes", "--export=NONE", "--constraint=h100_80gb",
 		} {
 			if !has(o, want) {
@@ -157,7 +157,7 @@ func TestSbatchOptions(t *testing.T) {
 			}
 		}
 	}
-	times := map[string]string{stages.Author: "--time=01:10:00", stages.Train: "--time=01:10:00", stages.Eval: "--time=02:00:00"}
+	times := map[stages.Stage]string{stages.Author: "--time=01:10:00", stages.Train: "--time=01:10:00", stages.Eval: "--time=02:00:00"}
 	for stage, want := range times {
 		f, _ := tr.Lookup(stages.Script(stage))
 		if !has(sbatchLines(f.Data), want) {
@@ -171,7 +171,7 @@ func TestSbatchOptions(t *testing.T) {
 func TestBinds(t *testing.T) {
 	tr := render(t, loadExample(t, "cluster-example.yaml"))
 	ep := "/scratch/alice/nemorl/ep-20261129T000000Z-golden"
-	want := map[string][]string{
+	want := map[stages.Stage][]string{
 		// The author writes node-local scratch: its files are copied back.
 		stages.Author: {`"$NEMORL_AUTHOR_OUT:/nemorl/author"`},
 		// Train's output is node-local: only the weights are copied out.
@@ -209,7 +209,7 @@ func TestBundleSplit(t *testing.T) {
 			if f.IsDir() {
 				continue
 			}
-			stage := strings.SplitN(f.Path, "/", 2)[0]
+			stage := stages.Stage(strings.SplitN(f.Path, "/", 2)[0])
 			low := strings.ToLower(f.Path + "\n" + payloadText(f))
 			switch stage {
 			case stages.Author, stages.Train:
@@ -309,7 +309,7 @@ func writeTree(t *testing.T, tr *Tree) {
 
 // stageRun renders the lab config into a temp workdir with stand-in
 // commands given as shell snippets, and returns the tree.
-func stageRun(t *testing.T, snippets map[string]string) *Tree {
+func stageRun(t *testing.T, snippets map[stages.Stage]string) *Tree {
 	t.Helper()
 	// The scripts ask the host's Slurm (scontrol show config, squeue --me):
 	// never while the lab's fault tests have it down.
@@ -319,7 +319,7 @@ func stageRun(t *testing.T, snippets map[string]string) *Tree {
 	cfg.Cluster.Workdir = dir
 	cfg.Cluster.GPUDevices = testGPUDevices
 	for stage, body := range snippets {
-		p := filepath.Join(dir, "standin-"+stage)
+		p := filepath.Join(dir, "standin-"+string(stage))
 		if err := os.WriteFile(p, []byte("#!/bin/bash\n"+body+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -347,7 +347,7 @@ const testGPUDevices = "/dev/nul[l]"
 
 // runScript runs a stage's rendered script under bash as slurmd would:
 // stdout and stderr on the stage's out.log (truncated), which it returns.
-func runScript(t *testing.T, tr *Tree, stage string, env ...string) (string, int) {
+func runScript(t *testing.T, tr *Tree, stage stages.Stage, env ...string) (string, int) {
 	t.Helper()
 	log := filepath.Join(tr.Dir, stages.Output(stage))
 	f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -365,7 +365,7 @@ func runScript(t *testing.T, tr *Tree, stage string, env ...string) (string, int
 
 // runScriptTo runs a stage's rendered script under bash with stdout and
 // stderr on out, and returns its exit status.
-func runScriptTo(t *testing.T, tr *Tree, stage string, out *os.File, env ...string) int {
+func runScriptTo(t *testing.T, tr *Tree, stage stages.Stage, out *os.File, env ...string) int {
 	t.Helper()
 	cmd := exec.Command("bash", filepath.Join(tr.Dir, stages.Script(stage)))
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=4242", "CUDA_VISIBLE_DEVICES=0", "POLICY_API_KEY=" + testKey, "TMPDIR=" + tr.Dir + "/.node-tmp"}, env...)
@@ -426,7 +426,7 @@ func gpuCheckLine(script []byte) string {
 // evaluator input was changed after rendering.
 func TestRunEval(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Eval: `echo "weights=$NEMORL_WEIGHTS job=$SLURM_JOB_ID key=${POLICY_API_KEY:-unset}"`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: `echo "weights=$NEMORL_WEIGHTS job=$SLURM_JOB_ID key=${POLICY_API_KEY:-unset}"`})
 	weights := filepath.Join(tr.Dir, "train/checkpoint/model.safetensors")
 	out, code := runScript(t, tr, stages.Eval)
 	if code != 66 || !strings.Contains(out, "weights") || !strings.Contains(out, "missing") {
@@ -455,7 +455,7 @@ func TestRunEval(t *testing.T) {
 // never reaches it.
 func TestRunEvalBundleCopy(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Eval: `shared=$(dirname "$NEMORL_OUT")/bundle
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: `shared=$(dirname "$NEMORL_OUT")/bundle
 echo '{"samples_per_problem": 1}' > "$shared/eval.json"
 echo "bundle=$NEMORL_BUNDLE"
 echo "seen=$(cat "$NEMORL_BUNDLE/eval.json" | tr -d ' \n' | cut -c1-40)"
@@ -473,7 +473,7 @@ ls "$NEMORL_BUNDLE"`})
 }
 
 func TestRunAuthorSecrets(t *testing.T) {
-	tr := stageRun(t, map[string]string{stages.Author: `test -f "$NEMORL_SECRETS" && echo secrets-present; exit 3`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Author: `test -f "$NEMORL_SECRETS" && echo secrets-present; exit 3`})
 	out, code := runScript(t, tr, stages.Author)
 	if code != 78 || !strings.Contains(out, "secrets.env is missing") {
 		t.Fatalf("without secrets.env: exit %d, %s", code, out)
@@ -499,7 +499,7 @@ const termPayload = `echo "pid=$$"; trap 'echo payload-got-term; [ -n "$t" ] || 
 // the payload runs, with its pid.
 func startTermRun(t *testing.T) (*exec.Cmd, *syncBuffer, int, chan error) {
 	t.Helper()
-	tr := stageRun(t, map[string]string{stages.Train: termPayload})
+	tr := stageRun(t, map[stages.Stage]string{stages.Train: termPayload})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}

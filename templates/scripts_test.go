@@ -21,12 +21,12 @@ import (
 // of it under runtime none.
 func TestRenderIsolation(t *testing.T) {
 	tr := render(t, loadExample(t, "cluster-example.yaml"))
-	guardArgv := map[string]string{
+	guardArgv := map[stages.Stage]string{
 		stages.Author: " /bin/bash /nemorl/author/bundle/guard.sh author",
 		stages.Train:  " /bin/bash /nemorl/bundle/guard.sh train",
 		stages.Eval:   " /bin/bash /nemorl/bundle/guard.sh eval",
 	}
-	payloadArgv := map[string]string{
+	payloadArgv := map[stages.Stage]string{
 		stages.Author: ` /bin/bash /nemorl/author/bundle/author.sh > "$nemorl_cap_fifo" 2>&1 &`,
 		stages.Train:  ` /bin/bash /nemorl/bundle/train.sh > "$nemorl_cap_fifo" 2>&1 &`,
 		stages.Eval:   ` /bin/bash /nemorl/bundle/eval.sh > "$nemorl_scratch/payload.stdout" &`,
@@ -86,7 +86,7 @@ func TestGuardStaged(t *testing.T) {
 	for _, name := range []string{"lab-none.yaml", "cluster-example.yaml"} {
 		tr := render(t, loadExample(t, name))
 		for _, stage := range stages.All {
-			f, ok := tr.Lookup(stage + "/bundle/guard.sh")
+			f, ok := tr.Lookup(string(stage) + "/bundle/guard.sh")
 			if !ok || string(f.Data) != string(guard) {
 				t.Errorf("%s: %s/bundle/guard.sh missing or not the embedded guard", name, stage)
 			}
@@ -125,7 +125,7 @@ func writeWeights(t *testing.T, tr *Tree) {
 // reaches either file.
 func TestRunEvalOutputRedirected(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Eval: evalRecord + `; echo payload-ran >&2`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: evalRecord + `; echo payload-ran >&2`})
 	writeWeights(t, tr)
 	log := filepath.Join(tr.Dir, stages.Output(stages.Eval))
 	if err := os.WriteFile(log, nil, 0o600); err != nil {
@@ -158,7 +158,7 @@ func TestRunEvalOutputChanged(t *testing.T) {
 		"symlinked": `log=$(dirname "$NEMORL_OUT")/out.log; mv "$log" "$NEMORL_OUT/real.log"; ln -s "$NEMORL_OUT/real.log" "$log"`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			tr := stageRun(t, map[string]string{stages.Eval: evalRecord + "\n" + swap + "\necho payload-ran >&2"})
+			tr := stageRun(t, map[stages.Stage]string{stages.Eval: evalRecord + "\n" + swap + "\necho payload-ran >&2"})
 			writeWeights(t, tr)
 			log := filepath.Join(tr.Dir, stages.Output(stages.Eval))
 			f, err := os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -183,7 +183,7 @@ func TestRunEvalOutputChanged(t *testing.T) {
 // after the payload ended; the trusted payload's status passes through.
 func TestRunEvalOwnOutput(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Eval: evalRecord + `; echo payload-ending >&2; exit "${NEMORL_TEST_STATUS:-0}"`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: evalRecord + `; echo payload-ending >&2; exit "${NEMORL_TEST_STATUS:-0}"`})
 	writeWeights(t, tr)
 	out, code := runScript(t, tr, stages.Eval)
 	if code != 0 || strings.Count(out, "NEMORL_ENV_RESULT=") != 1 {
@@ -206,17 +206,17 @@ func TestRunEvalOwnOutput(t *testing.T) {
 // TestRunInputsNotRegular: the weights (eval) and the patch (train) must be
 // regular files, not symlinks: 66.
 func TestRunInputsNotRegular(t *testing.T) {
-	tr := stageRun(t, map[string]string{stages.Eval: `echo eval-ran`, stages.Train: `echo train-ran`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: `echo eval-ran`, stages.Train: `echo train-ran`})
 	target := filepath.Join(tr.Dir, "elsewhere")
 	if err := os.WriteFile(target, []byte("w"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for stage, rel := range map[string]string{stages.Eval: "train/checkpoint/model.safetensors", stages.Train: "author/change.diff"} {
+	for stage, rel := range map[stages.Stage]string{stages.Eval: "train/checkpoint/model.safetensors", stages.Train: "author/change.diff"} {
 		if err := os.Symlink(target, filepath.Join(tr.Dir, rel)); err != nil {
 			t.Fatal(err)
 		}
 		out, code := runScript(t, tr, stage)
-		if code != stages.ExitInputBad || !strings.Contains(out, "symlink") || strings.Contains(out, stage+"-ran") {
+		if code != stages.ExitInputBad || !strings.Contains(out, "symlink") || strings.Contains(out, string(stage)+"-ran") {
 			t.Errorf("%s with a symlinked %s: exit %d\n%s", stage, rel, code, out)
 		}
 		if err := os.Remove(filepath.Join(tr.Dir, rel)); err != nil {
@@ -234,14 +234,14 @@ func TestRunInputsNotRegular(t *testing.T) {
 // TestRunReservedExit: a payload the policy controls (author, train) cannot
 // exit with one of the scripts' own verdicts: 64..79 is reported as 1.
 func TestRunReservedExit(t *testing.T) {
-	tr := stageRun(t, map[string]string{stages.Author: `exit 69`, stages.Train: `exit 67`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Author: `exit 69`, stages.Train: `exit 67`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("K=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for stage, status := range map[string]string{stages.Author: "69", stages.Train: "67"} {
+	for stage, status := range map[stages.Stage]string{stages.Author: "69", stages.Train: "67"} {
 		out, code := runScript(t, tr, stage)
 		if code != stages.ExitPayloadReserved || !strings.Contains(out, "status "+status+" is reserved") {
 			t.Errorf("%s: exit %d, want %d:\n%s", stage, code, stages.ExitPayloadReserved, out)
@@ -331,7 +331,7 @@ echo "payload-ran $*" >&2
 // is caught by the script's checks after the record: 67.
 func TestRunEvalRenamedAfterRecord(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Eval: evalRecord})
+	tr := stageRun(t, map[stages.Stage]string{stages.Eval: evalRecord})
 	writeWeights(t, tr)
 	log := filepath.Join(tr.Dir, stages.Output(stages.Eval))
 	f, err := os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -456,12 +456,12 @@ func TestRenderScratchEnvNetworkPwd(t *testing.T) {
 // cluster.gpu_devices.
 func TestRunNoGPU(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Train: `echo payload-ran`, stages.Eval: `echo payload-ran`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Train: `echo payload-ran`, stages.Eval: `echo payload-ran`})
 	writeWeights(t, tr)
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, stage := range []string{stages.Train, stages.Eval} {
+	for _, stage := range []stages.Stage{stages.Train, stages.Eval} {
 		out, code := runScript(t, tr, stage, "CUDA_VISIBLE_DEVICES=")
 		if code != stages.ExitNoGPU || !strings.Contains(out, "nemorl: no GPU: Slurm gave job 4242 no visible GPU") || strings.Contains(out, "payload-ran") {
 			t.Errorf("%s without CUDA_VISIBLE_DEVICES: exit %d, want %d:\n%s", stage, code, stages.ExitNoGPU, out)
@@ -497,7 +497,7 @@ func TestRunNoGPU(t *testing.T) {
 // Slurm's KILL would.
 func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[string]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 300 & echo started; wait`})
+	tr := stageRun(t, map[stages.Stage]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 300 & echo started; wait`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}

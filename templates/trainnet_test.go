@@ -179,7 +179,7 @@ func networkishEnv(k string) bool {
 // image's %test: no dataset cache, no copy of the eval set). So a config
 // line such as dataset_name: AIME2025 finds nothing to load.
 func TestTrainJobOffline(t *testing.T) {
-	def, err := apptainer.Definition(stages.Train)
+	def, err := apptainer.Definition(string(stages.Train))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestTrainJobOffline(t *testing.T) {
 				t.Fatalf("%d container commands in the train script, want 3 (guard, GPU check, payload)", len(execs))
 			}
 			guard, gpuCheck, payload := execs[0], execs[1], execs[2]
-			if !slices.Equal(guard.argv, []string{"/bin/bash", "/nemorl/bundle/guard.sh", stages.Train}) {
+			if !slices.Equal(guard.argv, []string{"/bin/bash", "/nemorl/bundle/guard.sh", string(stages.Train)}) {
 				t.Errorf("guard argv %q (no --host-network: it refuses any interface but lo)", guard.argv)
 			}
 			if len(gpuCheck.argv) < 2 || gpuCheck.argv[0] != "/bin/sh" {
