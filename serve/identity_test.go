@@ -355,3 +355,51 @@ func FuzzDecodeVerifyResponses(f *testing.F) {
 		_ = aggregate(rows)
 	})
 }
+
+// blockingWriter is a ResponseWriter whose first Write signals started
+// and waits for release: an answer on its way to its caller.
+type blockingWriter struct {
+	*httptest.ResponseRecorder
+	started, release chan struct{}
+	once             sync.Once
+}
+
+func (b *blockingWriter) Write(p []byte) (int, error) {
+	b.once.Do(func() { close(b.started); <-b.release })
+	return b.ResponseRecorder.Write(p)
+}
+
+func (b *blockingWriter) WriteString(s string) (int, error) { return b.Write([]byte(s)) }
+
+// An answer reaches its caller before its line reaches the answer log:
+// /aggregate_metrics, which a caller sends once it has its answers, waits
+// for the answers being written and counts them.
+func TestAggregateWaitsForDeliveries(t *testing.T) {
+	s, d := newTestServer(t, Options{})
+	h := s.Handler()
+	e := finalEntry(t, d, rules.Outcome{Outcome: rules.Scored, Reward: f64(0.5), AIME25AvgAt8: f64(0.5), AIME25Exact: f64(0.5), Completed: 1}, `{"id":"r"}`, "diff\n")
+	rw, _ := parseRow([]byte(`{"responses_create_params": {"input": "x"}}`))
+	bw := &blockingWriter{ResponseRecorder: httptest.NewRecorder(), started: make(chan struct{}), release: make(chan struct{})}
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		s.answer(bw, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
+	}()
+	<-bw.started
+	agg := make(chan *httptest.ResponseRecorder, 1)
+	go func() { agg <- post(t, h, "/aggregate_metrics", `{"verify_responses": []}`) }()
+	select {
+	case w := <-agg:
+		t.Fatalf("/aggregate_metrics answered while an answer was being written: %s", w.Body)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(bw.release)
+	<-answered
+	w := <-agg
+	var got struct {
+		Agent map[string]any `json:"agent_metrics"`
+	}
+	if err := jsonUnmarshal(w.Body.Bytes(), &got); err != nil || got.Agent["served/num_answers"] != 1.0 {
+		t.Errorf("aggregation after the answer: %v %v, want served/num_answers 1", err, got.Agent)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 )
 
 // Aggregate is the /aggregate_metrics answer (Gym's AggregateMetrics).
@@ -91,6 +92,9 @@ func (s *Server) handleAggregate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	agg := aggregate(rows)
+	// A caller asks for the metrics once it has its answers; an answer's
+	// line is logged right after it is written: wait for those in flight.
+	s.waitDeliveries(5 * time.Second)
 	served, err := s.log.sinceLastAggregate(s.opt.Now())
 	if err != nil {
 		s.logf("/aggregate_metrics: %v", err)
@@ -189,4 +193,13 @@ func decodeVerifyResponses(body io.Reader) ([]verifyResponse, *requestError) {
 		return nil, bad("verify_responses", "required")
 	}
 	return rows, nil
+}
+
+// waitDeliveries waits until no answer is being written, at most limit
+// (a caller that stopped reading holds its answer's write).
+func (s *Server) waitDeliveries(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for s.delivering.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -177,6 +177,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key str
 // requests, at the price that an answer cut by a crash between the two
 // steps costs the row a new episode rather than a stale reward.
 func (s *Server) deliver(w http.ResponseWriter, key string, status int, resp *RunResponse) {
+	s.delivering.Add(1)
+	defer s.delivering.Add(-1)
 	now := s.opt.Now()
 	onRecord := false
 	if key != "" && resp.Episode != "" {

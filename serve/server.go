@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
@@ -66,6 +67,10 @@ type Options struct {
 // Server is the HTTP handler of serve.
 type Server struct {
 	opt Options
+	// delivering counts the answers being written (deliver): an answer
+	// reaches its caller before its line reaches the answer log, and
+	// /aggregate_metrics waits for those lines (waitDeliveries).
+	delivering atomic.Int64
 	// d is the first cluster's driver: the ledger, the config path and the
 	// policy are every cluster's.
 	d        *episode.Driver
