@@ -41,20 +41,10 @@ func TestServeClustersLab(t *testing.T) {
 	}
 	cfg := x.clustersConfig(t, west.SSHPort, min(n, 64))
 	state := t.TempDir()
-	addr := freeAddr(t)
 	limit := 10*time.Minute + time.Duration(n)*6*time.Second
-	b := x.start(t, state, limit, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
-	srv := &serveProc{bgRun: b, url: "http://" + addr}
+	srv := x.startServeFor(t, state, cfg, freeAddr(t), limit)
+	b := srv.bgRun
 	t.Cleanup(func() { srv.kill(t) })
-	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
-		if b.exited() {
-			t.Fatalf("serve exited: %s", b.res)
-		}
-		if code, _ := srv.get(t, "/"); code != 200 {
-			return "serve not up yet"
-		}
-		return ""
-	})
 
 	tag := randHex(t)
 	type answer struct {
@@ -69,7 +59,7 @@ func TestServeClustersLab(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				body := fmt.Sprintf(`{"responses_create_params": {"input": "x", "metadata": {"problem_statement": "Improve post-training (%d) %s"}}, "_ng_task_index": %d, "_ng_rollout_index": 0}`, i, tag, i)
+				body := rowBody(i, tag)
 				code, doc := srv.postWithin(t, limit, "/run", body, "") // the last rows wait for the first
 				answers[i] = answer{wave: wave, code: code, doc: doc}
 			}()

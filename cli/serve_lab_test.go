@@ -432,6 +432,11 @@ func metricValue(t *testing.T, text []byte, name string) int64 {
 
 func str(v any) string { s, _ := v.(string); return s }
 
+// rowBody is a /run row whose problem statement names i and tag.
+func rowBody(i int, tag string) string {
+	return fmt.Sprintf(`{"responses_create_params": {"input": "x", "metadata": {"problem_statement": "Improve post-training (%d) %s"}}, "_ng_task_index": %d, "_ng_rollout_index": 0}`, i, tag, i)
+}
+
 func randHex(t *testing.T) string {
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -511,7 +516,13 @@ func (x *labCLI) startServe(t *testing.T, state, cfg string) *serveProc {
 // its clients retry).
 func (x *labCLI) startServeAt(t *testing.T, state, cfg, addr string) *serveProc {
 	t.Helper()
-	b := x.start(t, state, 10*time.Minute, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
+	return x.startServeFor(t, state, cfg, addr, 10*time.Minute)
+}
+
+// startServeFor is startServeAt with serve's own time limit.
+func (x *labCLI) startServeFor(t *testing.T, state, cfg, addr string, limit time.Duration) *serveProc {
+	t.Helper()
+	b := x.start(t, state, limit, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
 	s := &serveProc{bgRun: b, url: "http://" + addr}
 	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
 		if b.exited() {

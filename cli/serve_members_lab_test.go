@@ -66,20 +66,10 @@ func TestServeMembersLab(t *testing.T) {
 		clusterSpec{name: "late", port: lp, knownHosts: known})
 
 	state := t.TempDir()
-	addr := freeAddr(t)
 	limit := 12 * time.Minute
-	b := x.start(t, state, limit, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
-	srv := &serveProc{bgRun: b, url: "http://" + addr}
+	srv := x.startServeFor(t, state, cfg, freeAddr(t), limit)
+	b := srv.bgRun
 	t.Cleanup(func() { srv.kill(t) })
-	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
-		if b.exited() {
-			t.Fatalf("serve exited: %s", b.res)
-		}
-		if code, _ := srv.get(t, "/"); code != 200 {
-			return "serve not up yet"
-		}
-		return ""
-	})
 	if !strings.Contains(b.stderr.String(), "cluster late: not answering at start") {
 		t.Errorf("serve's log does not say late is down at start:\n%s", tail(b.stderr.String(), 3000))
 	}
@@ -98,7 +88,7 @@ func TestServeMembersLab(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				body := fmt.Sprintf(`{"responses_create_params": {"input": "x", "metadata": {"problem_statement": "Improve post-training (%d) %s"}}, "_ng_task_index": %d, "_ng_rollout_index": 0}`, i, tag, i)
+				body := rowBody(i, tag)
 				code, doc := srv.postWithin(t, limit, "/run", body, "")
 				answers[i] = answer{wave: wave, code: code, doc: doc}
 			}()

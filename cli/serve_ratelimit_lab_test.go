@@ -94,20 +94,9 @@ func TestServeRateLimitedLab(t *testing.T) {
 	}
 
 	state := t.TempDir()
-	addr := freeAddr(t)
 	limit := 15*time.Minute + time.Duration(n)*10*time.Second
-	b := x.start(t, state, limit, "serve", "--config", cfg, "--allow-no-isolation", "--listen", addr)
-	srv := &serveProc{bgRun: b, url: "http://" + addr}
+	srv := x.startServeFor(t, state, cfg, freeAddr(t), limit)
 	t.Cleanup(func() { srv.kill(t) })
-	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
-		if b.exited() {
-			t.Fatalf("serve exited: %s", b.res)
-		}
-		if code, _ := srv.get(t, "/"); code != 200 {
-			return "serve not up yet"
-		}
-		return ""
-	})
 	start := time.Now()
 	tag := randHex(t)
 	codes := make([]int, n)
@@ -117,7 +106,7 @@ func TestServeRateLimitedLab(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			body := fmt.Sprintf(`{"responses_create_params": {"input": "x", "metadata": {"problem_statement": "Improve post-training (%d) %s"}}, "_ng_task_index": %d, "_ng_rollout_index": 0}`, i, tag, i)
+			body := rowBody(i, tag)
 			codes[i], docs[i] = srv.postWithin(t, limit, "/run", body, "")
 		}()
 	}
