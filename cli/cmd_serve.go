@@ -22,6 +22,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/serve"
 )
@@ -93,101 +94,15 @@ func (e *env) serve(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	verbose := globalBool(c, "verbose")
-	// One connection, driver and engine per cluster (clusters:), or the
-	// config's one cluster:; the members of one clusters: entry share its
-	// login's connection. With one cluster, it must answer at start; of
-	// several, one that does not starts down (no rows placed there) and is
-	// checked (preflight) once it answers.
-	var clusters []serve.Cluster
-	var drivers []*episode.Driver
-	names := cfg.ClusterNames()
-	logins := map[string]remote.Host{}
-	for _, name := range names {
-		ccfg, err := cfg.For(name)
-		if err != nil {
-			return withCode(ExitUsage, err, "")
+	var logins []remote.Host
+	defer func() {
+		for _, h := range logins {
+			h.Close()
 		}
-		where := ""
-		if name != "" {
-			where = "cluster " + name + ": "
-		}
-		entry, _, _ := strings.Cut(name, configs.MemberSep)
-		login, ok := logins[entry]
-		var down error
-		if !ok {
-			// Reconnections are logged, -v or not (and counted by the SSH
-			// host), under the entry's name: its members share them.
-			loginWhere := where
-			if entry != name {
-				loginWhere = "cluster " + entry + ": "
-			}
-			logf := func(format string, args ...any) {
-				msg := fmt.Sprintf(format, args...)
-				if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
-					e.logf("%s%s", loginWhere, msg)
-				}
-			}
-			if len(names) > 1 {
-				login, down, err = dialLoginOrLater(c.Context, ccfg, path, logf)
-			} else {
-				login, err = dialLogin(c.Context, ccfg, path, logf)
-			}
-			if err != nil {
-				if name != "" {
-					return fmt.Errorf("cluster %s: %w", name, err)
-				}
-				return err
-			}
-			logins[entry] = login
-			defer login.Close()
-		}
-		var reconnects func() int64
-		if r, ok := login.(interface{ Reconnects() int64 }); ok && ccfg.Cluster.Login != nil {
-			reconnects = r.Reconnects
-		}
-		counted := remote.NewCounted(memberHost(login, ccfg))
-		d := e.newDriver(ccfg, abs, sha256.Sum256(data), counted, lg)
-		d.DiscardNotCreated = len(names) > 1
-		preflight := func(ctx context.Context) error {
-			err := d.Preflight(ctx)
-			var pe *episode.PreflightError
-			if errors.As(err, &pe) {
-				return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %s%w", path, where, err), Hint: "fix the config"}
-			}
-			if err != nil {
-				return withCode(ExitInfra, fmt.Errorf("%s%w", where, err), "")
-			}
-			return nil
-		}
-		cl := serve.Cluster{Name: name, Driver: d, Engine: d.NewEngine(episode.EngineOptions{}),
-			MaxInFlight: cfg.MaxInFlight(name), RemoteOps: counted.Counts, Reconnects: reconnects}
-		if down == nil {
-			err := preflight(c.Context)
-			var ce *Error
-			switch {
-			case err == nil:
-			case len(names) > 1 && errors.As(err, &ce) && ce.Code == ExitInfra:
-				down = err
-			default:
-				return err
-			}
-		}
-		if down != nil {
-			// Its episodes in the ledger are followed when it answers; the
-			// config's paths there are checked then, before any row goes.
-			e.logf("serve: %snot answering at start, no rows placed there until it answers: %v", where, down)
-			cl.Down, cl.Preflight = down, func(ctx context.Context) error {
-				err := preflight(ctx)
-				var ce *Error
-				if errors.As(err, &ce) && ce.Code == ExitUsage {
-					return fmt.Errorf("%w: %w", serve.ErrMisconfigured, err)
-				}
-				return err
-			}
-		}
-		drivers = append(drivers, d)
-		clusters = append(clusters, cl)
+	}()
+	clusters, drivers, err := e.serveClusters(c.Context, cfg, path, abs, sha256.Sum256(data), lg, globalBool(c, "verbose"), &logins)
+	if err != nil {
+		return err
 	}
 	opt := serve.Options{Clusters: clusters, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
 		Token: token, Logf: func(format string, args ...any) { e.logf(format, args...) }}
@@ -243,7 +158,7 @@ func (e *env) serve(c *ucli.Context) error {
 	// No read or write timeout: a /run stays open for the whole episode.
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	e.logf("serve: listening on http://%s (config %s, serve.concurrency %d, failures %s, ledger %s)", ln.Addr(), abs, cfg.Serve.Concurrency, cfg.Serve.Failures, lg.Dir)
-	if len(names) > 1 {
+	if names := cfg.ClusterNames(); len(names) > 1 {
 		e.logf("serve: %d clusters: %s; each row is placed where it starts soonest", len(names), strings.Join(names, ", "))
 	}
 	if opt.Head != nil {
@@ -273,6 +188,119 @@ func (e *env) serve(c *ucli.Context) error {
 	cancelEngine()
 	engines.Wait()
 	return nil
+}
+
+// serveClusters opens serve's clusters: one connection, driver and engine
+// per cluster (clusters:), or the config's one cluster:; the members of
+// one clusters: entry share its login's connection, added to logins for
+// the caller to close. With one cluster, it must answer at start; of
+// several, one that does not starts down (no rows placed there) and is
+// checked (preflight) once it answers.
+func (e *env) serveClusters(ctx context.Context, cfg *configs.Config, path, abs string, sum [32]byte, lg *ledger.Ledger, verbose bool, logins *[]remote.Host) ([]serve.Cluster, []*episode.Driver, error) {
+	var clusters []serve.Cluster
+	var drivers []*episode.Driver
+	names := cfg.ClusterNames()
+	byEntry := map[string]remote.Host{}
+	for _, name := range names {
+		ccfg, err := cfg.For(name)
+		if err != nil {
+			return nil, nil, withCode(ExitUsage, err, "")
+		}
+		where := ""
+		if name != "" {
+			where = "cluster " + name + ": "
+		}
+		entry, _, _ := strings.Cut(name, configs.MemberSep)
+		login, ok := byEntry[entry]
+		var down error
+		if !ok {
+			if login, down, err = e.serveLogin(ctx, ccfg, path, entry, where, verbose, len(names) > 1); err != nil {
+				return nil, nil, err
+			}
+			byEntry[entry] = login
+			*logins = append(*logins, login)
+		}
+		var reconnects func() int64
+		if r, ok := login.(interface{ Reconnects() int64 }); ok && ccfg.Cluster.Login != nil {
+			reconnects = r.Reconnects
+		}
+		counted := remote.NewCounted(memberHost(login, ccfg))
+		d := e.newDriver(ccfg, abs, sum, counted, lg)
+		d.DiscardNotCreated = len(names) > 1
+		preflight := servePreflight(d, path, where)
+		cl := serve.Cluster{Name: name, Driver: d, Engine: d.NewEngine(episode.EngineOptions{}),
+			MaxInFlight: cfg.MaxInFlight(name), RemoteOps: counted.Counts, Reconnects: reconnects}
+		if down == nil {
+			err := preflight(ctx)
+			var ce *Error
+			switch {
+			case err == nil:
+			case len(names) > 1 && errors.As(err, &ce) && ce.Code == ExitInfra:
+				down = err
+			default:
+				return nil, nil, err
+			}
+		}
+		if down != nil {
+			// Its episodes in the ledger are followed when it answers; the
+			// config's paths there are checked then, before any row goes.
+			e.logf("serve: %snot answering at start, no rows placed there until it answers: %v", where, down)
+			cl.Down, cl.Preflight = down, func(ctx context.Context) error {
+				err := preflight(ctx)
+				var ce *Error
+				if errors.As(err, &ce) && ce.Code == ExitUsage {
+					return fmt.Errorf("%w: %w", serve.ErrMisconfigured, err)
+				}
+				return err
+			}
+		}
+		drivers = append(drivers, d)
+		clusters = append(clusters, cl)
+	}
+	return clusters, drivers, nil
+}
+
+// serveLogin connects to the login of a clusters: entry (or the config's
+// one cluster:). Of several clusters (orLater), one whose login cannot be
+// reached is opened to connect later, and down says why. Reconnections
+// are logged, -v or not (and counted by the SSH host), under the entry's
+// name: its members share them.
+func (e *env) serveLogin(ctx context.Context, ccfg *configs.Config, path, entry, where string, verbose, orLater bool) (login remote.Host, down, err error) {
+	if entry != ccfg.ClusterName {
+		where = "cluster " + entry + ": "
+	}
+	logf := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if verbose || strings.Contains(msg, "connection lost") || strings.HasSuffix(msg, ": reconnected") {
+			e.logf("%s%s", where, msg)
+		}
+	}
+	if orLater {
+		login, down, err = dialLoginOrLater(ctx, ccfg, path, logf)
+	} else {
+		login, err = dialLogin(ctx, ccfg, path, logf)
+	}
+	if err != nil && ccfg.ClusterName != "" {
+		return nil, nil, fmt.Errorf("cluster %s: %w", ccfg.ClusterName, err)
+	}
+	return login, down, err
+}
+
+// servePreflight checks d's config on its cluster (Driver.Preflight): a
+// path that is missing is a usage error naming the config, anything else
+// an infrastructure one.
+func servePreflight(d *episode.Driver, path, where string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := d.Preflight(ctx)
+		var pe *episode.PreflightError
+		if errors.As(err, &pe) {
+			return &Error{Code: ExitUsage, Err: fmt.Errorf("%s: %s%w", path, where, err), Hint: "fix the config"}
+		}
+		if err != nil {
+			return withCode(ExitInfra, fmt.Errorf("%s%w", where, err), "")
+		}
+		return nil
+	}
 }
 
 func portOf(addr string) string {
