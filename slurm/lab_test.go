@@ -359,9 +359,13 @@ func scontrol(t *testing.T, args ...string) {
 // both. As root, a later scontrol hold (an admin hold) shows in squeue at
 // once; sacct does not follow it (JobInfo.HeldBy), so Query's reason is
 // only logged.
+//
+// The lab to itself: with other tests' episodes flooding the controller and
+// slurmdbd, sacct kept the held job's reason None for over 6 minutes
+// (twice in a full make test; seconds when the lab is idle).
 func TestLabTimeLimitAndHold(t *testing.T) {
+	labtest.LockLab(t) // before needLab (labtest.Env)
 	l := needLab(t)
-	t.Parallel()
 	c, _ := l.client(t)
 	ctx := context.Background()
 	id := submit(t, c, SubmitRequest{Wrap: "true", Name: "nemorl-timelimit-t", Comment: uniqueTag("timelimit"), Hold: true, Args: l.jobArgs(t)}) // --time=5
