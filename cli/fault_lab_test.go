@@ -47,6 +47,7 @@ func TestFaultLab(t *testing.T) {
 		name string
 		f    func(*testing.T)
 	}{
+		{"launch-held", x.testLaunchHeld},
 		{"node-down-requeued", x.testNodeDownRequeued},
 		{"node-down-retried", x.testNodeDownRetried},
 		{"requeue", x.testRequeue},
@@ -55,6 +56,9 @@ func TestFaultLab(t *testing.T) {
 		{"slurmdbd-outage", x.testSlurmdbdOutage},
 		{"kill9", x.testKill9},
 	} {
+		// Whatever the subtest before left, the node is in service (a
+		// launch Slurm saw fail drains it).
+		labDaemon(t, "node-resume")
 		start := time.Now()
 		if t.Run(c.name, c.f) && time.Since(start) > time.Second {
 			t.Logf("%s: passed in %s", c.name, time.Since(start).Round(time.Second))
@@ -189,13 +193,82 @@ func (x *labCLI) runToScore(t *testing.T, cfg, ep string, fault func(train strin
 	state := t.TempDir()
 	b := x.start(t, state, faultTimeout, "run", "--json", "--config", cfg, "--episode", ep)
 	waitLedger(t, state, ep, b)
-	fault(x.waitTrainRunning(t, state, ep, b))
+	train := x.waitTrainRunning(t, state, ep, b)
+	waitLaunched(t, train)
+	fault(train)
 	r := b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
 	o := outcomeOf(t, r)
 	if o.Outcome != "scored" || o.Reward == nil {
 		t.Fatalf("outcome %s (%s): %s\n%s", o.Outcome, o.FailureReason, o.Detail, r)
 	}
 	return r.stdout, o
+}
+
+// waitLaunched waits until job id's batch script runs on the lab node
+// (scontrol listpids, run on the node, lists its batch step). A job
+// RUNNING in squeue may still be launching: a node lost then is a failed
+// launch, which Slurm holds ("launch failed requeued held", as a CI
+// machine under load showed), not the node failure a fault means to play.
+func waitLaunched(t *testing.T, id string) {
+	t.Helper()
+	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
+		out, err := exec.Command("scontrol", "listpids", id).CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) >= 3 && f[1] == id && f[2] == "batch" {
+				return ""
+			}
+		}
+		return fmt.Sprintf("scontrol listpids %s: %v %s", id, err, out)
+	})
+}
+
+// (#14, launch failure) The train job's launch fails (the lab's prolog
+// fails once for it; on a cluster: a node lost as the job starts, a
+// prolog error): Slurm requeues the job, holds it PENDING ("launch failed
+// requeued held") and drains the node. The held job never starts by
+// itself and nothing of the policy ran in it: the tool cancels it and
+// runs train and eval again (attempt 2, launch_failure), and the episode
+// scores once the operator resumes the node. sacct's own reason for the
+// held job is JobHeldUser, which must not read as the policy's hold.
+func (x *labCLI) testLaunchHeld(t *testing.T) {
+	ep := newEpisode(t, "launch-held")
+	labDaemon(t, "launch-fail", jobName(ep, "train"))
+	t.Cleanup(func() { _ = os.Remove(filepath.Join(filepath.Dir(labtest.Env(t).File), "fail-launch")) })
+	state := t.TempDir()
+	b := x.start(t, state, faultTimeout, "run", "--json", "--config", x.config(t, ""), "--episode", ep)
+	waitLedger(t, state, ep, b)
+	eventually(t, 2*time.Minute, 200*time.Millisecond, func() string {
+		if b.exited() {
+			t.Fatalf("run ended early\n%s", b.res)
+		}
+		out, _ := exec.Command("sinfo", "-h", "-N", "-o", "%T %E").Output()
+		if !strings.Contains(string(out), "Prolog error") {
+			return "node not drained by the failed prolog: " + strings.TrimSpace(string(out))
+		}
+		return ""
+	})
+	labDaemon(t, "node-resume")
+	r := b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
+	o := outcomeOf(t, r)
+	if o.Outcome != "scored" || o.Reward == nil {
+		t.Fatalf("outcome %s (%s): %s\n%s", o.Outcome, o.FailureReason, o.Detail, r)
+	}
+	a := attemptsOf(t, r.stdout)
+	if a.Attempts["train"] != 2 || a.Attempts["eval"] != 2 || a.Attempts["author"] != 1 {
+		t.Errorf("attempts %v: want train and eval twice, the author once", a.Attempts)
+	}
+	rt, re := a.Retried["train"], a.Retried["eval"]
+	if len(rt) != 1 || rt[0].Reason != "launch_failure" || rt[0].Job.State != "PENDING" || rt[0].JobID == o.Jobs["train"].ID ||
+		len(re) != 1 || re[0].Reason != "train_retried" {
+		t.Fatalf("retried %+v", a.Retried)
+	}
+	// Slurm's record of the failed launch (REQUEUED), then the held job
+	// the tool cancelled, then attempt 2.
+	waitRuns(t, ep, map[string][]string{
+		"author": {o.Jobs["author"].ID + " COMPLETED"},
+		"train":  {rt[0].JobID + " REQUEUED", rt[0].JobID + " CANCELLED", o.Jobs["train"].ID + " COMPLETED"},
+		"eval":   {re[0].JobID + " CANCELLED", o.Jobs["eval"].ID + " COMPLETED"},
+	})
 }
 
 // waitLedger waits for ep's ledger entry (run writes it first).

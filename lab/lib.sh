@@ -35,6 +35,11 @@ LAB_SOURCE_STAMP="$LAB_BIN/.source-sha256"
 SLURM_ETC=/etc/slurm
 SLURM_USER=slurm
 
+# Cluster 1's Prolog (lab/up writes it): it fails the launch of the one
+# job whose id lab/daemon launch-fail wrote to LAB_FAIL_LAUNCH, once.
+LAB_PROLOG="$STATE/prolog"
+LAB_FAIL_LAUNCH="$STATE/fail-launch"
+
 LOGDIR="$STATE/log"
 RUNDIR="$STATE/run"
 SSHDIR="$STATE/ssh"

@@ -159,6 +159,19 @@ func TestTableRows(t *testing.T) {
 			f.Jobs[stages.Eval] = slurm.JobInfo{ID: "3", State: slurm.State{ByUID: -1}, Source: slurm.SourceNone}
 			f.Waited["unknown-3"] = JobLostAfter + time.Second
 		}, infra(stages.Eval, ReasonJobLost)},
+		{"launch-held", "train held after its launch failed", true, func(f *Facts) {
+			j := f.Jobs[stages.Train]
+			j.State, j.Reason, j.Source = slurm.ParseState("PENDING", ""), slurm.ReasonLaunchHeld, slurm.SourceSqueue
+			f.Jobs[stages.Train] = j
+			set(f, stages.Eval, "PENDING", "0:0")
+		}, infra(stages.Train, string(slurm.FailureLaunch))},
+		{"launch-held", "eval held after its launch failed: sacct says JobHeldUser, squeue tells", false, func(f *Facts) {
+			set(f, stages.Eval, "PENDING", "0:0")
+			j := f.Jobs[stages.Eval]
+			j.Reason = "JobHeldUser"
+			f.Jobs[stages.Eval] = j
+			f.Queue[stages.Eval] = slurm.JobInfo{ID: "3", State: slurm.ParseState("PENDING", ""), Reason: "(" + slurm.ReasonLaunchHeld + ")", Source: slurm.SourceSqueue}
+		}, infra(stages.Eval, string(slurm.FailureLaunch))},
 		{"author-foreign-record", "train record in the author output", true, func(f *Facts) {
 			f.Outputs[stages.Author] = Output{File: File{Exists: true, Type: "regular file"}, RecordErr: rejected(stages.Author, record.ReasonForeignRecord)}
 		}, policy(stages.Author, string(record.ReasonForeignRecord), true)},

@@ -90,8 +90,12 @@ var table = []Rule{
 			if _, before := v.ended(&r, stages.All[slices.Index(stages.All, s)-1]); !before {
 				continue
 			}
-			held := j.HeldBy() == "user"
-			if !held && j.Source != slurm.SourceSqueue { // squeue's view is the one a hold shows in
+			// squeue's view is the one a hold shows in, and the only one
+			// that tells a user's hold from Slurm's: sacct records a job
+			// Slurm held after a failed launch as JobHeldUser too (lab,
+			// 22.05.8), where squeue says "launch failed requeued held".
+			held := j.Source == slurm.SourceSqueue && j.HeldBy() == "user"
+			if j.Source != slurm.SourceSqueue {
 				if v.f.Queue == nil {
 					r.Need |= NeedQueue
 					return r
@@ -134,6 +138,34 @@ var table = []Rule{
 			if w := v.waited(&r, "unknown-"+j.ID); w > JobLostAfter {
 				return r.with(fail(InfraFailure, s, ReasonJobLost, fmt.Sprintf("%s job %s: neither sacct nor squeue has known it for %s", s, j.ID, w.Round(time.Second))))
 			}
+		}
+		return r
+	}},
+	{"launch-held", TheCluster, func(v view) (r Result) {
+		// Slurm requeues a batch job whose launch failed (its node lost as
+		// it started, a prolog that failed) and holds it: PENDING, reason
+		// "launch failed requeued held", until someone releases it, which
+		// a user may not be allowed to do. Slurm launches the job; nothing
+		// of the policy has run in it yet. The cluster's launch failure:
+		// train and eval run again (the tool cancels the held job), an
+		// author is never run twice.
+		for _, s := range stages.All {
+			j, ok := v.job(s)
+			if !ok || j.State.Class != slurm.Pending {
+				continue
+			}
+			if j.Source != slurm.SourceSqueue && j.HeldBy() != "" {
+				// sacct says JobHeldUser for this hold too: squeue tells.
+				if v.f.Queue == nil {
+					r.Need |= NeedQueue
+					return r
+				}
+				j = v.f.Queue[s]
+			}
+			if !j.LaunchHeld() {
+				continue
+			}
+			return r.with(fail(InfraFailure, s, string(slurm.FailureLaunch), fmt.Sprintf("%s job %s: Slurm requeued and held it after its launch failed (reason %q); the tool cancels it", s, v.f.Jobs[s].ID, slurm.ReasonLaunchHeld)))
 		}
 		return r
 	}},

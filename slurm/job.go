@@ -116,6 +116,19 @@ func (j JobInfo) HeldBy() string {
 	return ""
 }
 
+// LaunchHeld reports a pending job that Slurm requeued and held after
+// its launch failed (squeue's reason "launch failed requeued held": the
+// node was lost as the job started, a prolog failed). It never starts
+// by itself: the hold stays until someone releases it, and a user may
+// not be allowed to (sites differ).
+func (j JobInfo) LaunchHeld() bool {
+	return j.State.Class == Pending && reasonWord(j.Reason) == ReasonLaunchHeld
+}
+
+// ReasonLaunchHeld is the reason Slurm gives a job it held after a
+// failed launch.
+const ReasonLaunchHeld = "launch failed requeued held"
+
 // Blocked reports a pending job that can never start because a dependency
 // can never be satisfied (it was not submitted with --kill-on-invalid-dep).
 func (j JobInfo) Blocked() bool {

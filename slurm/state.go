@@ -177,7 +177,7 @@ func ParseState(raw, reason string) State {
 		switch r {
 		// Not "JobLaunchFailure": slurmctld (squeue) gives that reason to a
 		// batch script killed by a signal too (lab capture, 22.05).
-		case "SystemFailure", "launch failed requeued held",
+		case "SystemFailure", ReasonLaunchHeld,
 			"BadConstraints", "InvalidAccount", "InvalidQOS", "PartitionDown":
 			s.Failure = FailureLaunch
 		case "NodeDown":
@@ -195,7 +195,7 @@ func reasonWord(r string) string {
 	r = strings.TrimSpace(r)
 	r = strings.TrimPrefix(r, "(")
 	r = strings.TrimSuffix(r, ")")
-	if r == "launch failed requeued held" {
+	if r == ReasonLaunchHeld {
 		return r
 	}
 	if i := strings.IndexAny(r, ":( ,"); i >= 0 {
