@@ -60,10 +60,11 @@ func (e *env) cancel(c *ucli.Context) error {
 					continue
 				}
 				var ids []string
-				logf := s.Logf
-				s.Logf = nil // the result line below says it
-				ids, err = s.Cancel(c.Context, en, rules.ReasonCancelled, ok)
-				s.Logf = logf
+				logf := s.setup.Logf
+				s.setup.Logf = nil // the result line below says it
+				// lock is nil unless this process owns the episode.
+				ids, err = s.Cancel(c.Context, en, rules.ReasonCancelled, lock)
+				s.setup.Logf = logf
 				cancelled[ep] = append([]string{}, ids...) // [] rather than null in --json
 				ended[ep] = endedJobs(en, ids)
 			}

@@ -37,7 +37,7 @@ func (e *env) result(c *ucli.Context) error {
 		s := sessions[0]
 		defer s.close()
 		var row episode.Row
-		en, row, err = s.Result(c.Context, en.Episode)
+		en, row, err = s.Inspect(c.Context, en.Episode)
 		if errors.Is(err, episode.ErrNotFinished) {
 			return &Error{Code: ExitUsage, Err: fmt.Errorf("episode %s is not finished: %s job %s is %s", row.Episode, row.Stage, orDash(row.JobID), row.State),
 				Hint: "nemorl-slurm watch " + row.Episode + " waits for it"}

@@ -77,11 +77,11 @@ func (e *env) run(c *ucli.Context) error {
 		if lerr != nil {
 			return lerr
 		}
-		lock, owner, lerr := s.Ledger.TryLock(ep)
+		lock, _, lerr := s.Ledger.TryLock(ep) // nil when another process owns it
 		if lerr != nil {
 			return lerr
 		}
-		_, cerr := s.Cancel(bg, cur, reason, owner)
+		_, cerr := s.Cancel(bg, cur, reason, lock)
 		lock.Unlock()
 		if cerr != nil {
 			return withCode(ExitInfra, fmt.Errorf("%s: %s, and cancelling the jobs failed: %w", ep, reason, cerr),

@@ -104,7 +104,10 @@ func (e *env) serve(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	opt := serve.Options{Clusters: clusters, Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
+	// One ledger and one config file for every cluster; the first's view
+	// of the config names the scope of serve's keys.
+	opt := serve.Options{Clusters: clusters, Ledger: lg, ConfigPath: drivers[0].ConfigPath, Config: drivers[0].Config,
+		Concurrency: cfg.Serve.Concurrency, Failures: cfg.Serve.Failures,
 		Token: token, Logf: func(format string, args ...any) { e.logf(format, args...) }}
 	opt.ResendWindow = cfg.Serve.ResendWindow.Duration
 	var listening atomic.Value // serve's address, once it listens
@@ -145,7 +148,7 @@ func (e *env) serve(c *ucli.Context) error {
 	var engines sync.WaitGroup
 	for _, cl := range clusters {
 		engines.Add(1)
-		go func() { defer engines.Done(); _ = cl.Engine.Run(ectx) }()
+		go func() { defer engines.Done(); _ = cl.Follower.Run(ectx) }()
 	}
 	if err := srv.Start(); err != nil {
 		return err
@@ -228,8 +231,8 @@ func (e *env) serveClusters(ctx context.Context, cfg *configs.Config, path, abs 
 		d := e.newDriver(ccfg, abs, sum, counted, lg)
 		d.DiscardNotCreated = len(names) > 1
 		preflight := servePreflight(d, path, where)
-		cl := serve.Cluster{Name: name, Driver: d, Engine: d.NewEngine(episode.EngineOptions{}),
-			MaxInFlight: cfg.MaxInFlight(name), RemoteOps: counted.Counts, Reconnects: reconnects}
+		cl := serve.DriverCluster(name, d)
+		cl.MaxInFlight, cl.RemoteOps, cl.Reconnects = cfg.MaxInFlight(name), counted.Counts, reconnects
 		if down == nil {
 			err := preflight(ctx)
 			var ce *Error

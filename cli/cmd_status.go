@@ -42,7 +42,7 @@ func (e *env) status(c *ucli.Context) error {
 	for _, s := range sessions {
 		_, err := s.Watch(c.Context, s.episodes, episode.WatchOptions{Once: true, MaxPollFailures: 1,
 			Observe: func(r []episode.Row) {
-				names.rename(c.Context, s.Driver, r)
+				names.rename(c.Context, s.setup.UserNames, r)
 				rows = append(rows, r...)
 			}})
 		s.close()

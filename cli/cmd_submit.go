@@ -93,7 +93,7 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 		return err
 	}
 	defer s.close()
-	s.Labels = labels
+	s.setup.Labels = labels
 	prompt, err := readPrompt(c, s.Config)
 	if err != nil {
 		return err
@@ -102,7 +102,7 @@ func (e *env) submitMany(c *ucli.Context, n int) error {
 	for i := range specs {
 		specs[i] = episode.Spec{Prompt: prompt}
 	}
-	results := s.SubmitBatch(c.Context, specs)
+	results := s.Submit(c.Context, specs)
 	for _, r := range results {
 		r.Lock.Unlock()
 		var pe *episode.PreflightError
@@ -164,14 +164,15 @@ func (e *env) submitEpisode(c *ucli.Context, carryOn bool) (*session, *ledger.En
 	if err != nil {
 		return nil, nil, err
 	}
-	s.Labels = labels
+	s.setup.Labels = labels
 	prompt, err := readPrompt(c, s.Config)
 	if err != nil {
 		s.close()
 		return nil, nil, err
 	}
 	id := c.String("episode")
-	en, lock, err := s.Submit(c.Context, id, prompt)
+	r := s.Submit(c.Context, []episode.Spec{{ID: id, Prompt: prompt}})[0]
+	en, lock, err := r.Entry, r.Lock, r.Err
 	if err != nil && en != nil && carryOn {
 		// In the ledger, its author not submitted (slurmctld away, the
 		// connection lost): the watch that follows submits it again at

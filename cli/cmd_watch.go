@@ -101,14 +101,14 @@ func (e *env) watchSessions(ctx context.Context, sessions []*session) ([]*ledger
 	)
 	for i, s := range sessions {
 		// The driver's log lines go above the live table.
-		s.Logf = p.logf
+		s.setup.Logf = p.logf
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer s.close()
 			var names userNames
 			got, err := s.Watch(ctx, s.episodes, episode.WatchOptions{Act: true, Observe: func(r []episode.Row) {
-				names.rename(ctx, s.Driver, r)
+				names.rename(ctx, s.setup.UserNames, r)
 				mu.Lock()
 				defer mu.Unlock()
 				rows[i] = r

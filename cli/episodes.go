@@ -30,10 +30,24 @@ import (
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
-// session is one config's driver with its open connection.
+// session is one config's engine over its open connection: the verbs do
+// what they do to episodes through episode.Runner, and read beside it the
+// config, the host (logs and clean read files), the ledger and Slurm.
 type session struct {
-	*episode.Driver
+	episode.Runner
+	Config *configs.Config
+	Host   remote.Host
+	Ledger *ledger.Ledger
+	Slurm  *slurm.Client
+	// setup is the driver behind Runner, for what a verb sets before it
+	// runs: labels (submit), where its lines go (watch, cancel).
+	setup    *episode.Driver
 	episodes []string // the episodes this session handles
+}
+
+// newSession is the session of driver d.
+func newSession(d *episode.Driver) *session {
+	return &session{Runner: d, Config: d.Config, Host: d.Host, Ledger: d.Ledger, Slurm: d.Slurm, setup: d}
 }
 
 func (s *session) close() {
@@ -107,7 +121,7 @@ func (e *env) connect(ctx context.Context, c *ucli.Context, lg *ledger.Ledger, p
 	}
 	d := e.newDriver(cfg, abs, sum, host, lg)
 	d.Overrides = sets
-	return &session{Driver: d}, nil
+	return newSession(d), nil
 }
 
 // sessionsFor opens one session per config the episodes were submitted
@@ -488,7 +502,8 @@ type userNames struct {
 var reCancelledBy = regexp.MustCompile(`^(CANCELLED by )(\d+)$`)
 
 // rename rewrites the rows' "CANCELLED by UID" states with the user's name.
-func (u *userNames) rename(ctx context.Context, d *episode.Driver, rows []episode.Row) {
+// lookup names uids (episode.Driver.UserNames); nil leaves them as uids.
+func (u *userNames) rename(ctx context.Context, lookup func(context.Context, []int) (map[int]string, error), rows []episode.Row) {
 	if u.names == nil {
 		u.names, u.asked = map[int]string{}, map[int]bool{}
 	}
@@ -502,8 +517,8 @@ func (u *userNames) rename(ctx context.Context, d *episode.Driver, rows []episod
 			}
 		}
 	}
-	if len(ask) > 0 && d != nil {
-		names, _ := d.UserNames(ctx, ask)
+	if len(ask) > 0 && lookup != nil {
+		names, _ := lookup(ctx, ask)
 		maps.Copy(u.names, names)
 	}
 	for i, r := range rows {

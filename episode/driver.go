@@ -139,15 +139,15 @@ func (d *Driver) now() time.Time {
 	return time.Now()
 }
 
-// Submit creates episode id (a new one when empty): it writes the ledger
+// SubmitOne creates episode id (a new one when empty): it writes the ledger
 // entry, stages the episode's tree, manifest and secrets.env on the cluster,
 // and submits the author job. Train and eval are submitted by Watch once
 // the author's patch is verified, so an episode without a patch never
 // submits them. The returned entry is locked by this process until lock is
 // released. An error with a nil entry left nothing behind; with an entry,
 // the ledger has it and resume carries it on.
-func (d *Driver) Submit(ctx context.Context, id string, prompt []byte) (*ledger.Entry, *ledger.Lock, error) {
-	r := d.SubmitBatch(ctx, []Spec{{ID: id, Prompt: prompt}})[0]
+func (d *Driver) SubmitOne(ctx context.Context, id string, prompt []byte) (*ledger.Entry, *ledger.Lock, error) {
+	r := d.Submit(ctx, []Spec{{ID: id, Prompt: prompt}})[0]
 	return r.Entry, r.Lock, r.Err
 }
 
@@ -501,12 +501,13 @@ func dependencyGone(err error) bool {
 // to the ledger entry (so nothing more is submitted, by this process, by the
 // process that owns the episode, or by a resume) and scancels every job of
 // the episode that is known. The owner — the process holding the episode's
-// lock — also records it in the entry and first looks up submissions whose
-// job id is not known yet; a process that does not own the episode leaves
-// the entry alone: the owner sees the marker at its next poll and cancels
-// what it submitted since. It returns the jobs it signalled: those that
-// had not ended.
-func (d *Driver) Cancel(ctx context.Context, e *ledger.Entry, reason string, owner bool) ([]string, error) {
+// lock, which it passes as lock — also records it in the entry and first
+// looks up submissions whose job id is not known yet; a process that does
+// not own the episode (lock nil) leaves the entry alone: the owner sees
+// the marker at its next poll and cancels what it submitted since. It
+// returns the jobs it signalled: those that had not ended.
+func (d *Driver) Cancel(ctx context.Context, e *ledger.Entry, reason string, lock *ledger.Lock) ([]string, error) {
+	owner := lock != nil
 	if e.Final() {
 		return nil, nil
 	}

@@ -69,16 +69,16 @@ func (d *Driver) NewEngine(opt EngineOptions) *Engine {
 // followers. A final e is sent at once.
 func (g *Engine) Follow(e *ledger.Entry, lock *ledger.Lock) <-chan *ledger.Entry {
 	ch := make(chan *ledger.Entry, 1)
-	g.FollowFunc(e, lock, func(final *ledger.Entry) { ch <- final })
+	g.Recover(e, lock, func(final *ledger.Entry) { ch <- final })
 	return ch
 }
 
-// FollowFunc is Follow with a function told the final entry instead of a
+// Recover is Follow with a function told the final entry instead of a
 // channel: no goroutine waits for the episode (serve follows thousands).
 // done is called once, from Run's goroutine after the poll that ended the
 // episode (from a goroutine of its own when e is final already), without
 // the engine's lock held; it must not block.
-func (g *Engine) FollowFunc(e *ledger.Entry, lock *ledger.Lock, done func(*ledger.Entry)) {
+func (g *Engine) Recover(e *ledger.Entry, lock *ledger.Lock, done func(*ledger.Entry)) {
 	if e.Final() {
 		if lock != nil {
 			lock.Unlock()

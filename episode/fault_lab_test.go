@@ -63,7 +63,7 @@ func TestFaultReplyLost(t *testing.T) {
 	h := &replyLost{Host: d.Host, t: t}
 	d.Host = h
 	ctx := context.Background()
-	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestFaultReplyLost(t *testing.T) {
 	t.Cleanup(func() {
 		_ = exec.Command(labtest.Script(t, "sshd"), "start").Run()
 		if e, err := d.Ledger.Load(e.Episode); err == nil && !e.Final() {
-			_, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true)
+			cancelAsOwner(d, e)
 		}
 	})
 	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)

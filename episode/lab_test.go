@@ -99,7 +99,7 @@ func TestWatchOneSqueuePerPoll(t *testing.T) {
 	ctx := context.Background()
 	var eps []string
 	for range 3 {
-		e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+		e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestWatchOneSqueuePerPoll(t *testing.T) {
 	t.Cleanup(func() {
 		for _, ep := range eps {
 			if e, err := d.Ledger.Load(ep); err == nil {
-				_, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true)
+				cancelAsOwner(d, e)
 			}
 		}
 	})
@@ -195,7 +195,7 @@ func TestWatchConnectionLost(t *testing.T) {
 	// are remote's tests).
 	d, _ := dialLab(t, sleepingTrain, -1)
 	ctx := context.Background()
-	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestWatchConnectionLost(t *testing.T) {
 	t.Cleanup(func() {
 		_ = exec.Command(labtest.Script(t, "sshd"), "start").Run()
 		if e, err := d.Ledger.Load(e.Episode); err == nil {
-			_, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true)
+			cancelAsOwner(d, e)
 		}
 	})
 	if out, err := exec.Command(labtest.Script(t, "sshd"), "stop").CombinedOutput(); err != nil {
@@ -237,7 +237,7 @@ func TestWatchConnectionLost(t *testing.T) {
 func TestSubmitRefused(t *testing.T) {
 	d, _ := labDriver(t, nil)
 	ctx := context.Background()
-	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,4 +268,12 @@ func TestSubmitRefused(t *testing.T) {
 	if id := got[e.Episode].JobID(stages.Train); id != "" {
 		t.Fatalf("a train job %s exists", id)
 	}
+}
+
+// cancelAsOwner cancels e (a test's cleanup) as the process that owns it,
+// taking its lock for the call.
+func cancelAsOwner(d *Driver, e *ledger.Entry) {
+	lock, _, _ := d.Ledger.TryLock(e.Episode)
+	defer lock.Unlock()
+	_, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, lock)
 }

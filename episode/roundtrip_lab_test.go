@@ -11,7 +11,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
-	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -48,12 +47,12 @@ func TestRoundTripsFar(t *testing.T) {
 	}
 	d := &Driver{Config: cfg, ConfigPath: "../configs/lab-none.yaml", Host: host, Slurm: slurm.New(ssh), Ledger: lg, Version: "test", Logf: t.Logf}
 
-	e, lock, err := d.Submit(ctx, "", []byte("stand-in prompt"))
+	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	lock.Unlock()
-	t.Cleanup(func() { _, _ = d.Cancel(context.Background(), e, rules.ReasonCancelled, true) })
+	t.Cleanup(func() { cancelAsOwner(d, e) })
 	if ops := host.Counts(); len(ops) != 1 || ops["run stage+sbatch"] != 1 {
 		t.Errorf("submit made %v on the cluster, want one command (two round trips)", ops)
 	}

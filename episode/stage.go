@@ -255,12 +255,12 @@ type pending struct {
 	created bool
 }
 
-// SubmitBatch submits several episodes as Submit submits one, staging and
+// Submit submits several episodes as SubmitOne submits one, staging and
 // submitting up to MaxBatch of them per command. Each gets its own ledger
 // entry, written with the author's intent before the command runs, so a
 // crash at any point leaves every episode for resume (adopted or staged
 // again). A preflight refusal refuses them all; nothing of them stays.
-func (d *Driver) SubmitBatch(ctx context.Context, specs []Spec) []Submitted {
+func (d *Driver) Submit(ctx context.Context, specs []Spec) []Submitted {
 	out := make([]Submitted, len(specs))
 	var ready []*pending
 	for i, s := range specs {

@@ -53,7 +53,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 	counted := remote.NewCounted(d.Host)
 	d.Host = counted
 	ctx := context.Background()
-	e, lock, err := d.Submit(ctx, "ep-stage-1", []byte("the prompt\n"))
+	e, lock, err := d.SubmitOne(ctx, "ep-stage-1", []byte("the prompt\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestSubmitRefusals(t *testing.T) {
 	// A missing image: a preflight error, nothing on the cluster, nothing
 	// in the ledger.
 	d.Config.Stages.Train.Command = []string{filepath.Join(root, "no such train")}
-	_, _, err := d.Submit(ctx, "ep-pre", []byte("p\n"))
+	_, _, err := d.SubmitOne(ctx, "ep-pre", []byte("p\n"))
 	var pe *PreflightError
 	if !errors.As(err, &pe) || pe.Key != "stages.train.command[0]" || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("preflight: %v", err)
@@ -152,7 +152,7 @@ func TestSubmitRefusals(t *testing.T) {
 	if err := os.MkdirAll(planted, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = d.Submit(ctx, "ep-there", []byte("p\n"))
+	_, _, err = d.SubmitOne(ctx, "ep-there", []byte("p\n"))
 	if !errors.Is(err, ledger.ErrEpisodeExists) {
 		t.Fatalf("existing directory: %v", err)
 	}
@@ -168,7 +168,7 @@ func TestSubmitRefusals(t *testing.T) {
 	t.Setenv("FAKE_SBATCH_RC", "1")
 	t.Setenv("FAKE_SBATCH_OUT", "")
 	t.Setenv("FAKE_SBATCH_ERR", "sbatch: error: Invalid partition name specified")
-	e, _, err := d.Submit(ctx, "ep-refused", []byte("p\n"))
+	e, _, err := d.SubmitOne(ctx, "ep-refused", []byte("p\n"))
 	var ce *remote.CommandError
 	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Command, "sbatch --parsable") || !strings.Contains(ce.Stderr, "Invalid partition") {
 		t.Fatalf("sbatch refusal: %v", err)
@@ -208,7 +208,7 @@ func TestStageScriptAtomic(t *testing.T) {
 		t.Errorf("left after a failed staging: %v", entries)
 	}
 	// Restaging over a directory without a manifest is refused.
-	e, lock, err := d.Submit(ctx, "ep-half", []byte("p\n"))
+	e, lock, err := d.SubmitOne(ctx, "ep-half", []byte("p\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestSubmitBatch(t *testing.T) {
 		specs[i] = Spec{Prompt: []byte(fmt.Sprintf("prompt %d\n", i))}
 	}
 	specs[4].ID = "ep-bad/../id"
-	out := d.SubmitBatch(ctx, specs)
+	out := d.Submit(ctx, specs)
 	if ops := counted.Counts(); ops["run stage+sbatch"] != 2 || len(ops) != 1 {
 		t.Errorf("%d episodes took %v, want two commands (batches of %d)", len(specs), ops, MaxBatch)
 	}
@@ -292,7 +292,7 @@ func TestSubmitRate(t *testing.T) {
 		for i := range specs {
 			specs[i] = Spec{Prompt: []byte("p\n")}
 		}
-		out := d.SubmitBatch(ctx, specs)
+		out := d.Submit(ctx, specs)
 		for i, r := range out {
 			if r.Err != nil {
 				t.Fatalf("episode %d: %v", i, r.Err)
@@ -351,7 +351,7 @@ func TestSubmitRateLimited(t *testing.T) {
 		d.Slurm = slurm.New(counted)
 		t.Setenv("FAKE_SBATCH_RC", "1")
 		t.Setenv("FAKE_SBATCH_ERR", c.stderr)
-		out := d.SubmitBatch(context.Background(), []Spec{{Prompt: []byte("p\n")}})
+		out := d.Submit(context.Background(), []Spec{{Prompt: []byte("p\n")}})
 		r := out[0]
 		if r.Err == nil || r.Entry == nil || !r.Entry.Staged {
 			t.Fatalf("%s: %+v", c.stderr, r)
@@ -408,7 +408,7 @@ func TestSubmitDiscardNotCreated(t *testing.T) {
 		d.DiscardNotCreated = true
 		t.Setenv("FAKE_SBATCH_RC", "1")
 		t.Setenv("FAKE_SBATCH_ERR", c.stderr)
-		out := d.SubmitBatch(context.Background(), []Spec{{Prompt: []byte("p\n")}, {Prompt: []byte("q\n")}})
+		out := d.Submit(context.Background(), []Spec{{Prompt: []byte("p\n")}, {Prompt: []byte("q\n")}})
 		for _, r := range out {
 			if r.Err == nil || !strings.Contains(r.Err.Error(), "Batch job submission failed") {
 				t.Fatalf("%s: err %v", c.stderr, r.Err)

@@ -390,7 +390,7 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 				continue
 			}
 			if r := d.Ledger.CancelRequest(ep); r != "" {
-				if _, err := d.Cancel(ctx, e, r, true); err != nil {
+				if _, err := d.Cancel(ctx, e, r, lock); err != nil {
 					return nil, err
 				}
 			}
@@ -598,11 +598,11 @@ func rowOf(e *ledger.Entry, infos map[string]slurm.JobInfo) Row {
 	return r
 }
 
-// Result returns the episode's outcome when it is final, polling the
+// Inspect returns the episode's outcome when it is final, polling the
 // cluster once (and advancing the episode, when no other process holds it)
 // if it is not. While the episode runs, it returns ErrNotFinished and the
 // episode's current row.
-func (d *Driver) Result(ctx context.Context, ep string) (*ledger.Entry, Row, error) {
+func (d *Driver) Inspect(ctx context.Context, ep string) (*ledger.Entry, Row, error) {
 	var row Row
 	entries, err := d.Watch(ctx, []string{ep}, WatchOptions{Act: true, Once: true, MaxPollFailures: 1,
 		Observe: func(r []Row) { row = r[0] }})

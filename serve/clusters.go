@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
@@ -15,14 +16,20 @@ import (
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
-// Cluster is one cluster behind a serve: the driver that submits there and
-// the engine that follows its episodes (one SSH connection, one poll loop
-// each). A config of clusters: gives several; a config of one cluster:
-// gives one, named "".
+// Cluster is one cluster behind a serve: the engine's Runner that submits
+// there and its Follower that follows the episodes there (one SSH
+// connection, one poll loop each), with what placement reads of it. A
+// config of clusters: gives several; a config of one cluster: gives one,
+// named "". DriverCluster builds one from an episode.Driver.
 type Cluster struct {
-	Name   string
-	Driver *episode.Driver
-	Engine *episode.Engine
+	Name     string
+	Runner   episode.Runner
+	Follower episode.Follower
+	// Config is the cluster's config (cluster:, episodes.poll_min).
+	Config *configs.Config
+	// Room reads the cluster's free GPUs and pending depth
+	// (slurm.Client.Room: one sinfo and one squeue).
+	Room func(ctx context.Context, partition, gres string) (slurm.Room, error)
 	// MaxInFlight bounds this serve's episodes there (0: none of its own).
 	MaxInFlight int
 	// RemoteOps and Reconnects count what was run on the cluster and how
@@ -33,6 +40,13 @@ type Cluster struct {
 	// no rows until a probe reaches it and Preflight (when set) passes.
 	Down      error
 	Preflight func(context.Context) error
+}
+
+// DriverCluster is the Cluster of driver d, named name: d as its Runner,
+// a new Engine of d as its Follower, d's config and its Slurm client's
+// room.
+func DriverCluster(name string, d *episode.Driver) Cluster {
+	return Cluster{Name: name, Runner: d, Follower: d.Follower(episode.EngineOptions{}), Config: d.Config, Room: d.Slurm.Room}
 }
 
 // ErrMisconfigured marks a Preflight error that no later try mends (a
@@ -81,7 +95,7 @@ func (s *Server) facts() []clusterFacts {
 	now := s.opt.Now()
 	for _, c := range s.clusters {
 		c.mu.Lock()
-		fresh := !c.roomAt.IsZero() && now.Sub(c.roomAt) < c.Driver.Config.Episodes.PollMin.Duration
+		fresh := !c.roomAt.IsZero() && now.Sub(c.roomAt) < c.Config.Episodes.PollMin.Duration
 		c.mu.Unlock()
 		if fresh {
 			continue
@@ -107,14 +121,14 @@ func (s *Server) facts() []clusterFacts {
 func (s *Server) probe(c *cluster) {
 	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
 	defer cancel()
-	cl := c.Driver.Config.Cluster
+	cl := c.Config.Cluster
 	c.mu.Lock()
 	unchecked, broken := c.unchecked, c.broken
 	c.mu.Unlock()
 	if broken != nil {
 		return
 	}
-	room, err := c.Driver.Slurm.Room(ctx, cl.Partition, cl.Gres)
+	room, err := c.Room(ctx, cl.Partition, cl.Gres)
 	if err == nil && unchecked {
 		// First answer of a cluster that was down at start: its paths are
 		// checked before it takes a row.
@@ -214,7 +228,7 @@ func (s *Server) clusterRows() ([]episode.Row, []string) {
 	var rows []episode.Row
 	var names []string
 	for _, c := range s.clusters {
-		for _, r := range c.Engine.Rows() {
+		for _, r := range c.Follower.Rows() {
 			rows = append(rows, r)
 			names = append(names, c.Name)
 		}
@@ -226,7 +240,7 @@ func (s *Server) clusterRows() ([]episode.Row, []string) {
 func (s *Server) engineStats() episode.EngineStats {
 	var sum episode.EngineStats
 	for _, c := range s.clusters {
-		st := c.Engine.Stats()
+		st := c.Follower.Stats()
 		sum.Polls += st.Polls
 		sum.PollFailures += st.PollFailures
 		sum.Backoffs += st.Backoffs

@@ -53,7 +53,7 @@ func TestClusterFacts(t *testing.T) {
 	east, west := &roomRunner{out: "mixed|gpu:h100:2|gpu:h100:0(IDX:N/A)|\n--\n0\n"}, &roomRunner{out: "idle|gpu:h100:1|gpu:h100:0|\n--\n0\n"}
 	mk := func(name string, r remote.Runner) *cluster {
 		dd := &episode.Driver{Config: d.Config, ConfigPath: d.ConfigPath, Host: d.Host, Slurm: slurm.New(r), Ledger: d.Ledger}
-		return &cluster{Cluster: Cluster{Name: name, Driver: dd, Engine: dd.NewEngine(episode.EngineOptions{})}, up: true}
+		return &cluster{Cluster: DriverCluster(name, dd), up: true}
 	}
 	s.clusters = []*cluster{mk("east", east), mk("west", west)}
 
@@ -147,7 +147,7 @@ func TestDownAtStart(t *testing.T) {
 	preflightErr := map[string]error{"west": fmt.Errorf("stat /w: %w", remote.ErrConnectionLost), "north": fmt.Errorf("%w: runtime.images.eval /n/e.sif: no such file", ErrMisconfigured)}
 	mk := func(name string, r remote.Runner, downAtStart bool) *cluster {
 		dd := &episode.Driver{Config: d.Config, ConfigPath: d.ConfigPath, Host: d.Host, Slurm: slurm.New(r), Ledger: d.Ledger}
-		c := Cluster{Name: name, Driver: dd, Engine: dd.NewEngine(episode.EngineOptions{})}
+		c := DriverCluster(name, dd)
 		if downAtStart {
 			c.Down = errors.New("dial tcp: connection refused")
 			c.Preflight = func(context.Context) error { preflights[name]++; return preflightErr[name] }
@@ -239,7 +239,7 @@ func TestFollowWithoutGoroutine(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before+10 {
 		t.Errorf("%d goroutines after following %d runs, %d before: want none per run", n, rows, before)
 	}
-	if !s.opt.Engine.Following(e.Episode) {
+	if !s.clusters[0].Follower.Following(e.Episode) {
 		t.Fatal("the engine does not follow the episode")
 	}
 	s.Shutdown()

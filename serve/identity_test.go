@@ -182,7 +182,7 @@ func TestIdentityRule(t *testing.T) {
 	t.Run("the window counts from serve's start when later", func(t *testing.T) {
 		rw, k, e := final(scored)
 		advance(5 * time.Hour) // serve was down meanwhile
-		s2, err := New(Options{Driver: d, Engine: s.opt.Engine, Concurrency: 1, Now: now, ResendWindow: time.Hour})
+		s2, err := New(Options{Clusters: s.opt.Clusters, Ledger: d.Ledger, ConfigPath: d.ConfigPath, Config: d.Config, Concurrency: 1, Now: now, ResendWindow: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +210,9 @@ func TestIdentityRule(t *testing.T) {
 		cfg := *d.Config
 		cfg.PolicyModel.Model = "checkpoint-2"
 		d2 := &episode.Driver{Config: &cfg, ConfigPath: d.ConfigPath, Host: d.Host, Slurm: d.Slurm, Ledger: d.Ledger}
-		s2, err := New(Options{Driver: d2, Engine: s.opt.Engine, Concurrency: 1, Now: now})
+		c := DriverCluster("", d2)
+		c.Follower = s.opt.Clusters[0].Follower
+		s2, err := New(Options{Clusters: []Cluster{c}, Ledger: d2.Ledger, ConfigPath: d2.ConfigPath, Config: d2.Config, Concurrency: 1, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}

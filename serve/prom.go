@@ -287,7 +287,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		if cl.Name == "" {
 			continue
 		}
-		cst := cl.Engine.Stats()
+		cst := cl.Follower.Stats()
 		cl.mu.Lock()
 		up, inFlight, placed, room, known, wait, run := cl.up, cl.inFlight, cl.placed, cl.room, cl.known, cl.wait, cl.run
 		cl.mu.Unlock()

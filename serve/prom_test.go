@@ -61,14 +61,16 @@ var wantSeries = map[string]struct {
 
 // metricsServer is a server with something in every series: an episode
 // followed, one ended (scored, its three stages timed), answers, an
-// attach, the connection's counters.
-func metricsServer(t *testing.T, opt Options) (*Server, *ledger.Entry) {
+// attach, the connection's counters (ops: the operations counted, nil for
+// a few of each kind).
+func metricsServer(t *testing.T, opt Options, ops func() map[string]int64) (*Server, *ledger.Entry) {
 	t.Helper()
-	opt.Reconnects = func() int64 { return 2 }
-	if opt.RemoteOps == nil {
-		opt.RemoteOps = func() map[string]int64 { return map[string]int64{"run sacct": 7, "run sbatch": 3, "stat": 2} }
+	if ops == nil {
+		ops = func() map[string]int64 { return map[string]int64{"run sacct": 7, "run sbatch": 3, "stat": 2} }
 	}
-	s, d := newTestServer(t, opt)
+	s, d := newTestServer(t, opt, func(c *Cluster) {
+		c.Reconnects, c.RemoteOps = func() int64 { return 2 }, ops
+	})
 	s.rows = func() []episode.Row {
 		return []episode.Row{{Episode: "ep-a", Stage: stages.Train, State: "RUNNING"}, {Episode: "ep-b", Stage: stages.Train, State: "RUNNING"},
 			{Episode: "ep-c", Stage: stages.Author, State: "PENDING"}}
@@ -135,7 +137,7 @@ func scrape(t *testing.T, s *Server, hdr ...string) (string, map[string]*dto.Met
 }
 
 func TestMetricsExposition(t *testing.T) {
-	s, _ := metricsServer(t, Options{Token: "tok-metrics"})
+	s, _ := metricsServer(t, Options{Token: "tok-metrics"}, nil)
 	body, mfs := scrape(t, s, "Authorization", "Bearer tok-metrics")
 	for name, want := range wantSeries {
 		mf := mfs[name]
@@ -208,7 +210,7 @@ func TestMetricsExposition(t *testing.T) {
 // The histograms are observed once per episode, when it ends, with the
 // times its entry and outcome carry; their buckets fit hours-long stages.
 func TestMetricsHistograms(t *testing.T) {
-	s, _ := metricsServer(t, Options{})
+	s, _ := metricsServer(t, Options{}, nil)
 	_, mfs := scrape(t, s)
 	hist := func(name string, labels ...string) *dto.Histogram {
 		t.Helper()
@@ -310,9 +312,9 @@ func TestMetricsUnknownTimes(t *testing.T) {
 // A secret that reaches a label value (here a program name) is redacted,
 // and the exposition still parses.
 func TestMetricsRedacted(t *testing.T) {
-	s, _ := metricsServer(t, Options{Token: "tok-redact-me", RemoteOps: func() map[string]int64 {
+	s, _ := metricsServer(t, Options{Token: "tok-redact-me"}, func() map[string]int64 {
 		return map[string]int64{"run " + testKey: 1, "open tok-redact-me": 1}
-	}})
+	})
 	body, mfs := scrape(t, s, "Authorization", "Bearer tok-redact-me")
 	if strings.Contains(body, testKey) || strings.Contains(body, "tok-redact-me") {
 		t.Fatalf("a secret leaked:\n%s", body)
@@ -340,14 +342,14 @@ func TestMetricsPollHistogram(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.opt.Engine.Run(ctx) }()
+	go func() { done <- s.clusters[0].Follower.Run(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("engine: %v", err)
 		}
 	}()
-	s.opt.Engine.Follow(e, nil)
+	s.clusters[0].Follower.Recover(e, nil, func(*ledger.Entry) {})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, mfs := scrape(t, s)
@@ -375,7 +377,7 @@ func TestMetricsPromtool(t *testing.T) {
 		err = fmt.Errorf("%w (apt-get install prometheus)", err)
 	}
 	labtest.Need(t, "promtool", err)
-	s, _ := metricsServer(t, Options{})
+	s, _ := metricsServer(t, Options{}, nil)
 	body, _ := scrape(t, s)
 	cmd := exec.Command(tool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)

@@ -135,11 +135,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key str
 		if o.InnerSteps != nil {
 			resp.InnerSteps = *o.InnerSteps
 		}
-		d := s.d
+		run := s.clusters[0].Runner
 		if c := s.clusterOf(final); c != nil {
-			d = c.Driver // the files are on the episode's cluster
+			run = c.Runner // the files are on the episode's cluster
 		}
-		response, patch, problems, rerr := d.AuthorFiles(r.Context(), final)
+		response, patch, problems, rerr := run.AuthorFiles(r.Context(), final)
 		if rerr != nil {
 			s.logf("%s: reading the author's files: %v", final.Episode, rerr)
 		}
@@ -235,7 +235,7 @@ func (s *Server) dataError(w http.ResponseWriter, body []byte, rw *row, rerr *re
 const OutcomeDataError = rules.ReasonDataError
 
 func (s *Server) isolation() string {
-	if s.d.Config.Runtime.Kind == configs.RuntimeNone {
+	if s.opt.Config.Runtime.Kind == configs.RuntimeNone {
 		return configs.RuntimeNone
 	}
 	return "apptainer"
@@ -257,7 +257,7 @@ func (s *Server) placeholderResponse(ep string) json.RawMessage {
 	}
 	b, _ := json.Marshal(map[string]any{
 		"id": id, "object": "response", "created_at": time.Now().Unix(), "status": "incomplete",
-		"model": s.d.Config.PolicyModel.Model, "output": []any{}, "parallel_tool_calls": false,
+		"model": s.opt.Config.PolicyModel.Model, "output": []any{}, "parallel_tool_calls": false,
 		"tool_choice": "auto", "tools": []any{},
 	})
 	return b

@@ -28,8 +28,9 @@ import (
 const testKey = "sk-live-serve-test-0123456789"
 
 // newTestServer is a server on this machine (remote.Local) with its own
-// ledger; nothing it is given can reach Slurm unless a test submits.
-func newTestServer(t *testing.T, opt Options) (*Server, *episode.Driver) {
+// ledger; nothing it is given can reach Slurm unless a test submits. with
+// changes its one cluster.
+func newTestServer(t *testing.T, opt Options, with ...func(*Cluster)) (*Server, *episode.Driver) {
 	t.Helper()
 	data, err := configs.Example("lab-none.yaml")
 	if err != nil {
@@ -46,7 +47,11 @@ func newTestServer(t *testing.T, opt Options) (*Server, *episode.Driver) {
 	}
 	host := remote.NewLocal()
 	d := &episode.Driver{Config: cfg, ConfigPath: "/nonexistent/serve-test.yaml", Host: host, Slurm: slurm.New(host), Ledger: lg}
-	opt.Driver, opt.Engine = d, d.NewEngine(episode.EngineOptions{})
+	c := DriverCluster("", d)
+	for _, f := range with {
+		f(&c)
+	}
+	opt.Clusters, opt.Ledger, opt.ConfigPath, opt.Config = []Cluster{c}, lg, d.ConfigPath, cfg
 	if opt.Concurrency == 0 {
 		opt.Concurrency = 1
 	}
@@ -542,9 +547,9 @@ func TestAggregateMetrics(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	s, d := newTestServer(t, Options{RemoteOps: func() map[string]int64 {
-		return map[string]int64{"run sacct": 7, "run sbatch": 3, "stat": 2}
-	}})
+	s, d := newTestServer(t, Options{}, func(c *Cluster) {
+		c.RemoteOps = func() map[string]int64 { return map[string]int64{"run sacct": 7, "run sbatch": 3, "stat": 2} }
+	})
 	e := finalEntry(t, d, rules.Outcome{Outcome: rules.PolicyFailure, Reward: f64(0), FailureReason: "no_patch"}, `{"id":"r"}`, "")
 	ru := &run{done: make(chan struct{})}
 	s.live[ru] = true

@@ -3,7 +3,7 @@
 // the row as one episode on the cluster (author → train → eval) and answers
 // with the episode's verified outcome in the fields of nemorl_env's
 // NeMoRLEnvResponse. All episodes share one connection to the cluster and
-// one watch loop (episode.Engine: one squeue per poll for every job in
+// one watch loop (episode.Follower: one squeue per poll for every job in
 // flight, sacct only for the jobs that left squeue).
 package serve
 
@@ -31,11 +31,14 @@ import (
 
 // Options configure a Server.
 type Options struct {
-	// Driver and Engine are the one cluster's; Clusters, when set, are
-	// several (Driver and Engine are then the first's).
-	Driver   *episode.Driver
-	Engine   *episode.Engine
+	// Clusters are the clusters behind serve: one for a config without
+	// clusters:, named "".
 	Clusters []Cluster
+	// Ledger, ConfigPath and Config are every cluster's: serve keeps one
+	// ledger of one config file (Config: its first cluster's view).
+	Ledger     *ledger.Ledger
+	ConfigPath string
+	Config     *configs.Config
 	// Concurrency bounds the episodes in flight (serve.concurrency).
 	Concurrency int
 	// Failures is serve.failures: "mask" (default) or "error".
@@ -48,12 +51,6 @@ type Options struct {
 	// Logf receives one line per event; nil discards them. Secrets are
 	// redacted before it sees a line.
 	Logf func(format string, args ...any)
-	// Reconnects counts the SSH connection's reconnections (metrics); nil
-	// when the cluster is this machine.
-	Reconnects func() int64
-	// RemoteOps counts the operations made on the cluster (remote.Counted:
-	// "run sacct", "stat", …), for metrics; nil: not exported.
-	RemoteOps func() map[string]int64
 	// ResendWindow is serve.resend_window: how long an outcome that never
 	// reached its caller waits for a re-send of its row (0: the default).
 	ResendWindow time.Duration
@@ -71,13 +68,10 @@ type Server struct {
 	// reaches its caller before its line reaches the answer log, and
 	// /aggregate_metrics waits for those lines (waitDeliveries).
 	delivering atomic.Int64
-	// d is the first cluster's driver: the ledger, the config path and the
-	// policy are every cluster's.
-	d        *episode.Driver
-	clusters []*cluster
-	keys     *keyStore
-	log      *answerLog
-	slots    *slots
+	clusters   []*cluster
+	keys       *keyStore
+	log        *answerLog
+	slots      *slots
 	// submitq feeds the submitter (one goroutine, started by New).
 	submitq *submitQueue
 	// started is when this server started: an undelivered outcome's
@@ -129,16 +123,10 @@ type run struct {
 // New returns a server; call Start to re-attach to the episodes a previous
 // server left running.
 func New(opt Options) (*Server, error) {
-	if len(opt.Clusters) > 0 {
-		opt.Driver, opt.Engine = opt.Clusters[0].Driver, opt.Clusters[0].Engine
-	}
-	if opt.Driver == nil || opt.Engine == nil {
-		return nil, errors.New("serve: a driver and an engine are required")
+	if len(opt.Clusters) == 0 || opt.Ledger == nil || opt.Config == nil {
+		return nil, errors.New("serve: a cluster, the ledger and the config are required")
 	}
 	clusters := opt.Clusters
-	if len(clusters) == 0 {
-		clusters = []Cluster{{Driver: opt.Driver, Engine: opt.Engine, RemoteOps: opt.RemoteOps, Reconnects: opt.Reconnects}}
-	}
 	if opt.Failures == "" {
 		opt.Failures = configs.ServeFailuresMask
 	}
@@ -148,26 +136,26 @@ func New(opt Options) (*Server, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	scope := Scope(opt.Driver.ConfigPath, opt.Driver.Config)
-	keys, err := openKeyStore(opt.Driver.Ledger.Dir, scope)
+	scope := Scope(opt.ConfigPath, opt.Config)
+	keys, err := openKeyStore(opt.Ledger.Dir, scope)
 	if err != nil {
 		return nil, err
 	}
-	log, err := openAnswerLog(opt.Driver.Ledger.Dir, scope)
+	log, err := openAnswerLog(opt.Ledger.Dir, scope)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opt: opt, d: opt.Driver, keys: keys, log: log, started: opt.Now(), slots: newSlots(opt.Concurrency),
+	s := &Server{opt: opt, keys: keys, log: log, started: opt.Now(), slots: newSlots(opt.Concurrency),
 		runs: map[string]*run{}, live: map[*run]bool{}, parked: map[*parked]bool{}, outcomes: map[[2]string]int64{}, answers: map[int]int64{}}
-	if k := opt.Driver.Config.PolicyModel.APIKey.Reveal(); k != "" {
+	if k := opt.Config.PolicyModel.APIKey.Reveal(); k != "" {
 		s.secret = append(s.secret, k)
 	}
 	if opt.Token != "" {
 		s.secret = append(s.secret, opt.Token)
 	}
 	for _, c := range clusters {
-		if c.Driver == nil || c.Engine == nil {
-			return nil, fmt.Errorf("serve: cluster %q: a driver and an engine are required", c.Name)
+		if c.Runner == nil || c.Follower == nil || c.Config == nil || c.Room == nil {
+			return nil, fmt.Errorf("serve: cluster %q: a runner, a follower, its config and its room are required", c.Name)
 		}
 		if c.Down != nil && len(clusters) == 1 {
 			return nil, fmt.Errorf("serve: the only cluster is down: %w", c.Down)
@@ -179,7 +167,7 @@ func New(opt Options) (*Server, error) {
 		return nil, err
 	}
 	for _, c := range s.clusters {
-		c.Engine.ObservePolls(func(took time.Duration, _ bool) { s.metrics.pollTime.Observe(took.Seconds()) })
+		c.Follower.ObservePolls(func(took time.Duration, _ bool) { s.metrics.pollTime.Observe(took.Seconds()) })
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.submitq = newSubmitQueue()
@@ -216,7 +204,7 @@ func (s *Server) redact(str string) string {
 // ledger (as resume does): their rows, re-sent, attach to them. They hold
 // slots until they end.
 func (s *Server) Start() error {
-	entries, err := s.d.Ledger.List()
+	entries, err := s.opt.Ledger.List()
 	if err != nil {
 		return err
 	}
@@ -229,7 +217,7 @@ func (s *Server) Start() error {
 		byEpisode[ep] = k
 	}
 	for _, e := range entries {
-		if e.Final() || e.ConfigPath != s.d.ConfigPath {
+		if e.Final() || e.ConfigPath != s.opt.ConfigPath {
 			continue
 		}
 		c := s.clusterOf(e)
@@ -412,7 +400,7 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *ledger.Entry, err 
 		}
 		if rec != nil {
 			ep := rec.Episode
-			e, err := s.d.Ledger.Load(ep)
+			e, err := s.opt.Ledger.Load(ep)
 			switch {
 			case errors.Is(err, ledger.ErrNotInLedger):
 				// Mapped, never submitted (a crash before the ledger entry).
@@ -495,7 +483,7 @@ func (s *Server) execute(ru *run) {
 
 // submitQueue gathers the rows whose slots were granted, so that a burst
 // (NeMo RL sends a whole step at once) is staged and submitted in batches
-// (episode.Driver.SubmitBatch: one command per MaxBatch episodes, two at
+// (episode.Runner.Submit: one command per MaxBatch episodes, two at
 // once) rather than one command per row.
 type submitQueue struct {
 	mu      sync.Mutex
@@ -525,7 +513,7 @@ func (q *submitQueue) take(n int) []*run {
 }
 
 // submitGather is how long the submitter waits after the first row of a
-// batch for others to join it; submitBatchMax bounds one SubmitBatch call.
+// batch for others to join it; submitBatchMax bounds one Runner.Submit call.
 const (
 	submitGather   = 20 * time.Millisecond
 	submitBatchMax = 4 * episode.MaxBatch
@@ -639,7 +627,7 @@ func (s *Server) submitOn(c *cluster, batch []*run) (again []*run) {
 		}
 		specs[i] = episode.Spec{ID: ru.episode, Prompt: prompt}
 	}
-	results := c.Driver.SubmitBatch(s.ctx, specs)
+	results := c.Runner.Submit(s.ctx, specs)
 	for i, r := range results {
 		ru := batch[i]
 		id := ru.episode
@@ -686,7 +674,7 @@ func (s *Server) follow(ru *run, e *ledger.Entry, lock *ledger.Lock) {
 	if c == nil {
 		c = s.clusterOf(e)
 	}
-	c.Engine.FollowFunc(e, lock, func(final *ledger.Entry) {
+	c.Follower.Recover(e, lock, func(final *ledger.Entry) {
 		c.ended(final)
 		s.slots.release()
 		s.end(ru, final, nil)

@@ -321,7 +321,7 @@ func (s *Server) redactFigures(f *report.Figures) {
 // counts too: the ledger does not say who created an entry.)
 func (s *Server) ofThisServe(e *ledger.Entry) (mine, settled bool) {
 	switch {
-	case e.ConfigPath != s.d.ConfigPath:
+	case e.ConfigPath != s.opt.ConfigPath:
 		return false, true
 	case !e.Final():
 		return true, false
@@ -367,7 +367,7 @@ func (u *ui) entry(id string) (*ledger.Entry, error) {
 	if e, ok := u.known[id]; ok {
 		return e, nil
 	}
-	e, err := u.s.d.Ledger.Load(id)
+	e, err := u.s.opt.Ledger.Load(id)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +397,7 @@ func (u *ui) forget(ids []string) {
 // ledgerIDs lists the episodes of the ledger (the directory of its entry
 // files), without reading them.
 func (u *ui) ledgerIDs() ([]string, error) {
-	dir := filepath.Dir(u.s.d.Ledger.Path("ep-0"))
+	dir := filepath.Dir(u.s.opt.Ledger.Path("ep-0"))
 	des, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
