@@ -5,6 +5,10 @@ BIN := bin/nemorl-slurm
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nemorl/nemorl-slurm/cli.Version=$(VERSION)
 FUZZTIME ?= 20s
+# Test packages run at once, and tests (t.Parallel) at once per package:
+# above a 2-core machine's default of 2, as the lab tests mostly wait.
+TEST_P ?= 4
+TEST_PARALLEL ?= 8
 
 .PHONY: help build test unit vet shellcheck demo lab-up lab-down lab-status fuzz bench clean
 
@@ -19,9 +23,11 @@ test: lab-up shellcheck ## install and start the lab, then shellcheck, gofmt, ve
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	@# Every package's time, slowest first, after the run (the CI log's
-	@# answer to "what made it slow").
+	@# answer to "what made it slow"). The lab tests mostly wait (on Slurm,
+	@# sacct's lag, the lab lock), not compute: more of them at once than
+	@# the machine's cores (-parallel, -p) is what keeps the run short.
 	@log=$$(mktemp); set -o pipefail; \
-	  NEMORL_REQUIRE_LAB=1 $(GO) test -race -count=1 -timeout 40m ./... 2>&1 | tee "$$log"; rc=$$?; \
+	  NEMORL_REQUIRE_LAB=1 $(GO) test -race -count=1 -timeout 40m -p $(TEST_P) -parallel $(TEST_PARALLEL) ./... 2>&1 | tee "$$log"; rc=$$?; \
 	  echo "package times, slowest first:"; \
 	  awk '($$1 == "ok" || $$1 == "FAIL") && $$3 ~ /s$$/ { t = $$3; sub(/s$$/, "", t); printf "%10.1f s  %s %s\n", t, $$1, $$2 }' "$$log" | sort -rn; \
 	  rm -f "$$log"; exit $$rc

@@ -35,6 +35,7 @@ const (
 
 // TestAuthorLab runs the real author stage's cases on the lab.
 func TestAuthorLab(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	lab := labtest.Env(t)
 	labtest.UseLab(t)
 	requireStandIns(t)

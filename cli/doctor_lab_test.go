@@ -13,6 +13,7 @@ import (
 // TestDoctorLab: doctor passes on the lab's config, and each broken config
 // fails the check it breaks, with a fix.
 func TestDoctorLab(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	x := newLabCLI(t)
 	lab := x.lab
 	state := t.TempDir()

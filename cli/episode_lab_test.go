@@ -61,6 +61,7 @@ const (
 // binary, checks the installed stand-ins and holds the lab lock (shared)
 // until all of its parallel subtests have ended.
 func TestEpisodeLab(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	lab := labtest.Env(t)
 	labtest.UseLab(t) // held until the parallel subtests below are done
 	requireStandIns(t)

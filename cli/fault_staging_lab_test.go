@@ -15,6 +15,7 @@ import (
 // directory, nothing is submitted, and the ledger keeps an entry that
 // resume finishes once the directory is writable again.
 func TestStagingUnwritable(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	x := newLabCLI(t)
 	requireStandIns(t)
 	// The test's workdir, made by root: the lab user cannot write in it.

@@ -16,6 +16,7 @@ import (
 )
 
 func TestOperatorLab(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	x := newLabCLI(t)
 	requireStandIns(t)
 	lab := x.lab

@@ -20,6 +20,7 @@ import (
 )
 
 func TestReportLab(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	x := newLabCLI(t)
 	requireStandIns(t)
 	requireChromium(t)

@@ -52,6 +52,7 @@ func readmeGymRecipe(t *testing.T) map[string]string {
 }
 
 func TestServeGymLab(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	x := newLabCLI(t)
 	requireStandIns(t)
 	recipe := readmeGymRecipe(t)

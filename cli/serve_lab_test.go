@@ -34,6 +34,7 @@ import (
 const serveConcurrency = 4
 
 func TestServeLab(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	x := newLabCLI(t)
 	requireStandIns(t)
 	// Gym's head server stands in this process: serve reads the policy

@@ -15,6 +15,7 @@ import (
 // episode open (login nodes often allow 1,024): its descriptors stay below
 // 64 while it owns all 200. The authors sleep, so the watch only polls.
 func TestWatchManyEpisodesFewFiles(t *testing.T) {
+	t.Parallel() // with the package's other shared-lab tests, after its LockLab ones
 	x := newLabCLI(t)
 	requireStandIns(t)
 	data := strings.Replace(x.base, "command: ["+labStandIns+"/author]", "command: [/bin/sleep, \"900\"]", 1)
