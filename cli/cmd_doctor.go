@@ -111,7 +111,47 @@ func (e *env) doctor(c *ucli.Context) error {
 		return strings.TrimSpace(string(res.Stdout)), remote.TrimStderr(res.Stderr), err
 	}
 
-	// Slurm's commands.
+	checkSlurm(run, add)
+	cl := cfg.Cluster
+	checkPartition(run, cl, add)
+	checkWorkdir(run, cl, add)
+	rt := cfg.Runtime
+	checkImages(run, rt, c.Bool("skip-digests"), add)
+
+	// The isolation guard, where the jobs run.
+	switch {
+	case rt.Kind == configs.RuntimeNone:
+		add("isolation", "skip", "runtime.kind none: no containers, no guard (lab only)", "")
+	case c.Bool("skip-guard"):
+		add("isolation", "skip", "--skip-guard", "")
+	default:
+		e.doctorGuard(ctx, run, cfg, add)
+	}
+
+	// The policy endpoint, from a compute node.
+	switch {
+	case len(cfg.Stages.Author.Command) > 0:
+		add("policy endpoint", "skip", "stages.author.command replaces the author payload; it calls no policy", "")
+	case c.Bool("skip-endpoint"):
+		add("policy endpoint", "skip", "--skip-endpoint", "")
+	case len(cfg.PolicyModel.BaseURL) == 0:
+		add("policy endpoint", "skip", "serve.gym_head gives it when serve starts", "")
+	default:
+		for _, u := range cfg.PolicyModel.BaseURL {
+			e.doctorEndpoint(ctx, run, cfg, u, add)
+		}
+	}
+	return e.doctorReport(c, checks)
+}
+
+// doctorRun runs a command on the cluster: its trimmed stdout and stderr.
+type doctorRun func(argv ...string) (stdout, stderr string, err error)
+
+// doctorAdd records one check.
+type doctorAdd func(name, status, detail, fix string)
+
+// checkSlurm checks Slurm's commands and accounting.
+func checkSlurm(run doctorRun, add doctorAdd) {
 	out, _, _ := run("sh", "-c", doctorSlurmCommands)
 	if out != "" {
 		add("slurm commands", "fail", "not on the PATH of a non-interactive login: "+strings.Join(strings.Fields(out), ", "), "load Slurm in ~/.bashrc for non-interactive shells (module load slurm), or run nemorl-slurm on a login node")
@@ -123,9 +163,10 @@ func (e *env) doctor(c *ucli.Context) error {
 	} else {
 		add("accounting", "ok", "sacct answers", "")
 	}
+}
 
-	// Partition, GRES, account and QOS.
-	cl := cfg.Cluster
+// checkPartition checks cluster.partition, its GRES, account and QOS.
+func checkPartition(run doctorRun, cl configs.Cluster, add doctorAdd) {
 	parts, stderr, err := run("sinfo", "-h", "-p", cl.Partition, "-o", "%P|%G|%a")
 	switch {
 	case err != nil:
@@ -166,8 +207,10 @@ func (e *env) doctor(c *ucli.Context) error {
 			}
 		}
 	}
+}
 
-	// The workdir.
+// checkWorkdir checks that cluster.workdir is writable, and its room.
+func checkWorkdir(run doctorRun, cl configs.Cluster, add doctorAdd) {
 	free, stderr, err := run("sh", "-c", doctorWorkdir, "sh", cl.Workdir)
 	kb, perr := strconv.ParseInt(free, 10, 64)
 	switch {
@@ -180,9 +223,11 @@ func (e *env) doctor(c *ucli.Context) error {
 	default:
 		add("workdir", "ok", fmt.Sprintf("%s is writable, %.0f GiB free", cl.Workdir, float64(kb)/(1<<20)), "")
 	}
+}
 
-	// The images and their digests.
-	rt := cfg.Runtime
+// checkImages checks the runtime and the stages' images and their
+// pinned digests (skipDigests: readable only).
+func checkImages(run doctorRun, rt configs.Runtime, skipDigests bool, add doctorAdd) {
 	if rt.Kind == configs.RuntimeNone {
 		add("images", "skip", "runtime.kind none: no images (lab only)", "")
 	} else {
@@ -197,7 +242,7 @@ func (e *env) doctor(c *ucli.Context) error {
 				add("image "+im.stage, "fail", fmt.Sprintf("%s %s: missing or unreadable on the cluster %s", key, im.path, stderr), "build it from apptainer/"+im.stage+".def and copy it there, or fix the path")
 				continue
 			}
-			if im.digest == "" || c.Bool("skip-digests") {
+			if im.digest == "" || skipDigests {
 				add("image "+im.stage, "ok", im.path+" is readable", "")
 				continue
 			}
@@ -213,31 +258,6 @@ func (e *env) doctor(c *ucli.Context) error {
 			}
 		}
 	}
-
-	// The isolation guard, where the jobs run.
-	switch {
-	case rt.Kind == configs.RuntimeNone:
-		add("isolation", "skip", "runtime.kind none: no containers, no guard (lab only)", "")
-	case c.Bool("skip-guard"):
-		add("isolation", "skip", "--skip-guard", "")
-	default:
-		e.doctorGuard(ctx, run, cfg, add)
-	}
-
-	// The policy endpoint, from a compute node.
-	switch {
-	case len(cfg.Stages.Author.Command) > 0:
-		add("policy endpoint", "skip", "stages.author.command replaces the author payload; it calls no policy", "")
-	case c.Bool("skip-endpoint"):
-		add("policy endpoint", "skip", "--skip-endpoint", "")
-	case len(cfg.PolicyModel.BaseURL) == 0:
-		add("policy endpoint", "skip", "serve.gym_head gives it when serve starts", "")
-	default:
-		for _, u := range cfg.PolicyModel.BaseURL {
-			e.doctorEndpoint(ctx, run, cfg, u, add)
-		}
-	}
-	return e.doctorReport(c, checks)
 }
 
 // The shell of doctor's checks on the login host, each one round trip:
