@@ -24,13 +24,19 @@ const (
 // (its sha256); a file that is absent or fails a check comes back nil, with
 // why in problems. err is a failure to reach the cluster.
 func (d *Driver) AuthorFiles(ctx context.Context, e *ledger.Entry) (response, patch []byte, problems []string, err error) {
+	return d.parts().collector.authorFiles(ctx, e)
+}
+
+// authorFiles is AuthorFiles: the response and the patch, each read
+// only when it passes its checks.
+func (c *collector) authorFiles(ctx context.Context, e *ledger.Entry) (response, patch []byte, problems []string, err error) {
 	var wantResp, wantPatch string
 	if e.Author != nil {
 		wantResp, wantPatch = e.Author.ResponseSHA256, e.Author.PatchSHA256
 	}
 	read := func(rel string, limit int64, want string) ([]byte, error) {
 		p := path.Join(e.Dir, rel)
-		fi, err := d.lstat(ctx, p)
+		fi, err := c.lstat(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -45,7 +51,7 @@ func (d *Driver) AuthorFiles(ctx context.Context, e *ledger.Entry) (response, pa
 			problems = append(problems, fmt.Sprintf("%s: %d bytes, over %d", rel, fi.Size, limit))
 			return nil, nil
 		}
-		b, err := d.Host.ReadTail(ctx, p, fi.Size) // never more than checked
+		b, err := c.host.ReadTail(ctx, p, fi.Size) // never more than checked
 		if err != nil {
 			return nil, fmt.Errorf("episode %s: read %s: %w", e.Episode, p, err)
 		}

@@ -108,16 +108,16 @@ func (f *fixture) classify() *rules.Outcome {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fa := f.d.facts(f.e, f.infos, nil)
+	fa := f.d.parts().collector.facts(f.e, f.infos, nil)
 	fa.Requeues = false // a node failure's end counts at once
-	dec, err := f.d.decide(ctx, f.e, fa)
+	dec, err := f.d.parts().collector.decide(ctx, f.e, fa)
 	if err != nil {
 		f.t.Fatalf("decide: %v", err)
 	}
 	if dec.Verdict == nil {
 		f.t.Fatalf("decide: no outcome (%+v)", dec)
 	}
-	return f.d.outcome(f.e, f.infos, dec.Verdict)
+	return f.d.parts().collector.outcome(f.e, f.infos, dec.Verdict)
 }
 
 // collectAuthor decides an episode whose author job ended: the outcome,
@@ -126,12 +126,12 @@ func (f *fixture) collectAuthor(ctx context.Context) (*rules.Outcome, error) {
 	f.e.Author = nil
 	delete(f.e.Jobs, stages.Train)
 	delete(f.e.Jobs, stages.Eval)
-	dec, err := f.d.decide(ctx, f.e, f.d.facts(f.e, f.infos, nil))
+	dec, err := f.d.parts().collector.decide(ctx, f.e, f.d.parts().collector.facts(f.e, f.infos, nil))
 	if err != nil || dec.Verdict != nil {
 		if err != nil {
 			return nil, err
 		}
-		return f.d.outcome(f.e, f.infos, dec.Verdict), nil
+		return f.d.parts().collector.outcome(f.e, f.infos, dec.Verdict), nil
 	}
 	f.e.Author = dec.AuthorVerified
 	return nil, nil

@@ -50,7 +50,7 @@ func BenchmarkCollect(b *testing.B) {
 		b.Run(ep.name+"/collect", func(b *testing.B) {
 			ops0, got0 := host.Counts()["run collect"], host.Received()
 			for b.Loop() {
-				out, err := d.readOutput(ctx, log, TailBytes)
+				out, err := d.parts().collector.readOutput(ctx, log, TailBytes)
 				if err != nil || len(out.lines) != 1 {
 					b.Fatalf("%+v %v", out, err)
 				}
@@ -68,7 +68,7 @@ func BenchmarkCollect(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				out, err := (&Driver{Host: ssh}).readOutput(ctx, log, TailBytes)
+				out, err := (&Driver{Host: ssh}).parts().collector.readOutput(ctx, log, TailBytes)
 				ssh.Close()
 				if err != nil || len(out.lines) != 1 {
 					b.Fatalf("%+v %v", out, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -18,6 +19,17 @@ import (
 // The engine gathers the facts of an episode (rules.Facts) and does what
 // rules.Decide says: it decides nothing itself.
 
+// collector gathers what rules.Decide asks for from the cluster: the
+// output files' records, the patch, the eval files, the queue, the
+// cluster user's uid; and reads the author's files for serve.
+type collector struct {
+	host    remote.Host
+	slurm   *slurm.Client
+	config  *configs.Config
+	now     func() time.Time // Driver.now: the Driver's clock at each call
+	account *account         // the cluster user, asked once
+}
+
 // TailBytes is how much of the end of a stage's output file the collector
 // reads. Every payload prints its record last, followed by one line of the
 // batch script.
@@ -25,9 +37,9 @@ const TailBytes = 1 << 20
 
 // facts are the episode's facts that need no cluster contact beyond the
 // poll's: the ledger's account and Slurm's account of its jobs.
-func (d *Driver) facts(e *ledger.Entry, infos map[string]slurm.JobInfo, waited map[string]time.Duration) *rules.Facts {
+func (c *collector) facts(e *ledger.Entry, infos map[string]slurm.JobInfo, waited map[string]time.Duration) *rules.Facts {
 	f := &rules.Facts{
-		Episode: e.Episode, Isolated: e.Isolation != configs.RuntimeNone, Requeues: d.Config == nil || !d.Config.Episodes.NoRequeue,
+		Episode: e.Episode, Isolated: e.Isolation != configs.RuntimeNone, Requeues: c.config == nil || !c.config.Episodes.NoRequeue,
 		Staged: e.Staged, CancelRequested: e.CancelRequested, CancelsIssued: e.CancelsIssued,
 		Jobs: map[stages.Stage]slurm.JobInfo{}, TimeLimits: map[stages.Stage]time.Duration{}, Submit: map[stages.Stage]rules.Submit{},
 		Waited: waited, Author: e.Author, EvalOutputChecked: e.EvalOutputChecked, Outputs: map[stages.Stage]rules.Output{},
@@ -49,23 +61,23 @@ func (d *Driver) facts(e *ledger.Entry, infos map[string]slurm.JobInfo, waited m
 
 // decide runs rules.Decide over f, gathering what it asks for, until it
 // decides.
-func (d *Driver) decide(ctx context.Context, e *ledger.Entry, f *rules.Facts) (rules.Decision, error) {
+func (c *collector) decide(ctx context.Context, e *ledger.Entry, f *rules.Facts) (rules.Decision, error) {
 	for {
 		dec := rules.Decide(f)
 		if dec.Need == 0 {
 			return dec, nil
 		}
-		if err := d.gather(ctx, e, f, dec.Need); err != nil {
+		if err := c.gather(ctx, e, f, dec.Need); err != nil {
 			return dec, err
 		}
 	}
 }
 
 // gather adds the facts Decide asked for.
-func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, need rules.Need) error {
+func (c *collector) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, need rules.Need) error {
 	for _, s := range stages.All {
 		if need&rules.NeedOutput(s) != 0 {
-			o, err := d.scan(ctx, e, s)
+			o, err := c.scan(ctx, e, s)
 			if err != nil {
 				return err
 			}
@@ -73,7 +85,7 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 		}
 	}
 	if need&rules.NeedPatch != 0 {
-		p, err := d.patch(ctx, e, f)
+		p, err := c.patch(ctx, e, f)
 		if err != nil {
 			return err
 		}
@@ -86,10 +98,10 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			ef.Dir, dirErr = d.lstat(ctx, ef.DirPath)
+			ef.Dir, dirErr = c.lstat(ctx, ef.DirPath)
 		}()
 		var err error
-		ef.Out, err = d.lstat(ctx, ef.OutPath)
+		ef.Out, err = c.lstat(ctx, ef.OutPath)
 		<-done
 		if err = errors.Join(dirErr, err); err != nil {
 			return fmt.Errorf("episode %s: %w", e.Episode, err)
@@ -101,7 +113,7 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 		for _, j := range f.Jobs {
 			ids = append(ids, j.ID)
 		}
-		q, err := d.Slurm.Queue(ctx, ids)
+		q, err := c.slurm.Queue(ctx, ids)
 		if err != nil {
 			return fmt.Errorf("episode %s: %w", e.Episode, err)
 		}
@@ -113,7 +125,7 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 		}
 	}
 	if need&rules.NeedUID != 0 {
-		_, uid, err := d.clusterUser(ctx)
+		_, uid, err := c.account.clusterUser(ctx)
 		if err != nil {
 			return err
 		}
@@ -126,9 +138,9 @@ func (d *Driver) gather(ctx context.Context, e *ledger.Entry, f *rules.Facts, ne
 // TailBytes, filtered where it lies (readOutput: one command, the change
 // time included). A missing file is a missing record. An error means the
 // file could not be read (try again later).
-func (d *Driver) scan(ctx context.Context, e *ledger.Entry, stage stages.Stage) (rules.Output, error) {
+func (c *collector) scan(ctx context.Context, e *ledger.Entry, stage stages.Stage) (rules.Output, error) {
 	p := path.Join(e.Dir, stages.Output(stage))
-	out, err := d.readOutput(ctx, p, TailBytes, true)
+	out, err := c.readOutput(ctx, p, TailBytes, true)
 	if err != nil {
 		return rules.Output{}, fmt.Errorf("episode %s: %s output: %w", e.Episode, stage, err)
 	}
@@ -155,16 +167,16 @@ func (d *Driver) scan(ctx context.Context, e *ledger.Entry, stage stages.Stage) 
 // regular file of the size the author record gives, within
 // stages.MaxPatchBytes: never more than the size checked (the file could
 // change).
-func (d *Driver) patch(ctx context.Context, e *ledger.Entry, f *rules.Facts) (*rules.Patch, error) {
+func (c *collector) patch(ctx context.Context, e *ledger.Entry, f *rules.Facts) (*rules.Patch, error) {
 	p := &rules.Patch{Path: path.Join(e.Dir, stages.PatchFile)}
-	fi, err := d.lstat(ctx, p.Path)
+	fi, err := c.lstat(ctx, p.Path)
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", e.Episode, err)
 	}
 	p.File = fi
 	a, _ := f.Outputs[stages.Author].Record.(*record.Author)
 	if a != nil && fi.Regular() && fi.Size == a.PatchBytes && fi.Size <= stages.MaxPatchBytes && fi.Size > 0 {
-		if p.Data, err = d.Host.ReadTail(ctx, p.Path, fi.Size); err != nil {
+		if p.Data, err = c.host.ReadTail(ctx, p.Path, fi.Size); err != nil {
 			return nil, fmt.Errorf("episode %s: read %s: %w", e.Episode, p.Path, err)
 		}
 	}
@@ -173,15 +185,15 @@ func (d *Driver) patch(ctx context.Context, e *ledger.Entry, f *rules.Facts) (*r
 
 // outcome is the outcome of verdict v: what every outcome carries (the
 // jobs, the attempts, the patch), and what v decided.
-func (d *Driver) outcome(e *ledger.Entry, infos map[string]slurm.JobInfo, v *rules.Verdict) *rules.Outcome {
-	o := d.base(e, infos)
+func (c *collector) outcome(e *ledger.Entry, infos map[string]slurm.JobInfo, v *rules.Verdict) *rules.Outcome {
+	o := c.base(e, infos)
 	v.Apply(o)
 	return o
 }
 
 // base is an outcome with what every outcome carries.
-func (d *Driver) base(e *ledger.Entry, infos map[string]slurm.JobInfo) *rules.Outcome {
-	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[stages.Stage]rules.JobSummary{}, Decided: d.now().UTC()}
+func (c *collector) base(e *ledger.Entry, infos map[string]slurm.JobInfo) *rules.Outcome {
+	o := &rules.Outcome{Episode: e.Episode, Isolation: e.Isolation, Dir: e.Dir, Jobs: map[stages.Stage]rules.JobSummary{}, Decided: c.now().UTC()}
 	for _, s := range stages.All {
 		if id := e.JobID(s); id != "" {
 			j, ok := infos[id]

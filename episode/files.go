@@ -42,8 +42,8 @@ func (f fileInfo) Regular() bool {
 // lstat inspects p on the cluster without following a symlink: one SFTP
 // request. It gives the type and size, not the change time (SFTP has
 // none); readOutput does. A missing file is not an error.
-func (d *Driver) lstat(ctx context.Context, p string) (rules.File, error) {
-	fi, err := d.Host.Lstat(ctx, p)
+func (c *collector) lstat(ctx context.Context, p string) (rules.File, error) {
+	fi, err := c.host.Lstat(ctx, p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return rules.File{}, nil
 	}
@@ -136,13 +136,13 @@ type outputTail struct {
 // readOutput inspects p and filters the last window bytes of it on the
 // cluster: one command (two round trips over SSH), a few hundred bytes
 // back for a normal log.
-func (d *Driver) readOutput(ctx context.Context, p string, window int64, findings ...bool) (*outputTail, error) {
+func (c *collector) readOutput(ctx context.Context, p string, window int64, findings ...bool) (*outputTail, error) {
 	argv := []string{"sh", "-c", collectScript, "sh", p, strconv.FormatInt(window, 10)}
 	if len(findings) > 0 && findings[0] {
 		argv = append(argv, "findings")
 	}
 	cmd := remote.Command{Argv: argv, Idempotent: true, Label: "collect"}
-	res, err := d.Host.Run(ctx, cmd)
+	res, err := c.host.Run(ctx, cmd)
 	if err != nil {
 		if res != nil {
 			return nil, fmt.Errorf("inspect %s: %w (%s)", p, err, remote.TrimStderr(res.Stderr))

@@ -59,7 +59,7 @@ func TestReadOutputMatchesScanTail(t *testing.T) {
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out, err := d.readOutput(ctx, p, window)
+		out, err := d.parts().collector.readOutput(ctx, p, window)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -129,12 +129,12 @@ func TestReadOutputPlanted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]string{fifo: "fifo", link: "symbolic link", sub: "directory"} {
-		out, err := d.readOutput(ctx, p, TailBytes)
+		out, err := d.parts().collector.readOutput(ctx, p, TailBytes)
 		if err != nil || out.fi.Type != want || out.fi.Regular() || out.lines != nil {
 			t.Errorf("%s: %+v %v, want a %s, not read", p, out, err, want)
 		}
 	}
-	out, err := d.readOutput(ctx, filepath.Join(dir, "absent"), TailBytes)
+	out, err := d.parts().collector.readOutput(ctx, filepath.Join(dir, "absent"), TailBytes)
 	if err != nil || out.fi.Exists {
 		t.Errorf("absent: %+v %v", out, err)
 	}
@@ -189,7 +189,7 @@ func (c cannedRun) Run(context.Context, remote.Command) (*remote.Result, error) 
 func TestScanReplacedIsPlanted(t *testing.T) {
 	d := &Driver{Host: cannedRun{Host: remote.NewLocal(), out: "nemorl-collect lstat regular file|10|1700000000|7|1\nnemorl-collect replaced\n"}}
 	e := &ledger.Entry{Episode: "ep-r", Dir: t.TempDir(), Isolation: "apptainer"}
-	o, err := d.scan(context.Background(), e, stages.Train)
+	o, err := d.parts().collector.scan(context.Background(), e, stages.Train)
 	if err != nil || !o.Replaced || o.Record != nil || o.RecordErr != nil {
 		t.Fatalf("scan of a replaced output: %+v, %v", o, err)
 	}
@@ -214,7 +214,7 @@ func TestGuardFindingsInDetail(t *testing.T) {
 	if err := os.WriteFile(p, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o, err := d.scan(ctx, e, stages.Train)
+	o, err := d.parts().collector.scan(ctx, e, stages.Train)
 	f := o.Findings
 	if err != nil || len(f) != 3 || !strings.HasPrefix(f[0], "mount point /run/munge ") || !strings.Contains(f[0], "cause: a site bind") || !strings.HasPrefix(f[1], "unix socket /tmp/x.sock") {
 		t.Fatalf("findings %q, %v", f, err)
@@ -224,7 +224,7 @@ func TestGuardFindingsInDetail(t *testing.T) {
 	}
 	// The records of the same file are what they were: findings never
 	// reach the record parser.
-	out, err := d.readOutput(ctx, p, TailBytes, true)
+	out, err := d.parts().collector.readOutput(ctx, p, TailBytes, true)
 	if err != nil || len(out.lines) != 1 || !strings.HasPrefix(string(out.lines[0].Body), "NEMORL_ENV_TRAIN_RESULT=") {
 		t.Errorf("records with findings: %v %+v", err, out)
 	}

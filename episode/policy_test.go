@@ -13,7 +13,7 @@ func TestPickPolicyBaseURL(t *testing.T) {
 	count := map[string]int{}
 	prev := ""
 	for range 30 {
-		u := d.pickPolicyBaseURL()
+		u := d.parts().stager.pickPolicyBaseURL()
 		if u == prev {
 			t.Fatalf("%s twice in a row", u)
 		}
@@ -26,7 +26,7 @@ func TestPickPolicyBaseURL(t *testing.T) {
 		}
 	}
 	one := &Driver{Config: &configs.Config{PolicyModel: configs.PolicyModel{BaseURL: urls[:1]}}}
-	if got := one.pickPolicyBaseURL(); got != urls[0] {
+	if got := one.parts().stager.pickPolicyBaseURL(); got != urls[0] {
 		t.Errorf("one endpoint: %q", got)
 	}
 }

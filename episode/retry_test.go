@@ -96,14 +96,14 @@ func TestRetryTrain(t *testing.T) {
 	}
 
 	// The manifest on the cluster lists the retired jobs too.
-	if m, err := d.manifest(got, ""); err != nil || !strings.Contains(string(m), `"retried":{"eval":["3"],"train":["2"]}`) {
+	if m, err := d.parts().stager.manifest(got, ""); err != nil || !strings.Contains(string(m), `"retried":{"eval":["3"],"train":["2"]}`) {
 		t.Errorf("manifest %s (%v): want the retired jobs", m, err)
 	}
 
 	// The next submission is attempt 2: its tag says so, it cancels the
 	// retired jobs first (a crash may have kept the first scancel from
 	// running), and it waits for the author again.
-	req := d.submitRequest(e, stages.Train, "1")
+	req := submitRequest(e, stages.Train, "1")
 	if req.Comment != stages.Comment(e.Episode, stages.Train)+":2" || req.Name != stages.JobName(e.Episode, stages.Train) {
 		t.Errorf("attempt 2's sbatch: comment %q, name %q", req.Comment, req.Name)
 	}

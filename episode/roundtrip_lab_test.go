@@ -74,7 +74,7 @@ func TestRoundTripsFar(t *testing.T) {
 		}
 	}
 	before, got0 := host.Counts(), host.Received()
-	out, err := d.scan(ctx, e, stages.Author)
+	out, err := d.parts().collector.scan(ctx, e, stages.Author)
 	if err != nil || out.RecordErr != nil {
 		t.Fatalf("scan: %v %v", err, out.RecordErr)
 	}

@@ -27,13 +27,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
+	"math/rand/v2"
+	"os"
 	"path"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/configs"
@@ -57,6 +59,149 @@ const jobIDMarker = "@NEMORL_JOB_ID@"
 // MaxBatch bounds the episodes staged by one command (the stream is built
 // in memory, about 100 KB per episode).
 const MaxBatch = 50
+
+// stager renders episodes' trees and manifests and puts them on the
+// cluster (batchScript; sbatch runs in the same command when the submitter
+// asks), checks the files the config names (preflight), and removes what
+// an episode leaves (its secrets, its directory).
+type stager struct {
+	host    remote.Host
+	config  *configs.Config
+	ledger  *ledger.Ledger
+	version string
+	// logf and now are the Driver's: they read its Logf and Now at each
+	// call.
+	logf func(format string, args ...any)
+	now  func() time.Time
+
+	policyOnce sync.Once
+	policyNext atomic.Uint64 // round-robin over policy_model.base_url
+}
+
+// preflight is Preflight: it checks the files of preflightChecks on the
+// cluster, one by one.
+func (sg *stager) preflight(ctx context.Context) error {
+	check := sg.preflightChecks()
+	keys := make([]string, 0, len(check))
+	for k := range check {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fi, err := sg.host.Stat(ctx, check[k])
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+			return &PreflightError{Key: k, Path: check[k], Host: sg.host.Name(), Err: err}
+		case err != nil:
+			return fmt.Errorf("preflight: %s %s: %w", k, check[k], err)
+		case fi.IsDir():
+			return &PreflightError{Key: k, Path: check[k], Host: sg.host.Name(), Err: errors.New("is a directory")}
+		}
+	}
+	return nil
+}
+
+// pickPolicyBaseURL spreads episodes over policy_model.base_url: round
+// robin within this process (serve, submit --count), from a random start
+// so that separate one-episode processes spread too.
+func (sg *stager) pickPolicyBaseURL() string {
+	urls := sg.config.PolicyModel.BaseURL
+	if len(urls) <= 1 {
+		return urls.First()
+	}
+	sg.policyOnce.Do(func() { sg.policyNext.Store(rand.Uint64()) })
+	return urls[sg.policyNext.Add(1)%uint64(len(urls))]
+}
+
+func (sg *stager) render(id string, prompt []byte, policyBaseURL string) (*templates.Tree, error) {
+	tree, err := templates.Render(sg.config, templates.Input{Episode: id, Prompt: prompt, Version: sg.version, PolicyBaseURL: policyBaseURL})
+	if err != nil {
+		return nil, fmt.Errorf("episode %s: %w", id, err)
+	}
+	return tree, nil
+}
+
+// stage puts the tree on the cluster in one command (stage.go): a
+// complete directory is left as it is; none is staged whole.
+func (sg *stager) stage(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
+	if err := sg.stageAgain(ctx, e, tree); err != nil {
+		return err
+	}
+	if e.Scripts == nil {
+		e.Scripts = scriptHashes(tree)
+	}
+	e.Staged = true
+	if err := sg.ledger.Save(e); err != nil {
+		return err
+	}
+	sg.logf("%s: staged %s on %s", e.Episode, e.Dir, sg.host.Name())
+	return nil
+}
+
+// restage stages an episode again after a crash before its staging was
+// complete, from the prompt the ledger kept.
+func (sg *stager) restage(ctx context.Context, e *ledger.Entry) error {
+	prompt, err := os.ReadFile(sg.ledger.PromptPath(e.Episode))
+	if err != nil {
+		return fmt.Errorf("episode %s: restage: %w", e.Episode, err)
+	}
+	tree, err := sg.render(e.Episode, prompt, e.PolicyBaseURL)
+	if err != nil {
+		return err
+	}
+	return sg.stage(ctx, e, tree)
+}
+
+// Manifest is WORKDIR/EPISODE/manifest.json: what was planned and submitted.
+type Manifest struct {
+	Episode      string                  `json:"episode"`
+	Created      time.Time               `json:"created"`
+	Version      string                  `json:"version"`
+	Host         string                  `json:"host"`
+	Dir          string                  `json:"dir"`
+	Isolation    string                  `json:"isolation"`
+	ConfigSHA256 string                  `json:"config_sha256"`
+	Images       map[stages.Stage]string `json:"images,omitempty"`
+	Digests      map[stages.Stage]string `json:"image_digests,omitempty"`
+	Scripts      map[stages.Stage]string `json:"scripts_sha256"`
+	Jobs         map[stages.Stage]string `json:"jobs"`
+	// Retried lists, by stage, the job ids of its earlier attempts.
+	Retried map[stages.Stage][]string `json:"retried,omitempty"`
+}
+
+// writeManifest (re)writes the manifest from the entry: at staging and
+// after every submission.
+func (sg *stager) writeManifest(ctx context.Context, e *ledger.Entry) error {
+	b, err := sg.manifest(e, "")
+	if err != nil {
+		return err
+	}
+	if err := sg.host.WriteFile(ctx, path.Join(e.Dir, ManifestFile), b, 0o600); err != nil {
+		return fmt.Errorf("episode %s: write %s: %w", e.Episode, ManifestFile, err)
+	}
+	return nil
+}
+
+// removeSecrets deletes the episode's secrets.env from the cluster, if it
+// is still there (the author job deletes it when it runs): when the episode
+// ends, whatever its outcome, and when a cancel is recorded. A failure is
+// logged, not fatal: clean removes the directory later.
+func (sg *stager) removeSecrets(ctx context.Context, e *ledger.Entry) {
+	p := path.Join(e.Dir, SecretsFile)
+	if err := sg.host.Remove(ctx, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		sg.logf("%s: could not remove %s: %v", e.Episode, p, err)
+	}
+}
+
+// removeTree removes an episode's directory on the cluster (rm -rf on one
+// file system, as clean does).
+func (sg *stager) removeTree(ctx context.Context, dir string) error {
+	if !path.IsAbs(dir) || path.Clean(dir) != dir || dir == "/" {
+		return fmt.Errorf("refusing to remove %q", dir)
+	}
+	_, err := sg.host.Run(ctx, remote.Command{Argv: []string{"rm", "-rf", "--one-file-system", "--", dir}, Idempotent: true, Label: "rm"})
+	return err
+}
 
 // batchScript stages episodes and submits their author jobs in one
 // command:
@@ -83,20 +228,11 @@ const MaxBatch = 50
 //go:embed scripts/batch.sh
 var batchScript string
 
-// submitScript: sh -c submitScript sh MANIFEST PRE POST SBATCH ARGV…:
-// sbatch, and the manifest rewritten in place with the new job id (PRE id
-// POST), in one command.
-//
-// It is scripts/submit.sh.
-//
-//go:embed scripts/submit.sh
-var submitScript string
-
 // preflightChecks maps config keys to the cluster files they name that the
 // jobs need: the three images (with a container runtime) and the stages'
 // replacement commands given by absolute path.
-func (d *Driver) preflightChecks() map[string]string {
-	cfg := d.Config
+func (sg *stager) preflightChecks() map[string]string {
+	cfg := sg.config
 	check := map[string]string{}
 	if cfg.Runtime.Kind != configs.RuntimeNone {
 		check["runtime.images.author"] = cfg.Runtime.Images.Author
@@ -146,10 +282,10 @@ func scriptTimeLimits(tree *templates.Tree) map[stages.Stage]int {
 }
 
 // secretsData is secrets.env: the only place the policy API key is written.
-func (d *Driver) secretsData(e *ledger.Entry) ([]byte, error) {
-	key := d.Config.PolicyModel.APIKey.Reveal()
+func (sg *stager) secretsData(e *ledger.Entry) ([]byte, error) {
+	key := sg.config.PolicyModel.APIKey.Reveal()
 	if key == "" {
-		return nil, fmt.Errorf("episode %s: policy_model.api_key: %s is not set in the environment: staging the episode needs the key", e.Episode, d.Config.SecretUnset)
+		return nil, fmt.Errorf("episode %s: policy_model.api_key: %s is not set in the environment: staging the episode needs the key", e.Episode, sg.config.SecretUnset)
 	}
 	if strings.ContainsAny(key, "\x00\r\n") {
 		return nil, fmt.Errorf("episode %s: policy_model.api_key holds a newline or NUL", e.Episode)
@@ -180,8 +316,8 @@ func lastLine(b []byte, prefix string) string {
 
 // manifestAround is the manifest with stage's job id pending, split
 // around where the id goes.
-func (d *Driver) manifestAround(e *ledger.Entry, stage stages.Stage) (pre, post string, err error) {
-	b, err := d.manifest(e, stage)
+func (sg *stager) manifestAround(e *ledger.Entry, stage stages.Stage) (pre, post string, err error) {
+	b, err := sg.manifest(e, stage)
 	if err != nil {
 		return "", "", err
 	}
@@ -195,10 +331,10 @@ func (d *Driver) manifestAround(e *ledger.Entry, stage stages.Stage) (pre, post 
 // manifest renders the manifest of e; pending, when set, is a stage whose
 // job id is not known yet: it appears as jobIDMarker for the script to
 // fill in.
-func (d *Driver) manifest(e *ledger.Entry, pending stages.Stage) ([]byte, error) {
-	rt := d.Config.Runtime
+func (sg *stager) manifest(e *ledger.Entry, pending stages.Stage) ([]byte, error) {
+	rt := sg.config.Runtime
 	m := Manifest{
-		Episode: e.Episode, Created: e.Created, Version: d.Version, Host: e.Host, Dir: e.Dir,
+		Episode: e.Episode, Created: e.Created, Version: sg.version, Host: e.Host, Dir: e.Dir,
 		Isolation: e.Isolation, ConfigSHA256: e.ConfigSHA256, Scripts: e.Scripts, Jobs: map[stages.Stage]string{},
 	}
 	if rt.Kind != configs.RuntimeNone {
@@ -231,19 +367,6 @@ func (d *Driver) manifest(e *ledger.Entry, pending stages.Stage) ([]byte, error)
 	return append(b, '\n'), nil
 }
 
-// Spec is one episode to submit: its id (empty: a new one) and prompt.
-type Spec struct {
-	ID     string
-	Prompt []byte
-}
-
-// Submitted is the result of one Spec: as Submit's three results.
-type Submitted struct {
-	Entry *ledger.Entry
-	Lock  *ledger.Lock
-	Err   error
-}
-
 // pending is an episode between its ledger entry and its command's end.
 type pending struct {
 	i    int
@@ -255,235 +378,6 @@ type pending struct {
 	created bool
 }
 
-// Submit submits several episodes as SubmitOne submits one, staging and
-// submitting up to MaxBatch of them per command. Each gets its own ledger
-// entry, written with the author's intent before the command runs, so a
-// crash at any point leaves every episode for resume (adopted or staged
-// again). A preflight refusal refuses them all; nothing of them stays.
-func (d *Driver) Submit(ctx context.Context, specs []Spec) []Submitted {
-	out := make([]Submitted, len(specs))
-	var ready []*pending
-	for i, s := range specs {
-		p, err := d.prepare(s)
-		if err != nil {
-			out[i] = Submitted{Entry: entryOf(p), Err: err}
-			continue
-		}
-		p.i = i
-		ready = append(ready, p)
-	}
-	// The ledger entries, each with its intent, on disk before anything
-	// runs on the cluster (in parallel: each is a few fsyncs).
-	d.parallel(ready, func(p *pending) error {
-		if err := d.Ledger.Create(p.e, specs[p.i].Prompt); err != nil {
-			return err
-		}
-		p.created = true
-		lock, ok, err := d.Ledger.TryLock(p.e.Episode)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("episode %s: another nemorl-slurm process holds it", p.e.Episode)
-		}
-		p.lock = lock
-		return nil
-	}, func(p *pending, err error) {
-		out[p.i] = Submitted{Err: err}
-		if p.created {
-			out[p.i].Entry = p.e // in the ledger: resume carries it on
-		}
-	})
-	var live []*pending
-	for _, p := range ready {
-		if out[p.i].Err == nil {
-			live = append(live, p)
-		}
-	}
-	// Two batches at once: one stages while the other's sbatch waits on
-	// slurmctld; one at a time under cluster.submit_rate, whose pace the
-	// batch script keeps.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 2)
-	if d.submitGate() != nil {
-		sem = make(chan struct{}, 1)
-	}
-	for len(live) > 0 {
-		n := min(len(live), MaxBatch)
-		batch := live[:n]
-		live = live[n:]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			d.runBatch(ctx, batch, out)
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-func entryOf(p *pending) *ledger.Entry {
-	if p == nil {
-		return nil
-	}
-	return p.e
-}
-
-// parallel runs f for every p, a few at once; fail receives each error.
-func (d *Driver) parallel(ps []*pending, f func(*pending) error, fail func(*pending, error)) {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	sem := make(chan struct{}, 8)
-	for _, p := range ps {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := f(p); err != nil {
-				mu.Lock()
-				fail(p, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// prepare renders one episode and makes its entry, with the author's
-// intent, in memory.
-func (d *Driver) prepare(s Spec) (*pending, error) {
-	id := s.ID
-	if id == "" {
-		id = stages.NewID(d.now())
-	}
-	if !stages.ValidEpisode(id) {
-		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ledger.ErrBadEpisodeID, id)
-	}
-	endpoint := d.pickPolicyBaseURL()
-	tree, err := d.render(id, s.Prompt, endpoint)
-	if err != nil {
-		return nil, err
-	}
-	now := d.now().UTC()
-	e := &ledger.Entry{
-		Episode: id, Created: now, ConfigPath: d.ConfigPath, ConfigSHA256: d.ConfigSHA256,
-		Host: d.Host.Name(), Cluster: d.Config.ClusterName, Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {Intent: now}},
-		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree), TimeLimitMinutes: scriptTimeLimits(tree),
-	}
-	if len(d.Labels) > 0 {
-		e.Labels = maps.Clone(d.Labels)
-	}
-	e.Overrides = slices.Clone(d.Overrides)
-	if _, err := d.secretsData(e); err != nil {
-		return nil, err
-	}
-	p := &pending{e: e, tree: tree, req: d.submitRequest(e, stages.Author, "")}
-	if _, err := slurm.SbatchArgs(p.req); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// runBatch stages and submits ps in one command and records each result.
-func (d *Driver) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
-	res, err := d.batchCommand(ctx, ps, "new", true)
-	var pe *PreflightError
-	for _, p := range ps {
-		r := res[p.e.Episode]
-		switch {
-		case errors.As(err, &pe) || (err == nil && r.exists):
-			// Refused before anything of it was written on the cluster.
-			if err == nil {
-				err1 := fmt.Errorf("episode %s %w: %s on %s; refusing to overwrite it", p.e.Episode, ledger.ErrEpisodeExists, p.e.Dir, d.Host.Name())
-				d.discard(p, out, err1)
-				continue
-			}
-			d.discard(p, out, err)
-		case err != nil && errors.Is(err, remote.ErrOutcomeUnknown):
-			// The command may have staged and submitted: look.
-			if adopted, aerr := d.adopt(ctx, p.e, stages.Author); aerr == nil && adopted {
-				p.e.Staged = true
-				d.settle(p, out, d.Ledger.Save(p.e))
-				continue
-			}
-			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
-		case err != nil:
-			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
-		case !r.staged:
-			d.settle(p, out, fmt.Errorf("episode %s: stage %s on %s: the directory could not be put in place", p.e.Episode, p.e.Dir, d.Host.Name()))
-		case r.sbatchErr != nil && d.DiscardNotCreated && slurm.SubmitNotCreated(r.sbatchErr):
-			// No job was made and the caller places the episode
-			// elsewhere: nothing of it stays, its staged directory
-			// neither (best effort: the id is not used here again).
-			if rerr := d.removeTree(ctx, p.e.Dir); rerr != nil {
-				d.logf("%s: removing %s on %s: %v", p.e.Episode, p.e.Dir, d.Host.Name(), rerr)
-			}
-			d.discard(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
-		case r.sbatchErr != nil:
-			p.e.Staged = true
-			if slurm.SubmitNotCreated(r.sbatchErr) {
-				delete(p.e.Jobs, stages.Author) // no job made: the retry submits without a look-up
-			}
-			if serr := d.Ledger.Save(p.e); serr != nil {
-				d.settle(p, out, serr)
-				continue
-			}
-			d.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
-		default:
-			sub := p.e.Jobs[stages.Author]
-			sub.JobID, sub.Submitted = r.job.JobID, d.now().UTC()
-			p.e.Staged = true
-			for _, w := range r.job.Warnings {
-				d.logf("%s: %s: sbatch: %s", p.e.Episode, stages.Author, w)
-			}
-			d.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, d.Host.Name(), stages.Author, r.job.JobID)
-			out[p.i] = Submitted{Entry: p.e}
-		}
-	}
-	// The job ids, on disk.
-	var saved []*pending
-	for _, p := range ps {
-		if out[p.i].Err == nil && out[p.i].Entry != nil {
-			saved = append(saved, p)
-		}
-	}
-	d.parallel(saved, func(p *pending) error { return d.Ledger.Save(p.e) }, func(p *pending, err error) { d.settle(p, out, err) })
-	for _, p := range saved {
-		if out[p.i].Err == nil {
-			out[p.i].Lock = p.lock
-		}
-	}
-}
-
-// settle ends p with err (nil: done), the entry kept for resume.
-func (d *Driver) settle(p *pending, out []Submitted, err error) {
-	if err == nil {
-		out[p.i] = Submitted{Entry: p.e, Lock: p.lock}
-		return
-	}
-	if p.lock != nil {
-		p.lock.Unlock()
-		p.lock = nil
-	}
-	out[p.i] = Submitted{Entry: p.e, Err: err}
-}
-
-// discard ends p with err: nothing of it reached the cluster, so its
-// ledger entry goes too.
-func (d *Driver) discard(p *pending, out []Submitted, err error) {
-	if derr := d.Ledger.Discard(p.e.Episode); derr != nil {
-		d.logf("%s: %v", p.e.Episode, derr)
-	}
-	if p.lock != nil {
-		p.lock.Unlock()
-		p.lock = nil
-	}
-	out[p.i] = Submitted{Err: err}
-}
-
 // batchResult is what batchScript said of one episode.
 type batchResult struct {
 	staged, exists bool
@@ -492,8 +386,9 @@ type batchResult struct {
 }
 
 // batchCommand runs batchScript for ps (mode "new" or "restage"), with the
-// authors' sbatch when submit is set, and parses what it printed.
-func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, submit bool) (map[string]*batchResult, error) {
+// authors' sbatch when submit is set, paced by g (cluster.submit_rate; nil:
+// no cap), and parses what it printed.
+func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode string, submit bool, g *pacer) (map[string]*batchResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -504,21 +399,19 @@ func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, s
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
 	gap := "0"
-	if submit {
-		if g := d.submitGate(); g != nil {
-			// The batch's sbatch are paced on the cluster, gap apart;
-			// their starts are taken here, so that train and eval
-			// submissions wait behind them.
-			if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), len(ps)))); err != nil {
-				return nil, err
-			}
-			defer func() { g.ranUntil(time.Now()) }()
-			gap = strconv.FormatFloat(g.gap.Seconds(), 'f', 3, 64)
+	if submit && g != nil {
+		// The batch's sbatch are paced on the cluster, gap apart;
+		// their starts are taken here, so that train and eval
+		// submissions wait behind them.
+		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), len(ps)))); err != nil {
+			return nil, err
 		}
+		defer func() { g.ranUntil(time.Now()) }()
+		gap = strconv.FormatFloat(g.gap.Seconds(), 'f', 3, 64)
 	}
 	argv := []string{"sh", "-c", batchScript, "sh", parent, mode, gap}
 	if mode == "new" {
-		checks := d.preflightChecks()
+		checks := sg.preflightChecks()
 		keys := make([]string, 0, len(checks))
 		for k := range checks {
 			keys = append(keys, k)
@@ -536,7 +429,7 @@ func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, s
 		if path.Dir(p.e.Dir) != parent {
 			return nil, fmt.Errorf("episode %s: %s is not in %s with the others of its batch", p.e.Episode, p.e.Dir, parent)
 		}
-		if err := d.addToBundle(tw, p.e, p.tree); err != nil {
+		if err := sg.addToBundle(tw, p.e, p.tree); err != nil {
 			return nil, err
 		}
 		argv = append(argv, p.e.Episode, p.req.Name, p.req.Comment, p.req.ScriptPath)
@@ -559,26 +452,26 @@ func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, s
 	if submit {
 		label = "stage+sbatch"
 	}
-	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Stdin: &buf, Label: label})
+	res, err := sg.host.Run(ctx, remote.Command{Argv: argv, Stdin: &buf, Label: label})
 	var ce *remote.CommandError
 	if errors.As(err, &ce) && res != nil {
 		switch ce.ExitStatus {
 		case stageExitPreflight:
 			f := strings.Split(strings.TrimSpace(lastLine(res.Stderr, "nemorl-stage: preflight\t")), "\t")
 			if len(f) == 3 {
-				return nil, &PreflightError{Key: f[0], Path: f[1], Host: d.Host.Name(), Err: preflightErr(f[2])}
+				return nil, &PreflightError{Key: f[0], Path: f[1], Host: sg.host.Name(), Err: preflightErr(f[2])}
 			}
 		case stageExitFailed:
-			return nil, fmt.Errorf("stage in %s on %s: %s", parent, d.Host.Name(), remote.TrimStderr(res.Stderr))
+			return nil, fmt.Errorf("stage in %s on %s: %s", parent, sg.host.Name(), remote.TrimStderr(res.Stderr))
 		}
-		return nil, fmt.Errorf("stage in %s on %s: exit status %d: %s", parent, d.Host.Name(), ce.ExitStatus, remote.TrimStderr(res.Stderr))
+		return nil, fmt.Errorf("stage in %s on %s: exit status %d: %s", parent, sg.host.Name(), ce.ExitStatus, remote.TrimStderr(res.Stderr))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stage in %s on %s: %w", parent, d.Host.Name(), err)
+		return nil, fmt.Errorf("stage in %s on %s: %w", parent, sg.host.Name(), err)
 	}
 	results, err := parseBatch(res.Stdout)
 	if err != nil {
-		return nil, fmt.Errorf("stage in %s on %s: %w", parent, d.Host.Name(), err)
+		return nil, fmt.Errorf("stage in %s on %s: %w", parent, sg.host.Name(), err)
 	}
 	for _, p := range ps {
 		r := results[p.e.Episode]
@@ -589,7 +482,7 @@ func (d *Driver) batchCommand(ctx context.Context, ps []*pending, mode string, s
 		if r.sbatchErr != nil {
 			var ce *remote.CommandError
 			if errors.As(r.sbatchErr, &ce) {
-				ce.Host = d.Host.Name()
+				ce.Host = sg.host.Name()
 				ce.Command = shell.Join(append(append(append([]string(nil), common...), "--job-name="+p.req.Name, "--comment="+p.req.Comment), p.req.ScriptPath))
 			}
 		}
@@ -665,23 +558,23 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 // addToBundle adds an episode's tree, secrets.env and manifest under
 // EP/…, and its manifest to be once the author's job id is known under
 // .next/EP.
-func (d *Driver) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.Tree) error {
-	secrets, err := d.secretsData(e)
+func (sg *stager) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.Tree) error {
+	secrets, err := sg.secretsData(e)
 	if err != nil {
 		return err
 	}
-	manifest, err := d.manifest(e, "")
+	manifest, err := sg.manifest(e, "")
 	if err != nil {
 		return err
 	}
-	next, err := d.manifest(e, stages.Author)
+	next, err := sg.manifest(e, stages.Author)
 	if err != nil {
 		return err
 	}
 	files := append([]templates.File(nil), tree.Files...)
 	files = append(files, templates.File{Path: SecretsFile, Mode: 0o600, Data: secrets},
 		templates.File{Path: ManifestFile, Mode: 0o600, Data: manifest})
-	now := d.now()
+	now := sg.now()
 	add := func(name string, f templates.File) error {
 		h := &tar.Header{Name: name, Mode: int64(f.Mode.Perm()), ModTime: now, Format: tar.FormatPAX}
 		if f.IsDir() {
@@ -709,50 +602,13 @@ func (d *Driver) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.Tr
 
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
-func (d *Driver) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
-	res, err := d.batchCommand(ctx, []*pending{{e: e, tree: tree, req: d.submitRequest(e, stages.Author, "")}}, "restage", false)
+func (sg *stager) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
+	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, "restage", false, nil)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
 	}
 	if r := res[e.Episode]; r == nil || !r.staged {
-		return fmt.Errorf("episode %s: %s on %s exists but is not a complete episode directory (no manifest.json); move it away and resume", e.Episode, e.Dir, d.Host.Name())
+		return fmt.Errorf("episode %s: %s on %s exists but is not a complete episode directory (no manifest.json); move it away and resume", e.Episode, e.Dir, sg.host.Name())
 	}
 	return nil
-}
-
-// submitRemote runs sbatch for req and, in the same command, rewrites the
-// manifest with the new job as stage's.
-func (d *Driver) submitRemote(ctx context.Context, e *ledger.Entry, stage stages.Stage, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
-	sbatch, err := slurm.SbatchArgs(req)
-	if err != nil {
-		return slurm.SubmitResult{}, err
-	}
-	pre, post, err := d.manifestAround(e, stage)
-	if err != nil {
-		return slurm.SubmitResult{}, err
-	}
-	argv := append([]string{"sh", "-c", submitScript, "sh", path.Join(e.Dir, ManifestFile), pre, post}, sbatch...)
-	if g := d.submitGate(); g != nil {
-		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), 1))); err != nil {
-			return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: waiting for cluster.submit_rate: %w", err)
-		}
-	}
-	res, err := d.Host.Run(ctx, remote.Command{Argv: argv, Label: "sbatch"})
-	var ce *remote.CommandError
-	if errors.As(err, &ce) {
-		c := *ce
-		c.Command = shell.Join(sbatch)
-		if c.Stderr == "" && res != nil {
-			c.Stderr = remote.TrimStderr(res.Stderr)
-		}
-		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &c)
-	}
-	if err != nil {
-		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %s: %w", shell.Join(sbatch), err)
-	}
-	r, err := slurm.ParseSbatch(res.Stdout, res.Stderr)
-	if err != nil {
-		return r, fmt.Errorf("%w: %s", err, shell.Join(sbatch))
-	}
-	return r, nil
 }

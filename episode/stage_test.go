@@ -105,7 +105,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 
 	// Train's submission rewrites the manifest in the same command.
 	t.Setenv("FAKE_SBATCH_OUT", "4243")
-	if err := d.submit(ctx, e, stages.Train, e.JobID(stages.Author)); err != nil {
+	if err := d.parts().submitter.submit(ctx, e, stages.Train, e.JobID(stages.Author)); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(filepath.Join(dir, ManifestFile))
@@ -119,7 +119,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 	// Restaging a complete directory leaves it as it is.
 	before, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
 	e.Staged = false
-	if err := d.restage(ctx, e); err != nil || !e.Staged {
+	if err := d.parts().stager.restage(ctx, e); err != nil || !e.Staged {
 		t.Fatalf("restage of a complete tree: %v", err)
 	}
 	if after, _ := os.ReadFile(filepath.Join(dir, ManifestFile)); string(after) != string(before) {
@@ -217,7 +217,7 @@ func TestStageScriptAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Staged = false
-	if err := d.restage(ctx, e); err == nil || !strings.Contains(err.Error(), "not a complete episode directory") {
+	if err := d.parts().stager.restage(ctx, e); err == nil || !strings.Contains(err.Error(), "not a complete episode directory") {
 		t.Errorf("restage over an incomplete directory: %v", err)
 	}
 }
@@ -299,7 +299,7 @@ func TestSubmitRate(t *testing.T) {
 			}
 			r.Lock.Unlock()
 		}
-		if err := d.submit(ctx, out[0].Entry, stages.Train, out[0].Entry.JobID(stages.Author)); err != nil {
+		if err := d.parts().submitter.submit(ctx, out[0].Entry, stages.Train, out[0].Entry.JobID(stages.Author)); err != nil {
 			t.Fatal(err)
 		}
 		b, err := os.ReadFile(log)
@@ -369,7 +369,7 @@ func TestSubmitRateLimited(t *testing.T) {
 		t.Setenv("FAKE_SBATCH_RC", "0")
 		t.Setenv("FAKE_SBATCH_ERR", "")
 		before := counted.Counts()
-		if err := d.submit(context.Background(), e, stages.Author, ""); err != nil || e.JobID(stages.Author) != "4242" {
+		if err := d.parts().submitter.submit(context.Background(), e, stages.Author, ""); err != nil || e.JobID(stages.Author) != "4242" {
 			t.Fatalf("retry: %v, %+v", err, e.Jobs[stages.Author])
 		}
 		after := counted.Counts()
@@ -381,7 +381,7 @@ func TestSubmitRateLimited(t *testing.T) {
 		// And submit's own refusal: an sbatch rate-limited on the retry path drops the intent too.
 		t.Setenv("FAKE_SBATCH_RC", "1")
 		t.Setenv("FAKE_SBATCH_ERR", c.stderr)
-		if err := d.submit(context.Background(), e, stages.Train, e.JobID(stages.Author)); err == nil {
+		if err := d.parts().submitter.submit(context.Background(), e, stages.Train, e.JobID(stages.Author)); err == nil {
 			t.Fatal("a refused train submission succeeded")
 		}
 		if e.Jobs[stages.Train] != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -438,10 +437,10 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 	if e.Final() {
 		return nil
 	}
-	f := d.facts(e, infos, w.durations())
+	f := d.parts().collector.facts(e, infos, w.durations())
 	var impostors []string
 	for range 32 {
-		dec, err := d.decide(ctx, e, f)
+		dec, err := d.parts().collector.decide(ctx, e, f)
 		if err != nil {
 			return err
 		}
@@ -461,7 +460,7 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 		}
 		if v := dec.Verdict; v != nil {
 			w.keep(nil) // a retry's attempt starts its waits afresh
-			o := d.outcome(e, infos, v)
+			o := d.parts().collector.outcome(e, infos, v)
 			if v.Retryable {
 				if retried, err := d.retry(ctx, e, o, infos); retried || err != nil {
 					return err
@@ -472,7 +471,7 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 		}
 		switch dec.Next {
 		case rules.Restage:
-			if err := d.restage(ctx, e); err != nil {
+			if err := d.parts().stager.restage(ctx, e); err != nil {
 				return err
 			}
 			f.Staged = e.Staged
@@ -481,7 +480,7 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 			if i := slices.Index(stages.All, stage); i > 0 {
 				after = e.JobID(stages.All[i-1])
 			}
-			err := d.submit(ctx, e, stage, after)
+			err := d.parts().submitter.submit(ctx, e, stage, after)
 			var imp *ImpostorError
 			if errors.As(err, &imp) {
 				f.Submit[stage] = rules.Submit{Impostor: imp.Error()}
@@ -535,25 +534,11 @@ func (d *Driver) finish(ctx context.Context, e *ledger.Entry, o *rules.Outcome, 
 	}
 	if o.Jobs[stages.Author].State != "COMPLETED" {
 		// A completed author job's script deleted it already.
-		d.removeSecrets(ctx, e)
+		d.parts().stager.removeSecrets(ctx, e)
 	}
 	// The outcome itself is reported once, by the caller (watch's report,
 	// serve's answer), not logged here too.
 	return nil
-}
-
-// restage stages an episode again after a crash before its staging was
-// complete, from the prompt the ledger kept.
-func (d *Driver) restage(ctx context.Context, e *ledger.Entry) error {
-	prompt, err := os.ReadFile(d.Ledger.PromptPath(e.Episode))
-	if err != nil {
-		return fmt.Errorf("episode %s: restage: %w", e.Episode, err)
-	}
-	tree, err := d.render(e.Episode, prompt, e.PolicyBaseURL)
-	if err != nil {
-		return err
-	}
-	return d.stage(ctx, e, tree)
 }
 
 // rowOf shows the episode's current stage: the first submitted stage whose

@@ -1,0 +1,600 @@
+package episode
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/internal/shell"
+	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
+)
+
+// submitter runs sbatch: the authors' with their staging, in batches
+// (Submit), and each later stage's with the crash-safe protocol (the
+// intent saved before sbatch, the job id after; a job left by a crash is
+// adopted, never submitted twice), paced by cluster.submit_rate.
+type submitter struct {
+	host                     remote.Host
+	slurm                    *slurm.Client
+	config                   *configs.Config
+	ledger                   *ledger.Ledger
+	configPath, configSHA256 string
+	overrides                []string
+	// labels, discardNotCreated, logf and now read the Driver's Labels,
+	// DiscardNotCreated, Logf and Now at each call: they may change
+	// between calls.
+	labels            func() map[string]string
+	discardNotCreated func() bool
+	logf              func(format string, args ...any)
+	now               func() time.Time
+
+	stager  *stager  // stages the trees, renders the manifests
+	account *account // the cluster user, whose jobs adopt accepts
+
+	gateOnce sync.Once
+	gate     *pacer // cluster.submit_rate; nil: no cap
+}
+
+// submitGate is the pace of cluster.submit_rate, nil when there is none.
+func (sb *submitter) submitGate() *pacer {
+	sb.gateOnce.Do(func() {
+		if r := sb.config.Cluster.SubmitRate; r > 0 {
+			sb.gate = &pacer{gap: time.Duration(float64(time.Second) / r)}
+		}
+	})
+	return sb.gate
+}
+
+// pacer spaces the starts of sbatch at least gap apart, on whichever path
+// they run (a batch's script, or one submission).
+type pacer struct {
+	gap  time.Duration
+	mu   sync.Mutex
+	next time.Time // the earliest the next start may be
+}
+
+// reserve takes n starts, gap apart, and returns when the first may be.
+func (p *pacer) reserve(now time.Time, n int) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := now
+	if p.next.After(start) {
+		start = p.next
+	}
+	p.next = start.Add(time.Duration(n) * p.gap)
+	return start
+}
+
+// ranUntil says that starts ran until t (a batch's script, which paces
+// itself and may run late): the next is gap after t at the earliest.
+func (p *pacer) ranUntil(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.Add(p.gap).After(p.next) {
+		p.next = t.Add(p.gap)
+	}
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Spec is one episode to submit: its id (empty: a new one) and prompt.
+type Spec struct {
+	ID     string
+	Prompt []byte
+}
+
+// Submitted is the result of one Spec: as Submit's three results.
+type Submitted struct {
+	Entry *ledger.Entry
+	Lock  *ledger.Lock
+	Err   error
+}
+
+// submitAll is Submit: it prepares each episode, writes its ledger entry
+// and lock, then stages and submits them in batches.
+func (sb *submitter) submitAll(ctx context.Context, specs []Spec) []Submitted {
+	out := make([]Submitted, len(specs))
+	var ready []*pending
+	for i, s := range specs {
+		p, err := sb.prepare(s)
+		if err != nil {
+			out[i] = Submitted{Entry: entryOf(p), Err: err}
+			continue
+		}
+		p.i = i
+		ready = append(ready, p)
+	}
+	// The ledger entries, each with its intent, on disk before anything
+	// runs on the cluster (in parallel: each is a few fsyncs).
+	sb.parallel(ready, func(p *pending) error {
+		if err := sb.ledger.Create(p.e, specs[p.i].Prompt); err != nil {
+			return err
+		}
+		p.created = true
+		lock, ok, err := sb.ledger.TryLock(p.e.Episode)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("episode %s: another nemorl-slurm process holds it", p.e.Episode)
+		}
+		p.lock = lock
+		return nil
+	}, func(p *pending, err error) {
+		out[p.i] = Submitted{Err: err}
+		if p.created {
+			out[p.i].Entry = p.e // in the ledger: resume carries it on
+		}
+	})
+	var live []*pending
+	for _, p := range ready {
+		if out[p.i].Err == nil {
+			live = append(live, p)
+		}
+	}
+	// Two batches at once: one stages while the other's sbatch waits on
+	// slurmctld; one at a time under cluster.submit_rate, whose pace the
+	// batch script keeps.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 2)
+	if sb.submitGate() != nil {
+		sem = make(chan struct{}, 1)
+	}
+	for len(live) > 0 {
+		n := min(len(live), MaxBatch)
+		batch := live[:n]
+		live = live[n:]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sb.runBatch(ctx, batch, out)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func entryOf(p *pending) *ledger.Entry {
+	if p == nil {
+		return nil
+	}
+	return p.e
+}
+
+// parallel runs f for every p, a few at once; fail receives each error.
+func (sb *submitter) parallel(ps []*pending, f func(*pending) error, fail func(*pending, error)) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sem := make(chan struct{}, 8)
+	for _, p := range ps {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(p); err != nil {
+				mu.Lock()
+				fail(p, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// prepare renders one episode and makes its entry, with the author's
+// intent, in memory.
+func (sb *submitter) prepare(s Spec) (*pending, error) {
+	id := s.ID
+	if id == "" {
+		id = stages.NewID(sb.now())
+	}
+	if !stages.ValidEpisode(id) {
+		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ledger.ErrBadEpisodeID, id)
+	}
+	endpoint := sb.stager.pickPolicyBaseURL()
+	tree, err := sb.stager.render(id, s.Prompt, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	now := sb.now().UTC()
+	e := &ledger.Entry{
+		Episode: id, Created: now, ConfigPath: sb.configPath, ConfigSHA256: sb.configSHA256,
+		Host: sb.host.Name(), Cluster: sb.config.ClusterName, Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {Intent: now}},
+		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree), TimeLimitMinutes: scriptTimeLimits(tree),
+	}
+	if labels := sb.labels(); len(labels) > 0 {
+		e.Labels = maps.Clone(labels)
+	}
+	e.Overrides = slices.Clone(sb.overrides)
+	if _, err := sb.stager.secretsData(e); err != nil {
+		return nil, err
+	}
+	p := &pending{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}
+	if _, err := slurm.SbatchArgs(p.req); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// runBatch stages and submits ps in one command and records each result.
+func (sb *submitter) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
+	res, err := sb.stager.batchCommand(ctx, ps, "new", true, sb.submitGate())
+	var pe *PreflightError
+	for _, p := range ps {
+		r := res[p.e.Episode]
+		switch {
+		case errors.As(err, &pe) || (err == nil && r.exists):
+			// Refused before anything of it was written on the cluster.
+			if err == nil {
+				err1 := fmt.Errorf("episode %s %w: %s on %s; refusing to overwrite it", p.e.Episode, ledger.ErrEpisodeExists, p.e.Dir, sb.host.Name())
+				sb.discard(p, out, err1)
+				continue
+			}
+			sb.discard(p, out, err)
+		case err != nil && errors.Is(err, remote.ErrOutcomeUnknown):
+			// The command may have staged and submitted: look.
+			if adopted, aerr := sb.adopt(ctx, p.e, stages.Author); aerr == nil && adopted {
+				p.e.Staged = true
+				sb.settle(p, out, sb.ledger.Save(p.e))
+				continue
+			}
+			sb.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
+		case err != nil:
+			sb.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
+		case !r.staged:
+			sb.settle(p, out, fmt.Errorf("episode %s: stage %s on %s: the directory could not be put in place", p.e.Episode, p.e.Dir, sb.host.Name()))
+		case r.sbatchErr != nil && sb.discardNotCreated() && slurm.SubmitNotCreated(r.sbatchErr):
+			// No job was made and the caller places the episode
+			// elsewhere: nothing of it stays, its staged directory
+			// neither (best effort: the id is not used here again).
+			if rerr := sb.stager.removeTree(ctx, p.e.Dir); rerr != nil {
+				sb.logf("%s: removing %s on %s: %v", p.e.Episode, p.e.Dir, sb.host.Name(), rerr)
+			}
+			sb.discard(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
+		case r.sbatchErr != nil:
+			p.e.Staged = true
+			if slurm.SubmitNotCreated(r.sbatchErr) {
+				delete(p.e.Jobs, stages.Author) // no job made: the retry submits without a look-up
+			}
+			if serr := sb.ledger.Save(p.e); serr != nil {
+				sb.settle(p, out, serr)
+				continue
+			}
+			sb.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
+		default:
+			sub := p.e.Jobs[stages.Author]
+			sub.JobID, sub.Submitted = r.job.JobID, sb.now().UTC()
+			p.e.Staged = true
+			for _, w := range r.job.Warnings {
+				sb.logf("%s: %s: sbatch: %s", p.e.Episode, stages.Author, w)
+			}
+			sb.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, sb.host.Name(), stages.Author, r.job.JobID)
+			out[p.i] = Submitted{Entry: p.e}
+		}
+	}
+	// The job ids, on disk.
+	var saved []*pending
+	for _, p := range ps {
+		if out[p.i].Err == nil && out[p.i].Entry != nil {
+			saved = append(saved, p)
+		}
+	}
+	sb.parallel(saved, func(p *pending) error { return sb.ledger.Save(p.e) }, func(p *pending, err error) { sb.settle(p, out, err) })
+	for _, p := range saved {
+		if out[p.i].Err == nil {
+			out[p.i].Lock = p.lock
+		}
+	}
+}
+
+// settle ends p with err (nil: done), the entry kept for resume.
+func (sb *submitter) settle(p *pending, out []Submitted, err error) {
+	if err == nil {
+		out[p.i] = Submitted{Entry: p.e, Lock: p.lock}
+		return
+	}
+	if p.lock != nil {
+		p.lock.Unlock()
+		p.lock = nil
+	}
+	out[p.i] = Submitted{Entry: p.e, Err: err}
+}
+
+// discard ends p with err: nothing of it reached the cluster, so its
+// ledger entry goes too.
+func (sb *submitter) discard(p *pending, out []Submitted, err error) {
+	if derr := sb.ledger.Discard(p.e.Episode); derr != nil {
+		sb.logf("%s: %v", p.e.Episode, derr)
+	}
+	if p.lock != nil {
+		p.lock.Unlock()
+		p.lock = nil
+	}
+	out[p.i] = Submitted{Err: err}
+}
+
+// submitScript: sh -c submitScript sh MANIFEST PRE POST SBATCH ARGV…:
+// sbatch, and the manifest rewritten in place with the new job id (PRE id
+// POST), in one command.
+//
+// It is scripts/submit.sh.
+//
+//go:embed scripts/submit.sh
+var submitScript string
+
+// submitRemote runs sbatch for req and, in the same command, rewrites the
+// manifest with the new job as stage's.
+func (sb *submitter) submitRemote(ctx context.Context, e *ledger.Entry, stage stages.Stage, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
+	sbatch, err := slurm.SbatchArgs(req)
+	if err != nil {
+		return slurm.SubmitResult{}, err
+	}
+	pre, post, err := sb.stager.manifestAround(e, stage)
+	if err != nil {
+		return slurm.SubmitResult{}, err
+	}
+	argv := append([]string{"sh", "-c", submitScript, "sh", path.Join(e.Dir, ManifestFile), pre, post}, sbatch...)
+	if g := sb.submitGate(); g != nil {
+		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), 1))); err != nil {
+			return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: waiting for cluster.submit_rate: %w", err)
+		}
+	}
+	res, err := sb.host.Run(ctx, remote.Command{Argv: argv, Label: "sbatch"})
+	var ce *remote.CommandError
+	if errors.As(err, &ce) {
+		c := *ce
+		c.Command = shell.Join(sbatch)
+		if c.Stderr == "" && res != nil {
+			c.Stderr = remote.TrimStderr(res.Stderr)
+		}
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &c)
+	}
+	if err != nil {
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %s: %w", shell.Join(sbatch), err)
+	}
+	r, err := slurm.ParseSbatch(res.Stdout, res.Stderr)
+	if err != nil {
+		return r, fmt.Errorf("%w: %s", err, shell.Join(sbatch))
+	}
+	return r, nil
+}
+
+// submit runs sbatch for stage once, with the crash-safe protocol: the
+// intent is saved before sbatch and the job id after. A stage whose intent
+// is on record but whose id is not (a crash, or a connection lost during
+// sbatch) is first looked up on the cluster by its job name and --comment
+// tag, and adopted when found: a stage is never submitted twice. after is
+// the job it waits for (afterok), or "".
+func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.Stage, after string) error {
+	sub := e.Jobs[stage]
+	if sub != nil && sub.JobID != "" {
+		return nil
+	}
+	if sub != nil {
+		adopted, err := sb.adopt(ctx, e, stage)
+		if err != nil || adopted {
+			return err
+		}
+	}
+	sub = &ledger.Submission{Intent: sb.now().UTC(), Attempt: e.AttemptNumber(stage), After: after}
+	if retired := e.RetiredJobs(stage); len(retired) > 0 {
+		// A crash after a retry was recorded may have kept its scancel
+		// from running, and Slurm could still rerun a retired job: never
+		// two attempts at once.
+		if err := sb.slurm.Cancel(ctx, retired); err != nil {
+			return fmt.Errorf("episode %s: cancel the retired %s jobs %s before attempt %d: %w", e.Episode, stage, strings.Join(retired, ", "), sub.Attempt, err)
+		}
+	}
+	e.Jobs[stage] = sub
+	if err := sb.ledger.Save(e); err != nil {
+		return err
+	}
+	req := submitRequest(e, stage, after)
+	res, err := sb.submitRemote(ctx, e, stage, req)
+	if err != nil && after != "" && dependencyGone(err) {
+		// The job waited for has ended and left slurmctld's memory
+		// (MinJobAge); the caller has verified that it completed, so the
+		// order afterok guarantees already holds. sbatch failed, so no job
+		// was made: submitting again cannot make a second one.
+		sb.logf("%s: %s: job %s is no longer known to slurmctld; submitting without the dependency (it completed)", e.Episode, stage, after)
+		req.AfterOK = nil
+		res, err = sb.submitRemote(ctx, e, stage, req)
+	}
+	if err != nil {
+		if errors.Is(err, remote.ErrOutcomeUnknown) {
+			if adopted, aerr := sb.adopt(ctx, e, stage); aerr == nil && adopted {
+				return nil
+			}
+		}
+		if slurm.SubmitNotCreated(err) {
+			// Refused before slurmctld took it in (the user's rate limit):
+			// no job to look for; the next try submits afresh, without
+			// the look-up (a sacct and a squeue) an intent left would cost.
+			sb.forgetIntent(e, stage, sub)
+		}
+		return fmt.Errorf("episode %s: submit %s: %w", e.Episode, stage, err)
+	}
+	sub.JobID, sub.Submitted = res.JobID, sb.now().UTC()
+	if err := sb.ledger.Save(e); err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		sb.logf("%s: %s: sbatch: %s", e.Episode, stage, w)
+	}
+	sb.logf("%s: submitted %s as job %s", e.Episode, stage, res.JobID)
+	return nil
+}
+
+// forgetIntent drops stage's submission intent sub after an sbatch that
+// made no job (slurm.SubmitNotCreated), so that the next try does not look
+// for one. A failed save keeps the intent: the next try then looks.
+func (sb *submitter) forgetIntent(e *ledger.Entry, stage stages.Stage, sub *ledger.Submission) {
+	if e.Jobs[stage] != sub || sub.JobID != "" {
+		return
+	}
+	delete(e.Jobs, stage)
+	if err := sb.ledger.Save(e); err != nil {
+		e.Jobs[stage] = sub
+		sb.logf("%s: %v", e.Episode, err)
+	}
+}
+
+// submitRequest is stage's sbatch: its staged script, job name and
+// --comment tag, after the job it waits for (afterok), if any.
+func submitRequest(e *ledger.Entry, stage stages.Stage, after string) slurm.SubmitRequest {
+	req := slurm.SubmitRequest{
+		ScriptPath:       path.Join(e.Dir, stages.Script(stage)),
+		Name:             stages.JobName(e.Episode, stage),
+		Comment:          stages.AttemptComment(e.Episode, stage, e.AttemptNumber(stage)),
+		KillOnInvalidDep: true,
+	}
+	if after != "" {
+		req.AfterOK = []string{after}
+	}
+	return req
+}
+
+// AdoptSubmitSlack is how much earlier than the intent (the tool's clock)
+// a job's submit time (slurmctld's clock) may be and still be adopted.
+const AdoptSubmitSlack = 2 * time.Minute
+
+// ImpostorError is a job found on the cluster under a stage's job name or
+// --comment tag that is not the one the tool submitted: its batch script
+// is not the one staged, it belongs to another user, or it was submitted
+// before the tool meant to submit the stage. The policy runs as the user
+// and can sbatch such a job; adopting it would score its record.
+type ImpostorError struct {
+	Episode string
+	Stage   stages.Stage
+	// IDs are the impostor jobs; Why says what gave each away.
+	IDs []string
+	Why []string
+}
+
+func (e *ImpostorError) Error() string {
+	return fmt.Sprintf("episode %s: %s: job(s) %s under the stage's name or tag are not the tool's: %s",
+		e.Episode, e.Stage, strings.Join(e.IDs, ", "), strings.Join(e.Why, "; "))
+}
+
+// adopt looks for stage's job on the cluster (after a crash between the
+// intent and the id) and records it when found. A job is adopted only if
+// it proves to be the one submitted: its batch script has the sha256 the
+// ledger saved at staging, it is the cluster user's, and it was submitted
+// after the intent. Any other job under the stage's name or tag is an
+// *ImpostorError.
+func (sb *submitter) adopt(ctx context.Context, e *ledger.Entry, stage stages.Stage) (bool, error) {
+	name, tag := stages.JobName(e.Episode, stage), stages.AttemptComment(e.Episode, stage, e.AttemptNumber(stage))
+	// The stage's earlier attempts have its job name too: they are known.
+	retired := e.RetiredJobs(stage)
+	// Only jobs that existed since the intent (less the clocks' slack) can
+	// be the submission: sacct reads that window, not a week of history.
+	within := sb.now().Sub(e.Jobs[stage].Intent) + AdoptSubmitSlack + time.Minute
+	if e.Jobs[stage].Intent.IsZero() {
+		within = 0
+	}
+	found, err := sb.slurm.FindWithin(ctx, within, func(j slurm.JobInfo) bool {
+		return (j.Name == name || j.Comment == tag) && !slices.Contains(retired, j.ID)
+	})
+	if err != nil {
+		return false, fmt.Errorf("episode %s: look for the %s job before submitting it again: %w", e.Episode, stage, err)
+	}
+	if len(found) == 0 {
+		return false, nil
+	}
+	var genuine []slurm.JobInfo
+	imp := &ImpostorError{Episode: e.Episode, Stage: stage}
+	for _, j := range found {
+		why, err := sb.provenance(ctx, e, stage, j)
+		if err != nil {
+			return false, err
+		}
+		if why != "" {
+			imp.IDs, imp.Why = append(imp.IDs, j.ID), append(imp.Why, fmt.Sprintf("job %s: %s", j.ID, why))
+			continue
+		}
+		genuine = append(genuine, j)
+	}
+	if len(imp.IDs) > 0 {
+		return false, imp
+	}
+	if len(genuine) > 1 {
+		var ids []string
+		for _, j := range genuine {
+			ids = append(ids, j.ID)
+		}
+		return false, fmt.Errorf("episode %s: %d %s jobs on the cluster (%s); expected one: cancel the extra ones with scancel, then resume",
+			e.Episode, len(genuine), stage, strings.Join(ids, ", "))
+	}
+	sub := e.Jobs[stage]
+	sub.JobID, sub.Submitted, sub.Adopted = genuine[0].ID, sb.now().UTC(), true
+	if err := sb.ledger.Save(e); err != nil {
+		return false, err
+	}
+	sb.logf("%s: adopted %s job %s found on the cluster (its batch script, user and submit time check out)", e.Episode, stage, sub.JobID)
+	return true, sb.stager.writeManifest(ctx, e)
+}
+
+// provenance says why job j is not the stage's job the tool submitted, or
+// "" when it is.
+func (sb *submitter) provenance(ctx context.Context, e *ledger.Entry, stage stages.Stage, j slurm.JobInfo) (string, error) {
+	want := e.Scripts[stage]
+	if want == "" {
+		return "", fmt.Errorf("episode %s: the ledger has no batch-script sha256 for %s: cannot tell its job from an impostor", e.Episode, stage)
+	}
+	user, _, err := sb.account.clusterUser(ctx)
+	if err != nil {
+		return "", err
+	}
+	if j.User != "" && j.User != user {
+		return fmt.Sprintf("it belongs to user %q, not %q", j.User, user), nil
+	}
+	if sub := e.Jobs[stage]; sub != nil && !j.Submit.IsZero() && j.Submit.Before(sub.Intent.Add(-AdoptSubmitSlack)) {
+		return fmt.Sprintf("it was submitted at %s, before the tool meant to submit the stage (%s)",
+			j.Submit.UTC().Format(time.RFC3339), sub.Intent.UTC().Format(time.RFC3339)), nil
+	}
+	script, err := sb.slurm.BatchScript(ctx, j.ID)
+	if err != nil {
+		return "", fmt.Errorf("episode %s: %s job %s: read its batch script to prove it is the tool's: %w", e.Episode, stage, j.ID, err)
+	}
+	sum := sha256.Sum256(script)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return fmt.Sprintf("its batch script has sha256 %s, the staged %s has %s", got, stages.Script(stage), want), nil
+	}
+	return "", nil
+}
+
+// dependencyGone reports an sbatch refusal of a dependency on a job
+// slurmctld no longer knows.
+func dependencyGone(err error) bool {
+	var ce *remote.CommandError
+	return errors.As(err, &ce) && strings.Contains(ce.Stderr, "Job dependency problem")
+}
