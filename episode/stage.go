@@ -385,10 +385,22 @@ type batchResult struct {
 	sbatchErr      error
 }
 
-// batchCommand runs batchScript for ps (mode "new" or "restage"), with the
-// authors' sbatch when submit is set, paced by g (cluster.submit_rate; nil:
-// no cap), and parses what it printed.
-func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode string, submit bool, g *pacer) (map[string]*batchResult, error) {
+// batchMode is what one run of batchScript does (its first argument).
+type batchMode string
+
+const (
+	// batchNew stages new episodes after the preflight checks and
+	// submits their authors.
+	batchNew batchMode = "new"
+	// batchRestage stages an episode again; it submits nothing.
+	batchRestage batchMode = "restage"
+)
+
+// batchCommand runs batchScript for ps, the authors' sbatch of a batchNew
+// paced by g (cluster.submit_rate; nil: no cap), and parses what it
+// printed.
+func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, g *pacer) (map[string]*batchResult, error) {
+	submit := mode == batchNew
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -409,8 +421,8 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode string, 
 		defer func() { g.ranUntil(time.Now()) }()
 		gap = strconv.FormatFloat(g.gap.Seconds(), 'f', 3, 64)
 	}
-	argv := []string{"sh", "-c", batchScript, "sh", parent, mode, gap}
-	if mode == "new" {
+	argv := []string{"sh", "-c", batchScript, "sh", parent, string(mode), gap}
+	if mode == batchNew {
 		checks := sg.preflightChecks()
 		keys := make([]string, 0, len(checks))
 		for k := range checks {
@@ -603,7 +615,7 @@ func (sg *stager) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.T
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
 func (sg *stager) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
-	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, "restage", false, nil)
+	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
 	}

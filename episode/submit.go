@@ -247,7 +247,7 @@ func (sb *submitter) prepare(s Spec) (*pending, error) {
 
 // runBatch stages and submits ps in one command and records each result.
 func (sb *submitter) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
-	res, err := sb.stager.batchCommand(ctx, ps, "new", true, sb.submitGate())
+	res, err := sb.stager.batchCommand(ctx, ps, batchNew, sb.submitGate())
 	var pe *PreflightError
 	for _, p := range ps {
 		r := res[p.e.Episode]

@@ -133,7 +133,7 @@ func TestIdentityRule(t *testing.T) {
 		return ru, st
 	}
 	deliver := func(rw *row, k string, e *ledger.Entry, w http.ResponseWriter) {
-		s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, k, e, nil, true)
+		s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, k, ending{final: e, stored: true})
 	}
 
 	t.Run("never delivered: the re-send gets it", func(t *testing.T) {
@@ -235,7 +235,7 @@ func TestAggregateLargeAndServed(t *testing.T) {
 	infra := finalEntry(t, d, rules.Outcome{Outcome: rules.InfraFailure, MaskSample: true, FailureReason: "node_failure"}, `{"id":"r"}`, "")
 	rw, _ := parseRow([]byte(`{"responses_create_params": {"input": "x"}}`))
 	for _, e := range []*ledger.Entry{ok, infra} {
-		s.answer(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
+		s.answer(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", ending{final: e})
 	}
 	post(t, h, "/run", `{"responses_create_params": 3}`)
 
@@ -385,7 +385,7 @@ func TestAggregateWaitsForDeliveries(t *testing.T) {
 	answered := make(chan struct{})
 	go func() {
 		defer close(answered)
-		s.answer(bw, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
+		s.answer(bw, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", ending{final: e})
 	}()
 	<-bw.started
 	agg := make(chan *httptest.ResponseRecorder, 1)

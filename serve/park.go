@@ -90,7 +90,7 @@ func (s *Server) answerParked(p *parked, final *ledger.Entry, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), parkAnswerTimeout)
 	defer cancel()
 	w := &connWriter{conn: p.conn, header: http.Header{}}
-	s.answer(w, (&http.Request{Method: http.MethodPost}).WithContext(ctx), p.rw, p.key, final, err, false)
+	s.answer(w, (&http.Request{Method: http.MethodPost}).WithContext(ctx), p.rw, p.key, ending{final: final, err: err})
 	_ = w.FlushError() // an answer not flushed by answer's writer
 }
 

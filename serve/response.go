@@ -86,10 +86,20 @@ type InstanceConfig struct {
 	MaskSample bool `json:"mask_sample"`
 }
 
-// answer writes the row's answer: the episode's outcome (final), or a
-// failure before any episode existed (err).
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key string, final *ledger.Entry, err error, stored bool) {
-	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[stages.Stage]rules.JobSummary{}, Stored: stored}
+// ending is how a row's run ended: its episode's final entry, or a
+// failure before any episode existed (err); stored when the entry is one
+// a re-send of the row found on record.
+type ending struct {
+	final  *ledger.Entry
+	err    error
+	stored bool
+}
+
+// answer writes the row's answer: the episode's outcome, or the failure
+// before any episode existed.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, rw *row, key string, end ending) {
+	final, err := end.final, end.err
+	resp := RunResponse{ResponsesCreateParams: rw.params, Jobs: map[stages.Stage]rules.JobSummary{}, Stored: end.stored}
 	switch {
 	case errors.Is(err, errClosed):
 		const msg = "the server is shutting down; a running episode goes on and a re-sent row attaches to it on the next start"

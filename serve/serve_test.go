@@ -316,7 +316,7 @@ func TestAnswers(t *testing.T) {
 				t.Fatal(rerr)
 			}
 			w := httptest.NewRecorder()
-			s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
+			s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", ending{final: e})
 			body := w.Body.String()
 			if strings.Contains(body, testKey) || strings.Contains(logs.String(), testKey) {
 				t.Fatalf("the API key leaked: %s\nlogs: %s", body, logs.String())
@@ -369,7 +369,7 @@ func TestAnswerChecksAuthorFiles(t *testing.T) {
 	}
 	rw, _ := parseRow([]byte(`{"responses_create_params": {"input": "x"}}`))
 	w := httptest.NewRecorder()
-	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", e, nil, false)
+	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", ending{final: e})
 	if strings.Contains(w.Body.String(), "forged") || !strings.Contains(w.Body.String(), `"status":"incomplete"`) {
 		t.Errorf("answer %s: want the placeholder response, not the changed file", w.Body)
 	}
@@ -435,7 +435,7 @@ func TestClaim(t *testing.T) {
 		t.Fatal("a waiting run did not end on shutdown")
 	}
 	w := httptest.NewRecorder()
-	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", a.entry, a.err, false)
+	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", ending{final: a.entry, err: a.err})
 	var got map[string]any
 	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
@@ -447,7 +447,7 @@ func TestClaim(t *testing.T) {
 	// with serve.failures: error, a 503 as before
 	s.opt.Failures = configs.ServeFailuresError
 	w = httptest.NewRecorder()
-	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", a.entry, a.err, false)
+	s.answer(w, httptest.NewRequest(http.MethodPost, "/run", nil), rw, "", ending{final: a.entry, err: a.err})
 	if w.Code != http.StatusServiceUnavailable || strings.Contains(w.Body.String(), "_ng_no_persist") {
 		t.Errorf("on shutdown with failures: error: %d %s", w.Code, w.Body)
 	}

@@ -361,7 +361,7 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request, rw *row, key s
 		return
 	}
 	if stored != nil {
-		s.answer(w, r, rw, key, stored, nil, true)
+		s.answer(w, r, rw, key, ending{final: stored, stored: true})
 		return
 	}
 	if s.park(w, rw, key, ru) {
@@ -369,11 +369,11 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request, rw *row, key s
 	}
 	select {
 	case <-ru.done:
-		s.answer(w, r, rw, key, ru.entry, ru.err, false)
+		s.answer(w, r, rw, key, ending{final: ru.entry, err: ru.err})
 	case <-r.Context().Done():
 		// The client left; the episode goes on (a re-sent row attaches).
 	case <-s.ctx.Done():
-		s.answer(w, r, rw, key, nil, errClosed, false)
+		s.answer(w, r, rw, key, ending{err: errClosed})
 	}
 }
 
