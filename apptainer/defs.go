@@ -3,6 +3,9 @@ package apptainer
 import (
 	"embed"
 	"fmt"
+	"slices"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // The Apptainer definition files of the three stage images. Build them from
@@ -15,16 +18,11 @@ import (
 //go:embed defs/*.def
 var defsFS embed.FS
 
-// defStages are the stages that have a definition file, in episode order.
-var defStages = []string{"author", "train", "eval"}
-
 // Definition returns the embedded Apptainer definition file of stage
-// ("author", "train" or "eval").
-func Definition(stage string) ([]byte, error) {
-	for _, s := range defStages {
-		if s == stage {
-			return defsFS.ReadFile("defs/" + stage + ".def")
-		}
+// (every stage has one).
+func Definition(stage stages.Stage) ([]byte, error) {
+	if slices.Contains(stages.All, stage) {
+		return defsFS.ReadFile("defs/" + string(stage) + ".def")
 	}
 	return nil, fmt.Errorf("apptainer: no definition file for stage %q (want author, train or eval)", stage)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // defFile is an Apptainer definition file split into its header (the
@@ -112,7 +114,7 @@ func (d *defFile) labels(t *testing.T) map[string]string {
 
 func loadDef(t *testing.T, stage string) (*defFile, string) {
 	t.Helper()
-	b, err := Definition(stage)
+	b, err := Definition(stages.Stage(stage))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,7 @@ func TestParseDef(t *testing.T) {
 
 func TestDefinitionUnknownStage(t *testing.T) {
 	for _, s := range []string{"", "lab", "Author", "../defs/author"} {
-		if _, err := Definition(s); err == nil {
+		if _, err := Definition(stages.Stage(s)); err == nil {
 			t.Errorf("Definition(%q) succeeded", s)
 		}
 	}
@@ -163,7 +165,8 @@ func TestDefinitionUnknownStage(t *testing.T) {
 var pinnedFrom = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?@sha256:[0-9a-f]{64}$`)
 
 func TestDefinitionsStructure(t *testing.T) {
-	for _, stage := range defStages {
+	for _, st := range stages.All {
+		stage := string(st)
 		t.Run(stage, func(t *testing.T) {
 			d, text := loadDef(t, stage)
 			if d.header["Bootstrap"] != "docker" {
@@ -234,7 +237,8 @@ func TestDefinitionsStructure(t *testing.T) {
 }
 
 func TestDefinitionsPinsAndLabels(t *testing.T) {
-	for _, stage := range defStages {
+	for _, st := range stages.All {
+		stage := string(st)
 		t.Run(stage, func(t *testing.T) {
 			d, _ := loadDef(t, stage)
 			l := d.labels(t)
@@ -303,7 +307,8 @@ func TestDefinitionsLayout(t *testing.T) {
 			"/opt/nemorl/eval/aime25.jsonl", "MathArena/aime_2025", "/opt/nemorl/model/config.json",
 			"/opt/nemorl/model/tokenizer.json"},
 	}
-	for _, stage := range defStages {
+	for _, st := range stages.All {
+		stage := string(st)
 		t.Run(stage, func(t *testing.T) {
 			d, text := loadDef(t, stage)
 			for _, s := range need[stage] {
@@ -354,7 +359,8 @@ func TestDefinitionsKeepStagesApart(t *testing.T) {
 		"train":  {"aime"},
 		"eval":   {"recipe.yaml", "train_math", "change.diff", "launch"},
 	}
-	for _, stage := range defStages {
+	for _, st := range stages.All {
+		stage := string(st)
 		_, text := loadDef(t, stage)
 		if stage == "train" {
 			text = strings.Replace(text, EvalSetImageCheck(), "", 1)

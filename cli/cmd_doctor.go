@@ -17,6 +17,8 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/shell"
 	"github.com/nemorl/nemorl-slurm/remote"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 func doctorCommand(e *env) *ucli.Command {
@@ -236,7 +238,8 @@ func checkImages(run doctorRun, rt configs.Runtime, skipDigests bool, add doctor
 		} else {
 			add("runtime", "ok", rt.Binary+" is "+out, "")
 		}
-		for _, im := range []struct{ stage, path, digest string }{{"author", rt.Images.Author, rt.Digests.Author}, {"train", rt.Images.Train, rt.Digests.Train}, {"eval", rt.Images.Eval, rt.Digests.Eval}} {
+		for _, stage := range stages.All {
+			im := struct{ stage, path, digest string }{string(stage), rt.Images.Of(stage), rt.Digests.Of(stage)}
 			key := "runtime.images." + im.stage
 			if _, stderr, err := run("test", "-r", im.path); err != nil {
 				add("image "+im.stage, "fail", fmt.Sprintf("%s %s: missing or unreadable on the cluster %s", key, im.path, stderr), "build it from apptainer/"+im.stage+".def and copy it there, or fix the path")

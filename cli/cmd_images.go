@@ -16,6 +16,8 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/atomicfile"
 	"github.com/nemorl/nemorl-slurm/remote"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 func imagesCommand(e *env) *ucli.Command {
@@ -120,10 +122,9 @@ func (e *env) imagesLock(c *ucli.Context) error {
 		return err
 	}
 	defer host.Close()
-	images := map[string]string{"author": rt.Images.Author, "train": rt.Images.Train, "eval": rt.Images.Eval}
-	digests := map[string]string{}
-	for _, stage := range []string{"author", "train", "eval"} {
-		p := images[stage]
+	digests := map[stages.Stage]string{}
+	for _, stage := range stages.All {
+		p := rt.Images.Of(stage)
 		res, err := host.Run(c.Context, remote.Command{Argv: []string{"sha256sum", "--", p}, Idempotent: true})
 		if err != nil {
 			return withCode(ExitInfra, fmt.Errorf("runtime.images.%s: %w", stage, err), "")
@@ -149,16 +150,19 @@ func (e *env) imagesLock(c *ucli.Context) error {
 	if err := atomicfile.Write(path, updated, mode); err != nil {
 		return err
 	}
-	old := map[string]string{"author": rt.Digests.Author, "train": rt.Digests.Train, "eval": rt.Digests.Eval}
+	old := map[stages.Stage]string{}
+	for _, stage := range stages.All {
+		old[stage] = rt.Digests.Of(stage)
+	}
 	if globalBool(c, "json") {
 		return e.writeJSON(map[string]any{"config": path, "digests": digests, "previous": old})
 	}
-	for _, stage := range []string{"author", "train", "eval"} {
+	for _, stage := range stages.All {
 		note := "unchanged"
 		if old[stage] != digests[stage] {
 			note = "was " + orDash(old[stage])
 		}
-		fmt.Fprintf(e.stdout, "%-6s %s  %s (%s)\n", stage, digests[stage], images[stage], note)
+		fmt.Fprintf(e.stdout, "%-6s %s  %s (%s)\n", stage, digests[stage], rt.Images.Of(stage), note)
 	}
 	e.logf("wrote runtime.digests to %s", path)
 	return nil

@@ -3,7 +3,10 @@ package configs
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 
 	"gopkg.in/yaml.v3"
 )
@@ -11,13 +14,13 @@ import (
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // SetDigests returns the config text data with runtime.digests.<stage> set
-// to each of digests ("author", "train", "eval" → "sha256:<hex>"). Only the
+// to each of digests (a stage → "sha256:<hex>"). Only the
 // lines that hold those values change (or are added), so comments and
 // layout survive. It edits block-style YAML; a flow-style digests mapping
 // is refused with a hint to edit it by hand.
-func SetDigests(file string, data []byte, digests map[string]string) ([]byte, error) {
+func SetDigests(file string, data []byte, digests map[stages.Stage]string) ([]byte, error) {
 	for stage, d := range digests {
-		if stage != "author" && stage != "train" && stage != "eval" {
+		if !slices.Contains(stages.All, stage) {
 			return nil, fmt.Errorf("%s: runtime.digests.%s: no such stage", file, stage)
 		}
 		if !digestRE.MatchString(d) {
@@ -57,33 +60,33 @@ func SetDigests(file string, data []byte, digests map[string]string) ([]byte, er
 	case dig == nil:
 		after = runtimeKey.Line
 		add = append(add, strings.Repeat(" ", childIndent)+"digests:\n")
-		for _, stage := range []string{"author", "train", "eval"} {
+		for _, stage := range stages.All {
 			if d, ok := digests[stage]; ok {
-				add = append(add, strings.Repeat(" ", childIndent+2)+stage+": "+d+"\n")
+				add = append(add, strings.Repeat(" ", childIndent+2)+string(stage)+": "+d+"\n")
 			}
 		}
 	case dig.Kind == yaml.ScalarNode && dig.Tag == "!!null":
 		after = dKey.Line
-		for _, stage := range []string{"author", "train", "eval"} {
+		for _, stage := range stages.All {
 			if d, ok := digests[stage]; ok {
-				add = append(add, strings.Repeat(" ", childIndent+2)+stage+": "+d+"\n")
+				add = append(add, strings.Repeat(" ", childIndent+2)+string(stage)+": "+d+"\n")
 			}
 		}
 	case dig.Kind == yaml.MappingNode && dig.Style&yaml.FlowStyle == 0:
 		indent := dig.Content[0].Column - 1
 		after = dig.Content[len(dig.Content)-1].Line
-		for _, stage := range []string{"author", "train", "eval"} {
+		for _, stage := range stages.All {
 			d, ok := digests[stage]
 			if !ok {
 				continue
 			}
-			if _, v := mapLookup(dig, stage); v != nil {
+			if _, v := mapLookup(dig, string(stage)); v != nil {
 				if v.Kind != yaml.ScalarNode {
 					return nil, fmt.Errorf("%s:%d: runtime.digests.%s: not a scalar; edit it by hand", file, v.Line, stage)
 				}
 				set(v, d)
 			} else {
-				add = append(add, strings.Repeat(" ", indent)+stage+": "+d+"\n")
+				add = append(add, strings.Repeat(" ", indent)+string(stage)+": "+d+"\n")
 			}
 		}
 	default:

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 var yamlUnmarshal = yaml.Unmarshal
@@ -14,7 +16,7 @@ func TestSetDigests(t *testing.T) {
 	a := "sha256:" + strings.Repeat("a", 64)
 	b := "sha256:" + strings.Repeat("b", 64)
 	e := "sha256:" + strings.Repeat("e", 64)
-	all := map[string]string{"author": a, "train": b, "eval": e}
+	all := map[stages.Stage]string{stages.Author: a, stages.Train: b, stages.Eval: e}
 	cases := []struct {
 		name, in, want string
 	}{
@@ -51,7 +53,7 @@ func TestSetDigests(t *testing.T) {
 			t.Errorf("%q: %v, want %q", bad.in, err, bad.want)
 		}
 	}
-	if _, err := SetDigests("c.yaml", []byte("runtime:\n  kind: x\n"), map[string]string{"eval": "sha256:xyz"}); err == nil {
+	if _, err := SetDigests("c.yaml", []byte("runtime:\n  kind: x\n"), map[stages.Stage]string{stages.Eval: "sha256:xyz"}); err == nil {
 		t.Error("a malformed digest was accepted")
 	}
 }
@@ -63,7 +65,7 @@ func TestSetDigestsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"author": "sha256:" + strings.Repeat("1", 64), "train": "sha256:" + strings.Repeat("2", 64), "eval": "sha256:" + strings.Repeat("3", 64)}
+	want := map[stages.Stage]string{stages.Author: "sha256:" + strings.Repeat("1", 64), stages.Train: "sha256:" + strings.Repeat("2", 64), stages.Eval: "sha256:" + strings.Repeat("3", 64)}
 	got, err := SetDigests("cluster-example.yaml", data, want)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +75,7 @@ func TestSetDigestsExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := cfg.Runtime.Digests
-	if d.Author != want["author"] || d.Train != want["train"] || d.Eval != want["eval"] {
+	if d.Author != want[stages.Author] || d.Train != want[stages.Train] || d.Eval != want[stages.Eval] {
 		t.Fatalf("digests after SetDigests: %+v", d)
 	}
 	before, after := strings.Split(string(data), "\n"), strings.Split(string(got), "\n")
@@ -107,7 +109,7 @@ func FuzzSetDigests(f *testing.F) {
 		if yamlUnmarshal([]byte(in), &probe) != nil {
 			return // not YAML a config could be: SetDigests may refuse or not
 		}
-		d := map[string]string{"author": "sha256:" + strings.Repeat("a", 64), "eval": "sha256:" + strings.Repeat("e", 64)}
+		d := map[stages.Stage]string{stages.Author: "sha256:" + strings.Repeat("a", 64), stages.Eval: "sha256:" + strings.Repeat("e", 64)}
 		out, err := SetDigests("f.yaml", []byte(in), d)
 		if err != nil {
 			return
@@ -121,8 +123,8 @@ func FuzzSetDigests(f *testing.F) {
 			t.Fatalf("output does not parse: %v\nin:\n%q\nout:\n%q", err, in, out)
 		}
 		for k, v := range d {
-			if doc.Runtime.Digests[k] != v {
-				t.Fatalf("runtime.digests.%s = %v, want %s\nin:\n%q\nout:\n%q", k, doc.Runtime.Digests[k], v, in, out)
+			if doc.Runtime.Digests[string(k)] != v {
+				t.Fatalf("runtime.digests.%s = %v, want %s\nin:\n%q\nout:\n%q", k, doc.Runtime.Digests[string(k)], v, in, out)
 			}
 		}
 	})

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Config is the whole configuration file.
@@ -108,12 +110,38 @@ type Images struct {
 	Eval   string `yaml:"eval"`
 }
 
+// Of is stage's image ("" for a stage that has none).
+func (i Images) Of(stage stages.Stage) string {
+	switch stage {
+	case stages.Author:
+		return i.Author
+	case stages.Train:
+		return i.Train
+	case stages.Eval:
+		return i.Eval
+	}
+	return ""
+}
+
 // Digests pin images by sha256 ("sha256:<64 hex>"). The eval digest is
 // required with a container runtime: the eval job refuses any other image.
 type Digests struct {
 	Author string `yaml:"author"`
 	Train  string `yaml:"train"`
 	Eval   string `yaml:"eval"`
+}
+
+// Of is stage's pinned digest ("" when none is pinned).
+func (d Digests) Of(stage stages.Stage) string {
+	switch stage {
+	case stages.Author:
+		return d.Author
+	case stages.Train:
+		return d.Train
+	case stages.Eval:
+		return d.Eval
+	}
+	return ""
 }
 
 // PolicyModel is the endpoint of the policy that drives Claude Code.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 // Defaults of the reference episode.
@@ -154,10 +156,10 @@ func validate(cfg *Config, line func(string) int, opt LoadOptions) []Problem {
 	c.rangeInt("stages.eval.concurrency", st.Eval.Concurrency, 1, 256)
 	c.rangeInt("stages.eval.time_limit_seconds", st.Eval.TimeLimitSeconds, 600, 86400)
 	for _, s := range []struct {
-		name string
+		name stages.Stage
 		r    Resources
-	}{{"author", st.Author.Resources}, {"train", st.Train.Resources}, {"eval", st.Eval.Resources}} {
-		p := "stages." + s.name
+	}{{stages.Author, st.Author.Resources}, {stages.Train, st.Train.Resources}, {stages.Eval, st.Eval.Resources}} {
+		p := "stages." + string(s.name)
 		c.rangeInt(p+".cpus", s.r.CPUs, 1, 1024)
 		if !reMem.MatchString(s.r.Mem) {
 			c.add(p+".mem", "want a size such as 16G, 64000M, got %q", s.r.Mem)
@@ -403,9 +405,9 @@ func (c *checker) images(imPre, dgPre, kind string, im Images, dg Digests, opt L
 }
 
 func (c *checker) digests(pre string, dg Digests) {
-	for k, d := range map[string]string{"author": dg.Author, "train": dg.Train, "eval": dg.Eval} {
-		if d != "" && !reDigest.MatchString(d) {
-			c.add(pre+"."+k, "want sha256:<64 lower-case hex digits>, got %q", d)
+	for _, s := range stages.All {
+		if d := dg.Of(s); d != "" && !reDigest.MatchString(d) {
+			c.add(pre+"."+string(s), "want sha256:<64 lower-case hex digits>, got %q", d)
 		}
 	}
 }

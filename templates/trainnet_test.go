@@ -179,7 +179,7 @@ func networkishEnv(k string) bool {
 // image's %test: no dataset cache, no copy of the eval set). So a config
 // line such as dataset_name: AIME2025 finds nothing to load.
 func TestTrainJobOffline(t *testing.T) {
-	def, err := apptainer.Definition(string(stages.Train))
+	def, err := apptainer.Definition(stages.Train)
 	if err != nil {
 		t.Fatal(err)
 	}
