@@ -192,9 +192,9 @@ func TestServeClustersLab(t *testing.T) {
 	if split[1]["east"] == 0 || split[1]["west"] == 0 {
 		t.Errorf("wave 1 not spread over both clusters: %v", split[1])
 	}
-	// By capacity: east has two GPUs, west one.
+	// By capacity: east has twice west's GPUs.
 	if split[1]["east"] <= split[1]["west"] {
-		t.Errorf("wave 1 put %d rows on east (2 GPUs) and %d on west (1 GPU): want more on east", split[1]["east"], split[1]["west"])
+		t.Errorf("wave 1 put %d rows on east (twice west's GPUs) and %d on west: want more on east", split[1]["east"], split[1]["west"])
 	}
 	// (A row of wave 2 may still go to west: one that waited for a slot
 	// until after west came back. The creation times above say none was

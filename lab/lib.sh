@@ -17,7 +17,9 @@ LAB_SSH_HOST=127.0.0.1
 LAB_SSH_PORT=2222
 LAB_STANDINS=/opt/nemorl-lab/stand-ins
 LAB_GPU_TYPE=h100
-LAB_GPU_COUNT=2
+# Four fake GPUs (and cluster 2 half as many): make test runs many lab
+# tests at once, and the stand-in jobs wait more than they compute.
+LAB_GPU_COUNT=4
 LAB_GPU_DEV=/dev/nemorl-fakegpu
 LAB_DB=slurm_acct_db
 LAB_DB_USER=slurm
@@ -401,7 +403,7 @@ LAB2_CONF="$LAB2_ETC/slurm.conf"
 LAB2_CTLD_PORT=6827
 LAB2_SLURMD_PORT=6828
 LAB2_SSH_PORT=2224
-LAB2_GPU_COUNT=1
+LAB2_GPU_COUNT=2
 LAB2_GPU_DEV=/dev/nemorl-lab2-fakegpu
 # Job ids from here on: no id of cluster 2 is one of cluster 1's (those
 # start at 1), so a job looked up on the wrong cluster is not found there.

@@ -364,7 +364,6 @@ func scontrol(t *testing.T, args ...string) {
 // slurmdbd, sacct kept the held job's reason None for over 6 minutes
 // (twice in a full make test; seconds when the lab is idle).
 func TestLabTimeLimitAndHold(t *testing.T) {
-	labtest.LockLab(t) // before needLab (labtest.Env)
 	l := needLab(t)
 	c, _ := l.client(t)
 	ctx := context.Background()
