@@ -104,7 +104,7 @@ func TestCluster2(t *testing.T) {
 		t.Errorf("cluster 1 sinfo: %q, want %q", got, want)
 	}
 
-	// A job on cluster 2, asking for its one GPU. Its output goes to a
+	// A job on cluster 2, asking for all its GPUs. Its output goes to a
 	// directory of this test (labtest's LockLab then knows it as ours).
 	dir := lab.TestWorkdir(t)
 	labSSHOK(t, c2, "mkdir -p "+q(dir))
@@ -113,7 +113,15 @@ func TestCluster2(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := "nemorl-cluster2-test-" + hex.EncodeToString(b[:])
-	gpu := strings.TrimPrefix(c2.Lab2Gres, "gpu:") // h100:1
+	gpu := strings.TrimPrefix(c2.Lab2Gres, "gpu:") // h100:2
+	n, err := strconv.Atoi(gpu[strings.LastIndex(gpu, ":")+1:])
+	if err != nil || n < 1 {
+		t.Fatalf("cluster 2's GRES %q: no GPU count", c2.Lab2Gres)
+	}
+	var indexes []string // what CUDA_VISIBLE_DEVICES lists for them
+	for i := range n {
+		indexes = append(indexes, strconv.Itoa(i))
+	}
 	script := `#!/bin/bash
 echo "conf=${SLURM_CONF-unset} cluster=${SLURM_CLUSTER_NAME-} gpus=${CUDA_VISIBLE_DEVICES-}"
 # Without SLURM_CONF, as on a node of cluster 2: /etc/slurm is its config.
@@ -152,7 +160,7 @@ exec sleep 300
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	want := []string{"conf=" + c2.Lab2Conf + " cluster=" + c2.Cluster + " gpus=0", "default=" + c2.Cluster}
+	want := []string{"conf=" + c2.Lab2Conf + " cluster=" + c2.Cluster + " gpus=" + strings.Join(indexes, ","), "default=" + c2.Cluster}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the job's output %s:\n%s\nwant:\n%s", out, strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
