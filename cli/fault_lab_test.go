@@ -195,6 +195,7 @@ func (x *labCLI) runToScore(t *testing.T, cfg, ep string, fault func(train strin
 	waitLedger(t, state, ep, b)
 	train := x.waitTrainRunning(t, state, ep, b)
 	waitLaunched(t, train)
+	x.waitTraining(t, ep)
 	fault(train)
 	r := b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
 	o := outcomeOf(t, r)
@@ -219,6 +220,21 @@ func waitLaunched(t *testing.T, id string) {
 			}
 		}
 		return fmt.Sprintf("scontrol listpids %s: %v %s", id, err, out)
+	})
+}
+
+// waitTraining waits until ep's train stand-in has said it trains (its
+// --delay line in train/out.log): the fault then meets the trainer, not
+// the batch script's first second (a requeue there was once recorded
+// FAILED 1:0, the script's own exit on TERM, before Slurm requeued it).
+func (x *labCLI) waitTraining(t *testing.T, ep string) {
+	t.Helper()
+	out := filepath.Join(x.lab.Workdir, ep, "train", "out.log")
+	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
+		if b, err := os.ReadFile(out); err != nil || !strings.Contains(string(b), "--delay: training for") {
+			return fmt.Sprintf("%s: no \"--delay: training for\" line yet (%v)", out, err)
+		}
+		return ""
 	})
 }
 
@@ -392,6 +408,13 @@ func startRequeuedNow(t *testing.T, id string) {
 	for time.Now().Before(deadline) {
 		out, _ := exec.Command("squeue", "-h", "-j", id, "-o", "%T %r").Output()
 		if f := strings.Fields(string(out)); len(f) == 2 && f[0] == "PENDING" && f[1] == "BeginTime" {
+			// Not before the node is done with the run that ended: a
+			// start within a second of a requeue once met the old run's
+			// credential revocation on the node (slurmctld: "Killing
+			// non-startable batch JobId=…: Job credential revoked"), and
+			// the job ended FAILED 1:0 before its script ran.
+			waitNoProcesses(t, id)
+			time.Sleep(2 * time.Second)
 			if out, err := exec.Command("scontrol", "update", "jobid="+id, "StartTime=now").CombinedOutput(); err != nil {
 				t.Logf("scontrol update jobid=%s StartTime=now: %v %s (it starts at its begin time)", id, err, out)
 			}
@@ -400,6 +423,21 @@ func startRequeuedNow(t *testing.T, id string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("job %s was not seen pending on its begin time after the requeue", id)
+}
+
+// waitNoProcesses waits until no process of job id runs on the lab node
+// (scontrol listpids, run on the node, lists none).
+func waitNoProcesses(t *testing.T, id string) {
+	t.Helper()
+	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
+		out, _ := exec.Command("scontrol", "listpids", id).CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[1] == id {
+				return "job " + id + " still has processes on the node: " + l
+			}
+		}
+		return ""
+	})
 }
 
 // submitCount submits n episodes and returns their ids.
