@@ -242,8 +242,10 @@ dbd_ok() { sacctmgr -n -P show cluster format=cluster; }
 ctld_ok() { scontrol ping | grep -q 'is UP'; }
 # node_state: the node's state as sinfo has it (idle, mixed, down*, drained, ...).
 node_state() { sinfo -h -N -n "$(lab_node)" -o '%T' 2>/dev/null | head -n1; }
-# node_ready: the node is in service (a "*" suffix, not responding, is not).
-node_ready() { case "$(node_state)" in idle | mixed | allocated | completing) return 0 ;; esac; return 1; }
+# node_ready: the node is in service (a "*" suffix, not responding, is
+# not). "planned": the backfill scheduler has planned a pending job on it
+# (seen with make test's parallel tests queueing).
+node_ready() { case "$(node_state)" in idle | mixed | allocated | completing | planned | *-planned) return 0 ;; esac; return 1; }
 
 # node_resume: put a node left DOWN, DRAINED or FAILED (by a crashed
 # slurmd, or lab/daemon node-down) back in service: State=RESUME, retried
