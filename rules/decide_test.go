@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -204,6 +205,15 @@ func TestTableRows(t *testing.T) {
 		{"train-output-bound", "weights past the architecture's size", true, func(f *Facts) { set(f, stages.Train, "FAILED", "71:0") }, policy(stages.Train, ReasonOutputTooLarge, false)},
 		{"train-script-verdict", "no GPU on the train node", true, func(f *Facts) { set(f, stages.Train, "FAILED", "70:0") }, infra(stages.Train, ReasonNoGPU)},
 		{"train-slurm-failure", "train preempted", true, func(f *Facts) { f.Requeues = false; set(f, stages.Train, "PREEMPTED", "0:0") }, infra(stages.Train, "preempted")},
+		{"train-slurm-failure", "train killed by Slurm before its script ran (lab sacct)", true, func(f *Facts) {
+			// No record: the script never ran to write one.
+			f.Jobs[stages.Train] = labSacctJob(t, "../slurm/testdata/lab/sacct_killed_before_script.txt", "5712")
+			setOut(f, stages.Train, nil, rejected(stages.Train, record.ReasonMissingRecord))
+		}, infra(stages.Train, string(slurm.FailureLaunch))},
+		{"train-record", "train's own user killed its script (lab sacct)", true, func(f *Facts) {
+			f.Jobs[stages.Train] = labSacctJob(t, "../slurm/testdata/lab/sacct_killed_before_script.txt", "9951")
+			setOut(f, stages.Train, nil, rejected(stages.Train, record.ReasonMissingRecord))
+		}, policy(stages.Train, string(record.ReasonMissingRecord), false)},
 		{"train-planted-output", "train out.log a symlink", true, func(f *Facts) {
 			f.Outputs[stages.Train] = Output{File: File{Exists: true, Type: "symbolic link"}}
 		}, policy(stages.Train, ReasonPlantedOutput, true)},
@@ -905,4 +915,24 @@ func TestHoldNeedsNoSecondSqueue(t *testing.T) {
 			t.Errorf("eval pending from %s: %+v", src, d.Verdict)
 		}
 	}
+}
+
+// labSacctJob is job id as slurm.ParseSacct reads it from a lab capture.
+func labSacctJob(t *testing.T, path, id string) slurm.JobInfo {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := slurm.ParseSacct(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for _, j := range jobs {
+		if j.ID == id {
+			return j
+		}
+	}
+	t.Fatalf("%s: no job %s", path, id)
+	return slurm.JobInfo{}
 }

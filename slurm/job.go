@@ -75,10 +75,21 @@ type JobInfo struct {
 
 // Step is one step line of sacct (123.batch, 123.extern, 123.0).
 type Step struct {
-	ID       string   `json:"id"` // "batch", "extern", "0"…
-	Name     string   `json:"name"`
-	State    State    `json:"state"`
-	ExitCode ExitCode `json:"exit_code"`
+	ID       string    `json:"id"` // "batch", "extern", "0"…
+	Name     string    `json:"name"`
+	State    State     `json:"state"`
+	ExitCode ExitCode  `json:"exit_code"`
+	Start    time.Time `json:"start,omitzero"` // zero when unknown
+	End      time.Time `json:"end,omitzero"`   // zero when unknown
+}
+
+// NeverReported reports a step whose end slurmstepd never reported:
+// slurmdbd closed it CANCELLED, with no exit code, when its job ended
+// (lab, 22.05.8). A step that ran and ended, by its script's exit or a
+// signal (a kill by the job's own user, `scancel --batch`, an output
+// slurmstepd could not open), has an exit code ("0:9", "0:53").
+func (s Step) NeverReported() bool {
+	return s.State.Name == "CANCELLED" && s.ExitCode.Raw == ""
 }
 
 // Terminal reports whether the job has ended for good.

@@ -561,3 +561,50 @@ func TestParseTimeLimitFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestParseSacctKilledBeforeScript: real sacct output (lab, 22.05.8,
+// today's SacctFields, --duplicates) of batch jobs that ended FAILED
+// without their script ending by itself:
+//
+//   - 5712: the fault suite's requeued train job, started again 0.15 s
+//     after `scontrol update StartTime=now`; slurmctld: "Killing
+//     non-startable batch JobId=5712: Job credential revoked". Its latest
+//     run: FAILED 1:0, batch step CANCELLED with no exit code, 0 s. Its
+//     script never ran: Slurm's launch failed (the cluster's).
+//   - 9948, 9949: --output a file mode 000 and a directory (what a planted
+//     output does): slurmstepd could not open it, 0:53.
+//   - 9950, 9951: the script killed by its own user, `scancel --batch -s
+//     KILL` and `kill -9 $$`: 0:9.
+//   - 9953: requeued by root, then cancelled while pending.
+//
+// Only 5712 is a launch failure; the others keep the exit code's verdict.
+func TestParseSacctKilledBeforeScript(t *testing.T) {
+	got := parseFile(t, ParseSacct, "testdata/lab/sacct_killed_before_script.txt")
+	for id, want := range map[string]Failure{
+		"5712": FailureLaunch,
+		"9948": FailureExitCode, "9949": FailureExitCode,
+		"9950": FailureExitCode, "9951": FailureExitCode,
+		"9953": FailureCancelled,
+	} {
+		j, ok := got[id]
+		if !ok {
+			t.Errorf("job %s not parsed", id)
+			continue
+		}
+		if j.State.Failure != want {
+			t.Errorf("job %s (%s, exit %s): failure %q, want %q", id, j.State.Raw, j.ExitCode.Raw, j.State.Failure, want)
+		}
+	}
+	j := got["5712"]
+	if j.Runs != 2 || j.State.Raw != "FAILED" || j.ExitCode.Raw != "1:0" || len(j.Steps) != 1 {
+		t.Fatalf("5712: %+v", j)
+	}
+	if b := j.Steps[0]; !b.NeverReported() || b.Start.IsZero() || !b.Start.Equal(b.End) {
+		t.Errorf("5712's batch step of its latest run: %+v", b)
+	}
+	for _, id := range []string{"9948", "9950"} {
+		if b := got[id].Steps[0]; b.NeverReported() {
+			t.Errorf("%s: batch step %+v counted as never reported", id, b)
+		}
+	}
+}

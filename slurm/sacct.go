@@ -89,7 +89,8 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 				recs[jobID] = rs
 			}
 			r := rs[len(rs)-1]
-			r.steps = append(r.steps, Step{ID: stepID, Name: f[saName], State: st, ExitCode: ec})
+			r.steps = append(r.steps, Step{ID: stepID, Name: f[saName], State: st, ExitCode: ec,
+				Start: ParseTime(f[saStart], loc), End: ParseTime(f[saEnd], loc)})
 			continue
 		}
 		j := JobInfo{
@@ -159,7 +160,9 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 //     cancelled right after submission (--kill-on-invalid-dep) under the
 //     name "allocation" with Start = Submit and reason None;
 //   - such a job, CANCELLED by no user, was cancelled by slurmctld: in
-//     practice because a dependency can never be satisfied.
+//     practice because a dependency can never be satisfied;
+//   - a FAILED job whose batch script never ran is a launch failure (see
+//     killedBeforeScript).
 func foldSteps(j *JobInfo) {
 	var batch *Step
 	oom := false
@@ -178,6 +181,9 @@ func foldSteps(j *JobInfo) {
 	if oom && j.State.Failure == FailureExitCode {
 		j.State.Failure = FailureOutOfMemory
 	}
+	if j.State.Failure == FailureExitCode && killedBeforeScript(batch) {
+		j.State.Failure = FailureLaunch
+	}
 	if batch != nil && (j.State.Failure == FailureExitCode || j.State.Failure == FailureOutOfMemory) &&
 		(!j.ExitCode.Known || j.ExitCode.Zero()) && batch.ExitCode.Known && !batch.ExitCode.Zero() {
 		j.ExitCode = batch.ExitCode
@@ -189,6 +195,20 @@ func foldSteps(j *JobInfo) {
 			j.State.Failure = FailureDependency
 		}
 	}
+}
+
+// killedBeforeScript reports a batch step that Slurm ended before its
+// script ran: slurmd refused to start it (slurmctld's log: "Killing
+// non-startable batch JobId=N: Job credential revoked", a requeued job
+// started again before the old run's credential expired), and sacct
+// shows the job FAILED 1:0 and its batch step CANCELLED with no exit
+// code, started and ended in the same second (lab, 22.05.8). The script
+// never ran, so nothing of a payload did: it is the cluster's. A batch
+// step whose script ran and was killed, or that slurmstepd could not
+// set up (an output it could not open: 0:53), has an exit code, and so
+// does one killed by the job's own user.
+func killedBeforeScript(batch *Step) bool {
+	return batch != nil && batch.NeverReported() && !batch.Start.IsZero() && batch.Start.Equal(batch.End)
 }
 
 func nodeList(s string) string {

@@ -66,7 +66,7 @@ const (
 	FailurePreempted   Failure = "preempted"                  // PREEMPTED
 	FailureBootFailure Failure = "boot_failure"               // BOOT_FAIL
 	FailureDeadline    Failure = "deadline"                   // DEADLINE: could not run before its --deadline
-	FailureLaunch      Failure = "launch_failure"             // FAILED with reason SystemFailure, BadConstraints, InvalidAccount/QOS, PartitionDown
+	FailureLaunch      Failure = "launch_failure"             // FAILED with reason SystemFailure, BadConstraints, InvalidAccount/QOS, PartitionDown, or killed by Slurm before its batch script ran
 	FailureRevoked     Failure = "revoked"                    // REVOKED: a federated sibling ran elsewhere
 )
 
