@@ -15,9 +15,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
-	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -25,6 +25,21 @@ import (
 )
 
 const labApptainer = "/opt/nemorl-lab/apptainer/bin/apptainer"
+
+// gpuNodeMu keeps the tests that turn lab/gpu-node on and off from
+// overlapping each other. Nothing else in the lab reads what gpu-node
+// makes (the stand-in driver files --nv binds: only the Apptainer tests'
+// containers see them; the other lab tests run without isolation and
+// check the fake GPUs of gres.conf, /dev/nemorl-fakegpu*), so these tests
+// hold the lab shared and run alongside the others.
+var gpuNodeMu sync.Mutex
+
+// holdGPUNode runs t as the only test that changes lab/gpu-node, until it
+// ends.
+func holdGPUNode(t *testing.T) {
+	gpuNodeMu.Lock()
+	t.Cleanup(gpuNodeMu.Unlock) // registered first: runs after gpu-node off
+}
 
 // gpuNode runs lab/gpu-node on|off.
 func gpuNode(t *testing.T, arg string) {
@@ -35,7 +50,8 @@ func gpuNode(t *testing.T, arg string) {
 }
 
 func TestApptainerLab(t *testing.T) {
-	labtest.LockLab(t) // lab/gpu-node changes the node for every job
+	t.Parallel()
+	holdGPUNode(t)
 	x := newLabCLI(t)
 	requireStandIns(t)
 	if _, err := os.Stat(labApptainer); err != nil {
@@ -192,7 +208,8 @@ func TestApptainerLab(t *testing.T) {
 // way to Slurm in the real train container: the attack is not mounted,
 // and the episode is the policy's 0, never a masked sample.
 func TestAttackApptainerLab(t *testing.T) {
-	labtest.LockLab(t)
+	t.Parallel()
+	holdGPUNode(t)
 	x := newLabCLI(t)
 	requireStandIns(t)
 	if _, err := os.Stat(labApptainer); err != nil {

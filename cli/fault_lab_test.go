@@ -17,11 +17,13 @@ import (
 )
 
 // The fault-injection suite (#14): each fault is played on the real lab
-// through the built binary. The faults take the cluster away from every
-// other test (a node set DOWN kills every job on it, a stopped slurmctld
-// refuses every sbatch), so the suite holds the lab's lock exclusively
-// and its subtests run one after another. Every subtest asserts the
-// outcome, its attempts, and Slurm's own view (sacct --duplicates).
+// through the built binary. Most take the cluster away from every other
+// test (a node set DOWN kills every job on it, a stopped slurmctld
+// refuses every sbatch), so TestFaultLab holds the lab's lock exclusively
+// and its subtests run one after another; the two that touch only their
+// own episodes (a requeue, kill -9 of the tool) are TestFaultSharedLab's.
+// Every subtest asserts the outcome, its attempts, and Slurm's own view
+// (sacct --duplicates).
 
 const faultTimeout = 8 * time.Minute // one episode through a fault and its recovery
 
@@ -50,11 +52,9 @@ func TestFaultLab(t *testing.T) {
 		{"launch-held", x.testLaunchHeld},
 		{"node-down-requeued", x.testNodeDownRequeued},
 		{"node-down-retried", x.testNodeDownRetried},
-		{"requeue", x.testRequeue},
 		{"slurmctld-restart", x.testSlurmctldRestart},
 		{"run-slurmctld-down", x.testRunSlurmctldDown},
 		{"slurmdbd-outage", x.testSlurmdbdOutage},
-		{"kill9", x.testKill9},
 	} {
 		// Whatever the subtest before left, the node is in service (a
 		// launch Slurm saw fail drains it).
@@ -63,6 +63,33 @@ func TestFaultLab(t *testing.T) {
 		if t.Run(c.name, c.f) && time.Since(start) > time.Second {
 			t.Logf("%s: passed in %s", c.name, time.Since(start).Round(time.Second))
 		}
+	}
+}
+
+// TestFaultSharedLab: the faults that break nothing but their own
+// episodes — a requeue of its own train job, kill -9 of the tool — run on
+// the shared lab, alongside the other tests and each other.
+func TestFaultSharedLab(t *testing.T) {
+	t.Parallel()
+	x := newLabCLI(t)
+	requireStandIns(t)
+	if os.Geteuid() != 0 {
+		if labtest.Required() {
+			t.Fatal("the requeue fault runs scontrol requeue as root: run it as root")
+		}
+		t.Skip("the requeue fault runs scontrol requeue as root: run it as root")
+	}
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"requeue", x.testRequeue},
+		{"kill9", x.testKill9},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.f(t)
+		})
 	}
 }
 

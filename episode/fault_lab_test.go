@@ -17,12 +17,13 @@ import (
 )
 
 // replyLost is the lab host with one fault: the first train sbatch runs
-// on the cluster, then the lab sshd is restarted before its reply is
+// on the cluster, then the sshd (the test's own) is restarted before its reply is
 // read, so the tool sees what a connection dropped between a command and
 // its answer gives: remote.ErrOutcomeUnknown.
 type replyLost struct {
 	remote.Host
 	t     *testing.T
+	sshd  *labtest.SSHD
 	once  sync.Once
 	fired bool
 }
@@ -40,8 +41,8 @@ func (h *replyLost) Run(ctx context.Context, c remote.Command) (*remote.Result, 
 			stdout = res.Stdout
 		}
 		h.t.Logf("sbatch ran (%v): %q; restarting sshd before the reply is read", rerr, strings.TrimSpace(string(stdout)))
-		if out, xerr := exec.Command(labtest.Script(h.t, "sshd"), "restart").CombinedOutput(); xerr != nil {
-			err = fmt.Errorf("lab/sshd restart: %v: %s", xerr, out)
+		if xerr := h.sshd.RestartErr(); xerr != nil {
+			err = fmt.Errorf("restarting the test's sshd: %w", xerr)
 			return
 		}
 		err = fmt.Errorf("%s: %w", h.Name(), remote.ErrOutcomeUnknown)
@@ -57,10 +58,10 @@ func (h *replyLost) Run(ctx context.Context, c remote.Command) (*remote.Result, 
 // it looks it up by its name and tag, adopts it (its batch script, user
 // and submit time prove it the tool's), and never submits a second one.
 func TestFaultReplyLost(t *testing.T) {
-	labtest.LockLab(t) // restarts the lab sshd
 	start := time.Now()
-	d, _ := dialLab(t, nil, 0)
-	h := &replyLost{Host: d.Host, t: t}
+	lab, sshd := labtest.Env(t).PrivateSSHD(t) // restarted: the test's own
+	d, _ := dialLabAt(t, lab, nil, 0)
+	h := &replyLost{Host: d.Host, t: t, sshd: sshd}
 	d.Host = h
 	ctx := context.Background()
 	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
@@ -69,7 +70,6 @@ func TestFaultReplyLost(t *testing.T) {
 	}
 	lock.Unlock()
 	t.Cleanup(func() {
-		_ = exec.Command(labtest.Script(t, "sshd"), "start").Run()
 		if e, err := d.Ledger.Load(e.Episode); err == nil && !e.Final() {
 			cancelAsOwner(d, e)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -61,7 +60,12 @@ func labDriver(t *testing.T, trainArgv []string) (*Driver, *slurmCounter) {
 // dialLab connects to the lab; retries is remote.Options.MaxRetries.
 func dialLab(t *testing.T, trainArgv []string, retries int) (*Driver, *slurmCounter) {
 	t.Helper()
-	lab := labtest.Env(t)
+	return dialLabAt(t, labtest.Env(t), trainArgv, retries)
+}
+
+// dialLabAt is dialLab through lab's sshd (a private one: PrivateSSHD).
+func dialLabAt(t *testing.T, lab labtest.Lab, trainArgv []string, retries int) (*Driver, *slurmCounter) {
+	t.Helper()
 	lab.WaitSSH(t, time.Minute)
 	cfg, err := configs.LoadFile("../configs/lab-none.yaml")
 	if err != nil {
@@ -184,16 +188,16 @@ func TestWatchOneSqueuePerPoll(t *testing.T) {
 	}
 }
 
-// TestWatchConnectionLost stops the lab sshd under a watch: after
+// TestWatchConnectionLost stops the sshd under a watch: after
 // MaxPollFailures failed polls Watch gives up with ErrConnectionLost, the
 // episode stays unfinished in the ledger (no outcome is made up), and a
-// later watch picks it up again once sshd is back.
+// later watch picks it up again once sshd is back. The sshd is the test's
+// own (labtest.PrivateSSHD): the lab's stays up for the others.
 func TestWatchConnectionLost(t *testing.T) {
-	labtest.LockLab(t) // stops the lab sshd; before labtest.Env
-	labtest.Env(t)
+	lab, sshd := labtest.Env(t).PrivateSSHD(t)
 	// No transport retries: the polls fail at once (the retries themselves
 	// are remote's tests).
-	d, _ := dialLab(t, sleepingTrain, -1)
+	d, _ := dialLabAt(t, lab, sleepingTrain, -1)
 	ctx := context.Background()
 	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 	if err != nil {
@@ -201,14 +205,12 @@ func TestWatchConnectionLost(t *testing.T) {
 	}
 	lock.Unlock()
 	t.Cleanup(func() {
-		_ = exec.Command(labtest.Script(t, "sshd"), "start").Run()
+		sshd.Start(t)
 		if e, err := d.Ledger.Load(e.Episode); err == nil {
 			cancelAsOwner(d, e)
 		}
 	})
-	if out, err := exec.Command(labtest.Script(t, "sshd"), "stop").CombinedOutput(); err != nil {
-		t.Fatalf("lab/sshd stop: %v\n%s", err, out)
-	}
+	sshd.Stop(t)
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -221,9 +223,7 @@ func TestWatchConnectionLost(t *testing.T) {
 	if lerr != nil || got.Final() || got.JobID(stages.Author) != e.JobID(stages.Author) {
 		t.Fatalf("ledger after the lost connection: final=%v author=%q (%v); want unfinished, same author job", got.Final(), got.JobID(stages.Author), lerr)
 	}
-	if out, err := exec.Command(labtest.Script(t, "sshd"), "start").CombinedOutput(); err != nil {
-		t.Fatalf("lab/sshd start: %v\n%s", err, out)
-	}
+	sshd.Start(t)
 	var rows []Row
 	_, err = d.Watch(wctx, []string{e.Episode}, WatchOptions{Act: true, Once: true, Observe: func(r []Row) { rows = r }})
 	if err != nil || len(rows) != 1 || rows[0].JobID == "" {

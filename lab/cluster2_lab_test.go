@@ -77,7 +77,8 @@ func waitSSH(t *testing.T, lab labtest.Lab, command string, limit time.Duration,
 }
 
 func TestCluster2(t *testing.T) {
-	labtest.LockLab(t) // before Env: this test stops cluster 2's controller
+	t.Parallel()
+	labtest.LockCluster2(t) // before Env: this test stops cluster 2's controller
 	lab := labtest.Env(t)
 	c2 := lab.Cluster2(t)
 	if _, err := exec.LookPath("ssh"); err != nil {

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -397,35 +396,11 @@ func (l *logRecorder) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
-// labSSHD runs lab/sshd stop|start.
-func labSSHD(t *testing.T, verb string) {
-	t.Helper()
-	script := labtest.Script(t, "sshd")
-	out, err := exec.Command(script, verb).CombinedOutput()
-	if err != nil {
-		t.Fatalf("lab/sshd %s: %v\n%s", verb, err, out)
-	}
-}
-
-// ensureSSHDUp restarts the lab sshd after a test that stopped it, even
-// when the test failed halfway.
-func ensureSSHDUp(t *testing.T) {
-	script := labtest.Script(t, "sshd")
-	t.Cleanup(func() {
-		if exec.Command(script, "status").Run() != nil {
-			if out, err := exec.Command(script, "start").CombinedOutput(); err != nil {
-				t.Errorf("restarting lab sshd: %v\n%s", err, out)
-			}
-		}
-	})
-}
-
-// TestSSHLabReconnect stops and restarts the lab sshd (which also kills
-// the connections it serves) in the middle of a series of calls.
+// TestSSHLabReconnect stops and restarts the sshd (which also kills the
+// connections it serves) in the middle of a series of calls. The sshd is
+// the test's own (labtest.PrivateSSHD): the lab's stays up for the others.
 func TestSSHLabReconnect(t *testing.T) {
-	labtest.LockLab(t) // before Env: this test restarts sshd
-	lab := labtest.Env(t)
-	ensureSSHDUp(t)
+	lab, sshd := labtest.Env(t).PrivateSSHD(t)
 	var logs logRecorder
 	opts := labOptions(t, lab)
 	opts.Logf = func(f string, a ...any) { logs.Logf(f, a...); t.Logf(f, a...) }
@@ -447,11 +422,11 @@ func TestSSHLabReconnect(t *testing.T) {
 	}
 
 	t.Run("idempotent call spans the restart", func(t *testing.T) {
-		labSSHD(t, "stop")
+		sshd.Stop(t)
 		errc := make(chan error, 1)
 		go func() { errc <- idem(100) }()
 		time.Sleep(1500 * time.Millisecond) // the call is retrying meanwhile
-		labSSHD(t, "start")
+		sshd.Start(t)
 		if err := <-errc; err != nil {
 			t.Errorf("idempotent call made while sshd was down: %v", err)
 		}
@@ -482,8 +457,7 @@ func TestSSHLabReconnect(t *testing.T) {
 				errc <- err
 			}()
 			waitUntil(t, 10*time.Second, func() bool { _, err := h.Stat(ctx, started); return err == nil })
-			labSSHD(t, "stop")
-			labSSHD(t, "start")
+			sshd.Restart(t)
 			var err error
 			select {
 			case err = <-errc:

@@ -2,8 +2,10 @@ package slurm
 
 import (
 	"context"
-	"os/exec"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,13 +15,15 @@ import (
 
 // sshClient dials the lab's sshd as the lab user, with strict host keys,
 // and returns a Client over that one connection, counting its commands.
-func sshClient(t *testing.T, restarts bool, opts ...func(*remote.Options)) (*Client, *countingRunner, labtest.Lab) {
+func sshClient(t *testing.T, opts ...func(*remote.Options)) (*Client, *countingRunner, labtest.Lab) {
 	t.Helper()
 	needLab(t)
-	lab := labtest.Env(t)
-	if !restarts {
-		labtest.UseLab(t)
-	}
+	return sshClientAt(t, labtest.Env(t), opts...)
+}
+
+// sshClientAt is sshClient through lab's sshd (a private one: PrivateSSHD).
+func sshClientAt(t *testing.T, lab labtest.Lab, opts ...func(*remote.Options)) (*Client, *countingRunner, labtest.Lab) {
+	t.Helper()
 	lab.WaitSSH(t, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -44,7 +48,7 @@ func sshClient(t *testing.T, restarts bool, opts ...func(*remote.Options)) (*Cli
 // lab user; a Query of 300 ids is one sacct; cancelling the running parent
 // cancels the children (--kill-on-invalid-dep=yes).
 func TestSSHChain(t *testing.T) {
-	c, cr, lab := sshClient(t, false)
+	c, cr, lab := sshClient(t)
 	ctx := context.Background()
 	args := []string{"--time=5", "--output=/dev/null", "--partition=" + lab.Partition}
 	tag := uniqueTag("ssh-chain")
@@ -113,19 +117,23 @@ func TestSSHChain(t *testing.T) {
 	}
 }
 
-// TestSSHQueryAcrossSSHDRestart restarts the lab sshd (which drops the
+// TestSSHQueryAcrossSSHDRestart restarts the sshd (which drops the
 // connection) in the middle of a series of Query calls: the calls after the
-// restart succeed without anyone redialling by hand.
+// restart succeed without anyone redialling by hand. The sshd is the
+// test's own (labtest.PrivateSSHD): the lab's stays up for the others.
 func TestSSHQueryAcrossSSHDRestart(t *testing.T) {
-	labtest.LockLab(t) // before needLab (labtest.Env): this test restarts sshd
 	needLab(t)
-	script := labtest.Script(t, "sshd")
-	t.Cleanup(func() {
-		if exec.Command(script, "status").Run() != nil {
-			_ = exec.Command(script, "start").Run()
+	private, sshd := labtest.Env(t).PrivateSSHD(t)
+	var mu sync.Mutex
+	var logged []string
+	c, cr, lab := sshClientAt(t, private, func(o *remote.Options) {
+		o.MaxRetries = 12
+		o.Logf = func(f string, a ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			logged = append(logged, fmt.Sprintf(f, a...))
 		}
 	})
-	c, cr, lab := sshClient(t, true, func(o *remote.Options) { o.MaxRetries = 12 })
 	ctx := context.Background()
 	r, err := c.Submit(ctx, SubmitRequest{Wrap: "true", Args: []string{"--time=5", "--output=/dev/null", "--partition=" + lab.Partition}})
 	if err != nil {
@@ -134,9 +142,7 @@ func TestSSHQueryAcrossSSHDRestart(t *testing.T) {
 	ids := []string{r.JobID, "90000001"}
 	for i := 0; i < 6; i++ {
 		if i == 3 {
-			if out, err := exec.Command(script, "restart").CombinedOutput(); err != nil {
-				t.Fatalf("lab/sshd restart: %v\n%s", err, out)
-			}
+			sshd.Restart(t)
 		}
 		if _, err := c.Query(ctx, ids); err != nil {
 			t.Fatalf("query %d (restart before query 3): %v", i, err)
@@ -144,5 +150,10 @@ func TestSSHQueryAcrossSSHDRestart(t *testing.T) {
 	}
 	if n := cr.count("sacct"); n < 6 {
 		t.Errorf("sacct ran %d times over 6 queries", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(strings.Join(logged, "\n"), "connection lost") {
+		t.Errorf("the restart dropped no connection (no \"connection lost\" logged): %q", logged)
 	}
 }

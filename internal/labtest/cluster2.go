@@ -6,8 +6,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,10 +72,11 @@ func (l Lab) need2(t testing.TB) {
 // SSHPort, HostKeyPub, Cluster, Gres and Partition are cluster 2's, and
 // there is no far endpoint. The user, key, known_hosts file, workdir and
 // node are the same. It skips t (fails it when Required) when lab.env has
-// no cluster 2.
+// no cluster 2. t holds cluster 2 shared until it ends (see LockCluster2).
 func (l Lab) Cluster2(t testing.TB) Lab {
 	t.Helper()
 	l.need2(t)
+	useCluster2(t)
 	l.SSHPort = l.Lab2SSHPort
 	l.HostKeyPub = l.Lab2HostKeyPub
 	l.Cluster = l.Lab2Cluster
@@ -104,8 +107,8 @@ func (l Lab) Cluster2Env() []string {
 // few seconds). Its slurmd, its sshd and the jobs running on it go on;
 // its clients fail with "Unable to contact slurm controller" (after
 // Slurm's MessageTimeout, 10 s here) until StartCluster2; cluster 1 is not
-// touched. t must hold the lab lock exclusively (LockLab, before Env):
-// StopCluster2 fails it otherwise. When t ends the controller is started
+// touched. t must hold cluster 2 exclusively (LockCluster2, or the whole
+// lab: LockLab): StopCluster2 fails it otherwise. When t ends the controller is started
 // again (lab/cluster2 start, which only waits when it runs already), so t
 // never leaves it stopped.
 func (l Lab) StopCluster2(t testing.TB) {
@@ -116,8 +119,8 @@ func (l Lab) StopCluster2(t testing.TB) {
 // StartCluster2 starts cluster 2's slurmctld again (lab/cluster2 start)
 // and returns once it answers (scontrol ping), its node is in service
 // and slurmdbd has its address again (sacct -M, squeue -M); it fails t if
-// that takes more than about two minutes. t must hold the lab lock
-// exclusively (LockLab).
+// that takes more than about two minutes. t must hold cluster 2
+// exclusively (LockCluster2 or LockLab).
 func (l Lab) StartCluster2(t testing.TB) {
 	t.Helper()
 	l.cluster2Ctl(t, "start")
@@ -126,8 +129,8 @@ func (l Lab) StartCluster2(t testing.TB) {
 func (l Lab) cluster2Ctl(t testing.TB, verb string) {
 	t.Helper()
 	l.need2(t)
-	if !theLock.heldExclusivelyBy(t) {
-		t.Fatalf("labtest: %s cluster 2's controller: %s must hold the lab lock exclusively (labtest.LockLab before labtest.Env)", verb, t.Name())
+	if !holdsCluster2(t) && !theLock.heldExclusivelyBy(t) {
+		t.Fatalf("labtest: %s cluster 2's controller: %s must hold cluster 2 exclusively (labtest.LockCluster2, or the whole lab: LockLab)", verb, t.Name())
 	}
 	script := Script(t, "cluster2")
 	if verb != "start" {
@@ -173,4 +176,103 @@ func (l *labLock) heldExclusivelyBy(t testing.TB) bool {
 	defer l.mu.Unlock()
 	name := t.Name()
 	return l.mode == syscall.LOCK_EX && l.owner != "" && (name == l.owner || strings.HasPrefix(name, l.owner+"/"))
+}
+
+// The cluster 2 lock: $TMPDIR/nemorl-lab2.lock, flocked by the tests that
+// use cluster 2: shared by Cluster2, exclusively by LockCluster2 (a test
+// that stops cluster 2's controller). Cluster 1 is not theirs to break:
+// such a test holds the lab lock shared, as any lab test, and runs
+// alongside the tests that do not use cluster 2. Each hold is a file
+// description of its own (flock excludes between descriptions of one
+// process as between processes), so holds of one process exclude each
+// other too; a test's subtests share its exclusive hold.
+var lock2Path = func() string { return filepath.Join(os.TempDir(), "nemorl-lab2.lock") }
+
+// cluster2Owners are the tests of this process holding cluster 2
+// exclusively.
+var cluster2Owners struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+// LockCluster2 takes cluster 2 for t alone until t ends (the lab itself
+// shared: UseLab), so that t may stop its controller (StopCluster2). No
+// other test that uses cluster 2 runs meanwhile, in any process. Call it
+// before Env or Cluster2 and, in a parallel test, after t.Parallel: a
+// test paused with a hold would keep it from the others.
+func LockCluster2(t testing.TB) {
+	t.Helper()
+	if holdsCluster2(t) {
+		return
+	}
+	UseLab(t)
+	release, err := flockFile(lock2Path(), syscall.LOCK_EX)
+	if err != nil {
+		t.Fatalf("cluster 2 lock: %v", err)
+	}
+	cluster2Owners.mu.Lock()
+	if cluster2Owners.names == nil {
+		cluster2Owners.names = map[string]bool{}
+	}
+	cluster2Owners.names[t.Name()] = true
+	cluster2Owners.mu.Unlock()
+	t.Cleanup(func() {
+		cluster2Owners.mu.Lock()
+		delete(cluster2Owners.names, t.Name())
+		cluster2Owners.mu.Unlock()
+		release()
+	})
+}
+
+// holdsCluster2 says whether t (or a test it is a subtest of) holds
+// cluster 2 exclusively (LockCluster2).
+func holdsCluster2(t testing.TB) bool {
+	cluster2Owners.mu.Lock()
+	defer cluster2Owners.mu.Unlock()
+	for name := t.Name(); ; {
+		if cluster2Owners.names[name] {
+			return true
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
+// useCluster2 holds cluster 2 shared until t ends, unless t holds it
+// exclusively already.
+func useCluster2(t testing.TB) {
+	t.Helper()
+	if holdsCluster2(t) {
+		return
+	}
+	release, err := flockFile(lock2Path(), syscall.LOCK_SH)
+	if err != nil {
+		t.Fatalf("cluster 2 lock: %v", err)
+	}
+	t.Cleanup(release)
+}
+
+// flockFile opens path (creating it) and flocks it with how, waiting; the
+// returned func unlocks and closes it.
+func flockFile(path string, how int) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		if err = syscall.Flock(int(f.Fd()), how); err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("flock %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
 }

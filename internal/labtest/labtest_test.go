@@ -409,8 +409,8 @@ func TestLoadCluster2(t *testing.T) {
 	}
 }
 
-// TestStopCluster2NeedsLockLab: StopCluster2 without the lab lock held
-// exclusively fails the test before it touches the lab.
+// TestStopCluster2NeedsLockLab: StopCluster2 without cluster 2 (or the
+// lab) held exclusively fails the test before it touches the lab.
 func TestStopCluster2NeedsLockLab(t *testing.T) {
 	if os.Getenv("LABTEST_CHILD") == "1" {
 		Lab{File: "lab.env", Lab2SSHPort: 2224, Lab2Cluster: "nemorl-lab2"}.StopCluster2(t)
@@ -419,7 +419,7 @@ func TestStopCluster2NeedsLockLab(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStopCluster2NeedsLockLab$", "-test.v")
 	cmd.Env = append(os.Environ(), "LABTEST_CHILD=1")
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "must hold the lab lock exclusively") || strings.Contains(string(out), "lab/cluster2 stop:") {
+	if err == nil || !strings.Contains(string(out), "must hold cluster 2 exclusively") || strings.Contains(string(out), "lab/cluster2 stop:") {
 		t.Errorf("child: %v\n%s", err, out)
 	}
 }
@@ -468,5 +468,72 @@ func TestOptionalPartRequired(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), part.missing) {
 			t.Errorf("%s, child: %v\n%s", part.name, err, out)
 		}
+	}
+}
+
+// TestCluster2Lock: LockCluster2 holds cluster 2's lock exclusively (no
+// other holder, in this process or another, can take it) and the lab's
+// shared (others may share it, nobody may take it exclusively); its
+// subtests share its hold; Cluster2's shared holds exclude it and not each
+// other; everything is released when the tests end.
+func TestCluster2Lock(t *testing.T) {
+	dir := t.TempDir()
+	p, p2 := filepath.Join(dir, "lab.lock"), filepath.Join(dir, "lab2.lock")
+	useLockPath(t, p)
+	old := lock2Path
+	lock2Path = func() string { return p2 }
+	t.Cleanup(func() { lock2Path = old })
+
+	t.Run("exclusive", func(t *testing.T) {
+		LockCluster2(t)
+		if canFlock(t, p2, syscall.LOCK_SH) {
+			t.Error("cluster 2's lock can be shared while LockCluster2 holds it")
+		}
+		if !canFlock(t, p, syscall.LOCK_SH) || canFlock(t, p, syscall.LOCK_EX) {
+			t.Error("the lab lock is not held shared under LockCluster2")
+		}
+		t.Run("subtest", func(t *testing.T) {
+			done := make(chan struct{})
+			go func() { // would block forever if the subtest took a hold of its own
+				defer close(done)
+				useCluster2(t)
+				LockCluster2(t)
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("a subtest of the holder waited for cluster 2's lock")
+			}
+		})
+	})
+	if !canFlock(t, p2, syscall.LOCK_EX) || !canFlock(t, p, syscall.LOCK_EX) {
+		t.Fatal("locks still held after LockCluster2's test ended")
+	}
+	got := make(chan struct{})
+	t.Run("shared", func(t *testing.T) {
+		useCluster2(t)
+		if !canFlock(t, p2, syscall.LOCK_SH) || canFlock(t, p2, syscall.LOCK_EX) {
+			t.Error("Cluster2's hold is not shared")
+		}
+		go func() {
+			release, err := flockFile(p2, syscall.LOCK_EX)
+			if err == nil {
+				release()
+			}
+			close(got)
+		}()
+		select {
+		case <-got:
+			t.Error("an exclusive hold was had while Cluster2 held the lock shared")
+		case <-time.After(300 * time.Millisecond):
+		}
+	})
+	select { // taken once the shared test's hold went
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exclusive hold was not had after Cluster2's test ended")
+	}
+	if !canFlock(t, p2, syscall.LOCK_EX) {
+		t.Fatal("cluster 2's lock still held after the shared test ended")
 	}
 }
