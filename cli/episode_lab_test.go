@@ -138,6 +138,10 @@ type labCLI struct {
 	apiKey string // the lab's policy API key: must never stay on the cluster
 	// sharedWorkdir is the lab's own workdir (lab.Workdir is the test's).
 	sharedWorkdir string
+	// cluster2: the episodes run on cluster 2 (onCluster2), whose Slurm
+	// clients here need slurmEnv (nil: cluster 1, this process's).
+	cluster2 bool
+	slurmEnv []string
 }
 
 // newLabCLI is the lab and the built binary for a test, with configs/lab-none.yaml
@@ -576,9 +580,12 @@ type sacctJob struct{ ID, Name, Comment, State string }
 // the plain time window; it leaves out jobs that never became eligible (an
 // eval cancelled while it waited on a failed or cancelled train: Eligible
 // Unknown), which a query by state up to now includes.
+// Both lab clusters' jobs (one slurmdbd; their job ids apart): an
+// episode's jobs are found wherever it ran (TestFaultCluster2Lab's on
+// cluster 2).
 var sacctQueries = [][]string{
-	{"-a", "-n", "-P", "-X", "--starttime=now-2hours", "--format=JobIDRaw,JobName,Comment,State"},
-	{"-a", "-n", "-P", "-X", "--starttime=now-2hours", "--endtime=now", "--state=" + sacctAllStates, "--format=JobIDRaw,JobName,Comment,State"},
+	{"--clusters=all", "-a", "-n", "-P", "-X", "--starttime=now-2hours", "--format=JobIDRaw,JobName,Comment,State"},
+	{"--clusters=all", "-a", "-n", "-P", "-X", "--starttime=now-2hours", "--endtime=now", "--state=" + sacctAllStates, "--format=JobIDRaw,JobName,Comment,State"},
 }
 
 const sacctAllStates = "BF,CA,CD,DL,F,NF,OOM,PD,PR,R,RQ,RS,RV,S,TO"

@@ -23,7 +23,9 @@ import (
 // and its subtests run one after another; the two that touch only their
 // own episodes (a requeue, kill -9 of the tool) are TestFaultSharedLab's.
 // Every subtest asserts the outcome, its attempts, and Slurm's own view
-// (sacct --duplicates).
+// (sacct --duplicates). The faults of one cluster's node or controller
+// play on cluster 2 (TestFaultCluster2Lab), held alone: only slurmdbd,
+// which both clusters share, and cluster 1's prolog need the whole lab.
 
 const faultTimeout = 8 * time.Minute // one episode through a fault and its recovery
 
@@ -50,10 +52,6 @@ func TestFaultLab(t *testing.T) {
 		f    func(*testing.T)
 	}{
 		{"launch-held", x.testLaunchHeld},
-		{"node-down-requeued", x.testNodeDownRequeued},
-		{"node-down-retried", x.testNodeDownRetried},
-		{"slurmctld-restart", x.testSlurmctldRestart},
-		{"run-slurmctld-down", x.testRunSlurmctldDown},
 		{"slurmdbd-outage", x.testSlurmdbdOutage},
 	} {
 		// Whatever the subtest before left, the node is in service (a
@@ -64,6 +62,95 @@ func TestFaultLab(t *testing.T) {
 			t.Logf("%s: passed in %s", c.name, time.Since(start).Round(time.Second))
 		}
 	}
+}
+
+// TestFaultCluster2Lab: the faults of one cluster's node or controller,
+// played on cluster 2 (lab/cluster2), which the test holds alone
+// (labtest.LockCluster2): the tests of cluster 1 go on meanwhile. The
+// episodes reach cluster 2 over its own login (sshd :2224), as a user's
+// second cluster.
+func TestFaultCluster2Lab(t *testing.T) {
+	t.Parallel()
+	labtest.LockCluster2(t) // before newLabCLI's labtest.Env
+	x := newLabCLI(t)
+	requireStandIns(t)
+	if os.Geteuid() != 0 {
+		if labtest.Required() {
+			t.Fatal("the fault suite stops lab daemons: run it as root")
+		}
+		t.Skip("the fault suite stops lab daemons: run it as root")
+	}
+	west := x.lab.Cluster2(t)
+	x.onCluster2(t, west)
+	x.fault(t, "status")
+	t.Cleanup(func() {
+		// Whatever a failed subtest left behind, cluster 2 is whole again.
+		_ = exec.Command(labtest.Script(t, "cluster2"), "start").Run()
+		_ = exec.Command(labtest.Script(t, "cluster2"), "node-resume").Run()
+	})
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"node-down-requeued", x.testNodeDownRequeued},
+		{"node-down-retried", x.testNodeDownRetried},
+		{"slurmctld-restart", x.testSlurmctldRestart},
+		{"run-slurmctld-down", x.testRunSlurmctldDown},
+	} {
+		x.fault(t, "node-resume")
+		start := time.Now()
+		if t.Run(c.name, c.f) && time.Since(start) > time.Second {
+			t.Logf("%s: passed in %s", c.name, time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+// onCluster2 points x at cluster 2: its login (port, host key: the lab's
+// known_hosts names it), Slurm's clients here with its SLURM_CONF, its
+// faults by lab/cluster2; the episodes' jobs are cancelled there too when
+// the test ends.
+func (x *labCLI) onCluster2(t *testing.T, west labtest.Lab) {
+	t.Helper()
+	from, to := fmt.Sprintf("port: %d\n", x.lab.SSHPort), fmt.Sprintf("port: %d\n", west.SSHPort)
+	if strings.Count(x.base, from) != 1 {
+		t.Fatalf("the lab config has no single %q", from)
+	}
+	x.base = strings.Replace(x.base, from, to, 1)
+	x.slurmEnv = west.Cluster2Env()
+	x.cluster2 = true
+}
+
+// fault plays verb on x's cluster: node-down, node-resume,
+// slurmctld-restart, slurmctld-stop, slurmctld-start, status (lab/daemon on
+// cluster 1, lab/cluster2 on cluster 2).
+func (x *labCLI) fault(t *testing.T, verb string) {
+	t.Helper()
+	if !x.cluster2 {
+		args := map[string][]string{
+			"slurmctld-restart": {"restart", "slurmctld"},
+			"slurmctld-stop":    {"stop", "slurmctld"},
+			"slurmctld-start":   {"start", "slurmctld"},
+		}[verb]
+		if args == nil {
+			args = []string{verb}
+		}
+		labDaemon(t, args...)
+		return
+	}
+	arg := strings.TrimPrefix(verb, "slurmctld-")
+	start := time.Now()
+	out, err := exec.Command(labtest.Script(t, "cluster2"), arg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lab/cluster2 %s: %v\n%s", arg, err, out)
+	}
+	t.Logf("lab/cluster2 %s (%s)", arg, time.Since(start).Round(100*time.Millisecond))
+}
+
+// slurmCmd is a Slurm client run here against x's cluster.
+func (x *labCLI) slurmCmd(name string, args ...string) *exec.Cmd {
+	c := exec.Command(name, args...)
+	c.Env = x.slurmEnv
+	return c
 }
 
 // TestFaultSharedLab: the faults that break nothing but their own
@@ -136,8 +223,9 @@ func attemptsOf(t *testing.T, raw []byte) attemptsDoc {
 // sacctRun is one record of sacct --duplicates: a run of a job.
 type sacctRun struct{ ID, Submit, Name, Comment, State string }
 
-// sacctRuns lists every run sacct knows of ep's jobs, oldest submission
-// first: a requeued job has one record per run.
+// sacctRuns lists every run sacct knows of ep's jobs (on either lab
+// cluster), oldest submission first: a requeued job has one record per
+// run.
 func sacctRuns(ep string) ([]sacctRun, error) {
 	var names []string
 	for _, s := range labStages {
@@ -148,7 +236,7 @@ func sacctRuns(ep string) ([]sacctRun, error) {
 		{"--starttime=now-2hours"},
 		{"--starttime=now-2hours", "--endtime=now", "--state=" + sacctAllStates},
 	} {
-		args := append([]string{"-a", "-n", "-P", "-X", "--duplicates", "--name=" + strings.Join(names, ","),
+		args := append([]string{"--clusters=all", "-a", "-n", "-P", "-X", "--duplicates", "--name=" + strings.Join(names, ","),
 			"--format=JobIDRaw,Submit,JobName,Comment,State"}, q...)
 		out, err := exec.Command("sacct", args...).Output()
 		if err != nil {
@@ -221,7 +309,7 @@ func (x *labCLI) runToScore(t *testing.T, cfg, ep string, fault func(train strin
 	b := x.start(t, state, faultTimeout, "run", "--json", "--config", cfg, "--episode", ep)
 	waitLedger(t, state, ep, b)
 	train := x.waitTrainRunning(t, state, ep, b)
-	waitLaunched(t, train)
+	x.waitLaunched(t, train)
 	x.waitTraining(t, ep)
 	fault(train)
 	r := b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
@@ -232,15 +320,15 @@ func (x *labCLI) runToScore(t *testing.T, cfg, ep string, fault func(train strin
 	return r.stdout, o
 }
 
-// waitLaunched waits until job id's batch script runs on the lab node
+// waitLaunched waits until job id's batch script runs on x's lab node
 // (scontrol listpids, run on the node, lists its batch step). A job
 // RUNNING in squeue may still be launching: a node lost then is a failed
 // launch, which Slurm holds ("launch failed requeued held", as a CI
 // machine under load showed), not the node failure a fault means to play.
-func waitLaunched(t *testing.T, id string) {
+func (x *labCLI) waitLaunched(t *testing.T, id string) {
 	t.Helper()
 	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
-		out, err := exec.Command("scontrol", "listpids", id).CombinedOutput()
+		out, err := x.slurmCmd("scontrol", "listpids", id).CombinedOutput()
 		for _, l := range strings.Split(string(out), "\n") {
 			if f := strings.Fields(l); len(f) >= 3 && f[1] == id && f[2] == "batch" {
 				return ""
@@ -335,10 +423,10 @@ func waitLedger(t *testing.T, state, ep string, b *bgRun) {
 func (x *labCLI) testNodeDownRequeued(t *testing.T) {
 	ep := newEpisode(t, "node-down")
 	raw, o := x.runToScore(t, x.config(t, "train", "--delay", "15"), ep, func(train string) {
-		labDaemon(t, "node-down")
+		x.fault(t, "node-down")
 		time.Sleep(2 * time.Second)
-		labDaemon(t, "node-resume")
-		startRequeuedNow(t, train)
+		x.fault(t, "node-resume")
+		x.startRequeuedNow(t, train)
 	})
 	a := attemptsOf(t, raw)
 	tr := a.Jobs["train"]
@@ -364,9 +452,9 @@ func (x *labCLI) testNodeDownRetried(t *testing.T) {
 	cfg := x.config(t, "train", "--delay", "15")
 	noRequeue(t, cfg)
 	raw, o := x.runToScore(t, cfg, ep, func(train string) {
-		labDaemon(t, "node-down")
+		x.fault(t, "node-down")
 		time.Sleep(2 * time.Second)
-		labDaemon(t, "node-resume")
+		x.fault(t, "node-resume")
 	})
 	a := attemptsOf(t, raw)
 	if a.Attempts["train"] != 2 || a.Attempts["eval"] != 2 || a.Attempts["author"] != 1 {
@@ -411,7 +499,7 @@ func (x *labCLI) testRequeue(t *testing.T) {
 		if out, err := exec.Command("scontrol", "requeue", train).CombinedOutput(); err != nil {
 			t.Fatalf("scontrol requeue %s: %v\n%s", train, err, out)
 		}
-		startRequeuedNow(t, train)
+		x.startRequeuedNow(t, train)
 	})
 	a := attemptsOf(t, raw)
 	tr := a.Jobs["train"]
@@ -429,20 +517,20 @@ func (x *labCLI) testRequeue(t *testing.T) {
 // and, as an operator may, lets it start now: Slurm holds a requeued batch
 // job for about two minutes (PENDING (BeginTime)), which the tool only
 // waits through; the test need not.
-func startRequeuedNow(t *testing.T, id string) {
+func (x *labCLI) startRequeuedNow(t *testing.T, id string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		out, _ := exec.Command("squeue", "-h", "-j", id, "-o", "%T %r").Output()
+		out, _ := x.slurmCmd("squeue", "-h", "-j", id, "-o", "%T %r").Output()
 		if f := strings.Fields(string(out)); len(f) == 2 && f[0] == "PENDING" && f[1] == "BeginTime" {
 			// Not before the node is done with the run that ended: a
 			// start within a second of a requeue once met the old run's
 			// credential revocation on the node (slurmctld: "Killing
 			// non-startable batch JobId=…: Job credential revoked"), and
 			// the job ended FAILED 1:0 before its script ran.
-			waitNoProcesses(t, id)
+			x.waitNoProcesses(t, id)
 			time.Sleep(2 * time.Second)
-			if out, err := exec.Command("scontrol", "update", "jobid="+id, "StartTime=now").CombinedOutput(); err != nil {
+			if out, err := x.slurmCmd("scontrol", "update", "jobid="+id, "StartTime=now").CombinedOutput(); err != nil {
 				t.Logf("scontrol update jobid=%s StartTime=now: %v %s (it starts at its begin time)", id, err, out)
 			}
 			return
@@ -454,10 +542,10 @@ func startRequeuedNow(t *testing.T, id string) {
 
 // waitNoProcesses waits until no process of job id runs on the lab node
 // (scontrol listpids, run on the node, lists none).
-func waitNoProcesses(t *testing.T, id string) {
+func (x *labCLI) waitNoProcesses(t *testing.T, id string) {
 	t.Helper()
 	eventually(t, quickTimeout, 100*time.Millisecond, func() string {
-		out, _ := exec.Command("scontrol", "listpids", id).CombinedOutput()
+		out, _ := x.slurmCmd("scontrol", "listpids", id).CombinedOutput()
 		for _, l := range strings.Split(string(out), "\n") {
 			if f := strings.Fields(l); len(f) >= 2 && f[1] == id {
 				return "job " + id + " still has processes on the node: " + l
@@ -524,7 +612,7 @@ func (x *labCLI) testSlurmctldRestart(t *testing.T) {
 	eps := x.submitCount(t, state, x.config(t, "train", "--delay", "10"), 3)
 	b := x.start(t, state, faultTimeout, "watch", "--json")
 	x.waitTrainRunning(t, state, eps[0], b)
-	labDaemon(t, "restart", "slurmctld")
+	x.fault(t, "slurmctld-restart")
 	b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
 	x.wantAllScored(t, state, eps)
 }
@@ -534,14 +622,14 @@ func (x *labCLI) testSlurmctldRestart(t *testing.T) {
 // run scores the episode and prints its one JSON document.
 func (x *labCLI) testRunSlurmctldDown(t *testing.T) {
 	state, ep := t.TempDir(), newEpisode(t, "ctld-down")
-	labDaemon(t, "stop", "slurmctld")
+	x.fault(t, "slurmctld-stop")
 	b := x.start(t, state, faultTimeout, "run", "--json", "--config", x.config(t, ""), "--episode", ep)
 	time.Sleep(10 * time.Second)
 	if b.exited() {
-		labDaemon(t, "start", "slurmctld")
+		x.fault(t, "slurmctld-start")
 		t.Fatalf("run gave up while slurmctld was down\n%s", b.res)
 	}
-	labDaemon(t, "start", "slurmctld")
+	x.fault(t, "slurmctld-start")
 	r := b.wait(t, faultTimeout+10*time.Second).want(t, ExitOK)
 	if o := outcomeOf(t, r); o.Outcome != "scored" {
 		t.Fatalf("outcome %s (%s): %s", o.Outcome, o.FailureReason, o.Detail)
