@@ -31,14 +31,7 @@ const faultTimeout = 8 * time.Minute // one episode through a fault and its reco
 
 func TestFaultLab(t *testing.T) {
 	labtest.LockLab(t) // before newLabCLI's labtest.Env
-	x := newLabCLI(t)
-	requireStandIns(t)
-	if os.Geteuid() != 0 {
-		if labtest.Required() {
-			t.Fatal("the fault suite stops lab daemons: run it as root")
-		}
-		t.Skip("the fault suite stops lab daemons: run it as root")
-	}
+	x := newFaultLabCLI(t)
 	labDaemon(t, "status")
 	t.Cleanup(func() {
 		// Whatever a failed subtest left behind, the lab is whole again.
@@ -47,21 +40,10 @@ func TestFaultLab(t *testing.T) {
 		}
 		_ = exec.Command(labtest.Script(t, "daemon"), "node-resume").Run()
 	})
-	for _, c := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
+	x.runFaults(t, []fault{
 		{"launch-held", x.testLaunchHeld},
 		{"slurmdbd-outage", x.testSlurmdbdOutage},
-	} {
-		// Whatever the subtest before left, the node is in service (a
-		// launch Slurm saw fail drains it).
-		labDaemon(t, "node-resume")
-		start := time.Now()
-		if t.Run(c.name, c.f) && time.Since(start) > time.Second {
-			t.Logf("%s: passed in %s", c.name, time.Since(start).Round(time.Second))
-		}
-	}
+	})
 }
 
 // TestFaultCluster2Lab: the faults of one cluster's node or controller,
@@ -72,31 +54,49 @@ func TestFaultLab(t *testing.T) {
 func TestFaultCluster2Lab(t *testing.T) {
 	t.Parallel()
 	labtest.LockCluster2(t) // before newLabCLI's labtest.Env
-	x := newLabCLI(t)
-	requireStandIns(t)
-	if os.Geteuid() != 0 {
-		if labtest.Required() {
-			t.Fatal("the fault suite stops lab daemons: run it as root")
-		}
-		t.Skip("the fault suite stops lab daemons: run it as root")
-	}
-	west := x.lab.Cluster2(t)
-	x.onCluster2(t, west)
+	x := newFaultLabCLI(t)
+	x.onCluster2(t, x.lab.Cluster2(t))
 	x.fault(t, "status")
 	t.Cleanup(func() {
 		// Whatever a failed subtest left behind, cluster 2 is whole again.
 		_ = exec.Command(labtest.Script(t, "cluster2"), "start").Run()
 		_ = exec.Command(labtest.Script(t, "cluster2"), "node-resume").Run()
 	})
-	for _, c := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
+	x.runFaults(t, []fault{
 		{"node-down-requeued", x.testNodeDownRequeued},
 		{"node-down-retried", x.testNodeDownRetried},
 		{"slurmctld-restart", x.testSlurmctldRestart},
 		{"run-slurmctld-down", x.testRunSlurmctldDown},
-	} {
+	})
+}
+
+// newFaultLabCLI is newLabCLI for a fault test: the stand-ins, and root
+// (the faults stop lab daemons and requeue jobs).
+func newFaultLabCLI(t *testing.T) *labCLI {
+	t.Helper()
+	x := newLabCLI(t)
+	requireStandIns(t)
+	if os.Geteuid() != 0 {
+		if labtest.Required() {
+			t.Fatal("the fault suite stops lab daemons and requeues jobs: run it as root")
+		}
+		t.Skip("the fault suite stops lab daemons and requeues jobs: run it as root")
+	}
+	return x
+}
+
+// fault is one subtest of a fault suite.
+type fault struct {
+	name string
+	f    func(*testing.T)
+}
+
+// runFaults runs the faults one after another, each with x's node in
+// service first (whatever the one before left: a launch Slurm saw fail
+// drains it).
+func (x *labCLI) runFaults(t *testing.T, faults []fault) {
+	t.Helper()
+	for _, c := range faults {
 		x.fault(t, "node-resume")
 		start := time.Now()
 		if t.Run(c.name, c.f) && time.Since(start) > time.Second {
@@ -158,18 +158,8 @@ func (x *labCLI) slurmCmd(name string, args ...string) *exec.Cmd {
 // the shared lab, alongside the other tests and each other.
 func TestFaultSharedLab(t *testing.T) {
 	t.Parallel()
-	x := newLabCLI(t)
-	requireStandIns(t)
-	if os.Geteuid() != 0 {
-		if labtest.Required() {
-			t.Fatal("the requeue fault runs scontrol requeue as root: run it as root")
-		}
-		t.Skip("the requeue fault runs scontrol requeue as root: run it as root")
-	}
-	for _, c := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
+	x := newFaultLabCLI(t)
+	for _, c := range []fault{
 		{"requeue", x.testRequeue},
 		{"kill9", x.testKill9},
 	} {
