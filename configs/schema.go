@@ -111,14 +111,17 @@ type Images struct {
 }
 
 // Of is stage's image ("" for a stage that has none).
-func (i Images) Of(stage stages.Stage) string {
+func (i Images) Of(stage stages.Stage) string { return ofStage(stage, i.Author, i.Train, i.Eval) }
+
+// ofStage picks stage's value of a per-stage triple ("" for no stage).
+func ofStage(stage stages.Stage, author, train, eval string) string {
 	switch stage {
 	case stages.Author:
-		return i.Author
+		return author
 	case stages.Train:
-		return i.Train
+		return train
 	case stages.Eval:
-		return i.Eval
+		return eval
 	}
 	return ""
 }
@@ -132,17 +135,7 @@ type Digests struct {
 }
 
 // Of is stage's pinned digest ("" when none is pinned).
-func (d Digests) Of(stage stages.Stage) string {
-	switch stage {
-	case stages.Author:
-		return d.Author
-	case stages.Train:
-		return d.Train
-	case stages.Eval:
-		return d.Eval
-	}
-	return ""
-}
+func (d Digests) Of(stage stages.Stage) string { return ofStage(stage, d.Author, d.Train, d.Eval) }
 
 // PolicyModel is the endpoint of the policy that drives Claude Code.
 type PolicyModel struct {
