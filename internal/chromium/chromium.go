@@ -62,6 +62,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/procfs"
 )
 
 // EnvBinary names the environment variable that, when set, is the browser
@@ -481,7 +483,7 @@ func (b *browser) close() {
 // --database is under $HOME, that is dir). By /proc; without /proc, only
 // the group, by kill(-pgid, 0), reported as -pgid.
 func alive(pgid int, dir string) []int {
-	ents, err := os.ReadDir("/proc")
+	procs, err := procfs.List()
 	if err != nil {
 		if syscall.Kill(-pgid, 0) == nil {
 			return []int{-pgid}
@@ -489,30 +491,16 @@ func alive(pgid int, dir string) []int {
 		return nil
 	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	for _, p := range procs {
+		if p.Gone() {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
+		if p.PGRP == pgid {
+			out = append(out, p.PID)
 			continue
 		}
-		// pid (comm) state ppid pgrp …; comm may hold anything.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if f[2] == strconv.Itoa(pgid) {
-			out = append(out, pid)
-			continue
-		}
-		if cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
-			out = append(out, pid)
+		if cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.PID), "cmdline")); err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
+			out = append(out, p.PID)
 		}
 	}
 	return out

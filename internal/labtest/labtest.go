@@ -257,18 +257,24 @@ func Script(t testing.TB, name string) string {
 // lab may be restarting: lab/sshd restart, lab/up) and fails t if it does not.
 func (l Lab) WaitSSH(t testing.TB, limit time.Duration) {
 	t.Helper()
-	addr := net.JoinHostPort(l.SSHHost, strconv.Itoa(l.SSHPort))
+	if err := waitTCP(net.JoinHostPort(l.SSHHost, strconv.Itoa(l.SSHPort)), limit); err != nil {
+		t.Fatalf("lab sshd: %v (lab/status; lab/sshd start)", err)
+	}
+}
+
+// waitTCP waits up to limit for addr to accept a TCP connection.
+func waitTCP(addr string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lab sshd at %s not reachable within %v: %v (lab/status; lab/sshd start)", addr, limit, err)
+			return fmt.Errorf("%s not accepting connections within %v: %w", addr, limit, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

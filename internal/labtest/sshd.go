@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/procfs"
 )
 
 // SSHD is a lab sshd of a test's own: the lab sshd's config (its host key,
@@ -20,6 +22,7 @@ import (
 // holds the lab shared (Env) and runs alongside every other lab test:
 // nobody else's connection drops.
 type SSHD struct {
+	Host    string
 	Port    int
 	dir     string // config, pid file and log
 	config  string
@@ -64,7 +67,7 @@ func (l Lab) PrivateSSHD(t testing.TB) (Lab, *SSHD) {
 		s.stop()
 		_ = os.RemoveAll(dir)
 	})
-	s.Port = freePort(t, l.SSHHost)
+	s.Host, s.Port = l.SSHHost, freePort(t, l.SSHHost)
 	var out strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(string(base)))
 	for sc.Scan() {
@@ -115,20 +118,11 @@ func (s *SSHD) start() error {
 		logged, _ := os.ReadFile(s.log)
 		return fmt.Errorf("sshd -f %s: %v\n%s%s", s.config, err, out, logged)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			logged, _ := os.ReadFile(s.log)
-			return fmt.Errorf("private sshd on %s not accepting: %v\n%s", addr, err, logged)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := waitTCP(net.JoinHostPort(s.Host, strconv.Itoa(s.Port)), 30*time.Second); err != nil {
+		logged, _ := os.ReadFile(s.log)
+		return fmt.Errorf("private sshd: %w\n%s", err, logged)
 	}
+	return nil
 }
 
 // Stop stops the sshd and closes every session it serves, as a host going
@@ -169,7 +163,10 @@ func (s *SSHD) stop() error {
 	if err != nil || pid <= 1 {
 		return fmt.Errorf("%s: no pid: %q", s.pidFile, raw)
 	}
-	kids := descendants(pid)
+	var kids []int
+	if procs, err := procfs.List(); err == nil {
+		kids = procfs.Descendants(procs, pid)
+	}
 	_ = syscall.Kill(pid, syscall.SIGTERM)
 	for _, k := range kids {
 		_ = syscall.Kill(k, syscall.SIGKILL)
@@ -184,44 +181,4 @@ func (s *SSHD) stop() error {
 	}
 	_ = os.Remove(s.pidFile)
 	return nil
-}
-
-// descendants returns the pids of pid's children, theirs, and so on
-// (from /proc's parent pids).
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces and parentheses.
-		i := strings.LastIndexByte(string(raw), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(raw[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		if pp, err := strconv.Atoi(f[1]); err == nil {
-			children[pp] = append(children[pp], p)
-		}
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }
