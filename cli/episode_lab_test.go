@@ -138,9 +138,9 @@ type labCLI struct {
 	apiKey string // the lab's policy API key: must never stay on the cluster
 	// sharedWorkdir is the lab's own workdir (lab.Workdir is the test's).
 	sharedWorkdir string
-	// cluster2: the episodes run on cluster 2 (onCluster2), whose Slurm
-	// clients here need slurmEnv (nil: cluster 1, this process's).
-	cluster2 bool
+	// slurmEnv is the environment of Slurm's clients run here for x's
+	// cluster: nil for cluster 1 (this process's), cluster 2's when the
+	// episodes run there (onCluster2).
 	slurmEnv []string
 }
 

@@ -40,7 +40,7 @@ func TestFaultLab(t *testing.T) {
 		}
 		_ = exec.Command(labtest.Script(t, "daemon"), "node-resume").Run()
 	})
-	x.runFaults(t, []fault{
+	x.runFaults(t, []faultCase{
 		{"launch-held", x.testLaunchHeld},
 		{"slurmdbd-outage", x.testSlurmdbdOutage},
 	})
@@ -62,7 +62,7 @@ func TestFaultCluster2Lab(t *testing.T) {
 		_ = exec.Command(labtest.Script(t, "cluster2"), "start").Run()
 		_ = exec.Command(labtest.Script(t, "cluster2"), "node-resume").Run()
 	})
-	x.runFaults(t, []fault{
+	x.runFaults(t, []faultCase{
 		{"node-down-requeued", x.testNodeDownRequeued},
 		{"node-down-retried", x.testNodeDownRetried},
 		{"slurmctld-restart", x.testSlurmctldRestart},
@@ -85,8 +85,8 @@ func newFaultLabCLI(t *testing.T) *labCLI {
 	return x
 }
 
-// fault is one subtest of a fault suite.
-type fault struct {
+// faultCase is one subtest of a fault suite.
+type faultCase struct {
 	name string
 	f    func(*testing.T)
 }
@@ -94,7 +94,7 @@ type fault struct {
 // runFaults runs the faults one after another, each with x's node in
 // service first (whatever the one before left: a launch Slurm saw fail
 // drains it).
-func (x *labCLI) runFaults(t *testing.T, faults []fault) {
+func (x *labCLI) runFaults(t *testing.T, faults []faultCase) {
 	t.Helper()
 	for _, c := range faults {
 		x.fault(t, "node-resume")
@@ -117,7 +117,6 @@ func (x *labCLI) onCluster2(t *testing.T, west labtest.Lab) {
 	}
 	x.base = strings.Replace(x.base, from, to, 1)
 	x.slurmEnv = west.Cluster2Env()
-	x.cluster2 = true
 }
 
 // fault plays verb on x's cluster: node-down, node-resume,
@@ -125,7 +124,7 @@ func (x *labCLI) onCluster2(t *testing.T, west labtest.Lab) {
 // cluster 1, lab/cluster2 on cluster 2).
 func (x *labCLI) fault(t *testing.T, verb string) {
 	t.Helper()
-	if !x.cluster2 {
+	if x.slurmEnv == nil { // cluster 1
 		args := map[string][]string{
 			"slurmctld-restart": {"restart", "slurmctld"},
 			"slurmctld-stop":    {"stop", "slurmctld"},
@@ -159,7 +158,7 @@ func (x *labCLI) slurmCmd(name string, args ...string) *exec.Cmd {
 func TestFaultSharedLab(t *testing.T) {
 	t.Parallel()
 	x := newFaultLabCLI(t)
-	for _, c := range []fault{
+	for _, c := range []faultCase{
 		{"requeue", x.testRequeue},
 		{"kill9", x.testKill9},
 	} {
