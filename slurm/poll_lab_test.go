@@ -23,7 +23,11 @@ func TestLabPoll(t *testing.T) {
 	running := submit(t, c, SubmitRequest{Wrap: "sleep 300", Comment: tag + ":running", Args: l.jobArgs(t)})
 	failed := submit(t, c, SubmitRequest{Wrap: "exit 3", Comment: tag + ":failed", Args: l.jobArgs(t)})
 	const never = "987654321"
-	waitFor(t, c, []string{running}, labWait, func(j JobInfo) bool { return j.State.Class == Running })
+	// Running in sacct, not only in squeue: slurmdbd may learn of a job
+	// after slurmctld started it, and meanwhile sacct says PENDING for a job
+	// squeue runs (CI once, job 15885): Query, the reference, would then
+	// disagree with Poll's squeue for a reason that is neither's.
+	waitFor(t, c, []string{running}, labWait, func(j JobInfo) bool { return j.State.Class == Running && j.Source == SourceSacct })
 	waitFor(t, c, []string{failed}, labWait, terminalInSacct)
 	submitted := time.Now().Add(-10 * time.Minute)
 	jobs := []PollJob{{held, submitted}, {running, submitted}, {failed, submitted}, {never, submitted}}
