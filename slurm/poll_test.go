@@ -3,6 +3,7 @@ package slurm
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,17 +163,60 @@ func TestPollFailures(t *testing.T) {
 	})
 }
 
-// TestPollChunks: more than MaxIDsPerCall jobs, all live: one squeue per
-// chunk and nothing else.
+// TestPollListsAboveBound: up to squeueListMax jobs, squeue is asked for
+// the user's jobs by id; above it, for the user's jobs whole (no --jobs),
+// of which the poll keeps those it asked about; either way one squeue.
+func TestPollListsAboveBound(t *testing.T) {
+	for _, n := range []int{1, squeueListMax, squeueListMax + 1} {
+		f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){
+			"squeue": func([]string) (string, string, int) {
+				var b strings.Builder
+				for i := range n + 5 { // the user's jobs: those asked about, and 5 others
+					b.WriteString(squeueLine(strconv.Itoa(1000+i), "PENDING", "Priority"))
+				}
+				return b.String(), "", 0
+			},
+		}}
+		var jobs []PollJob
+		for i := range n {
+			jobs = append(jobs, PollJob{ID: strconv.Itoa(1000 + i)})
+		}
+		got, cost, err := New(f).Poll(context.Background(), jobs)
+		if err != nil || len(got) != n || cost != (PollCost{Squeue: 1}) {
+			t.Fatalf("%d jobs: %v: %d answers, %+v", n, err, len(got), cost)
+		}
+		argv := f.last("squeue").Argv
+		if !slices.Contains(argv, "--me") {
+			t.Errorf("%d jobs: squeue without --me: %q", n, argv)
+		}
+		v, named := flagValue(argv, "--jobs")
+		if named != (n <= squeueListMax) || (named && len(strings.Split(v, ",")) != n) {
+			t.Errorf("%d jobs: squeue --jobs named %v (%d ids), want named %v", n, named, len(strings.Split(v, ",")), n <= squeueListMax)
+		}
+		if _, ok := got[strconv.Itoa(1000+n)]; ok {
+			t.Errorf("%d jobs: a job of the user's that was not asked about came back", n)
+		}
+	}
+}
+
+// TestPollChunks: more than MaxIDsPerCall jobs: one squeue for all, and
+// one sacct per MaxIDsPerCall for the jobs squeue no longer shows (here
+// one in each chunk).
 func TestPollChunks(t *testing.T) {
+	gone := map[string]bool{"1000": true, strconv.Itoa(1000 + MaxIDsPerCall): true}
 	f := &fakeRunner{handlers: map[string]func(argv []string) (string, string, int){
 		"squeue": func(argv []string) (string, string, int) {
-			v, _ := flagValue(argv, "--jobs")
 			var b strings.Builder
-			for _, id := range strings.Split(v, ",") {
-				b.WriteString(squeueLine(id, "PENDING", "Priority"))
+			for i := range MaxIDsPerCall + 10 {
+				if id := strconv.Itoa(1000 + i); !gone[id] {
+					b.WriteString(squeueLine(id, "PENDING", "Priority"))
+				}
 			}
 			return b.String(), "", 0
+		},
+		"sacct": func(argv []string) (string, string, int) {
+			v, _ := flagValue(argv, "--jobs")
+			return sacctJobLine(v, "COMPLETED", "0:0"), "", 0
 		},
 	}}
 	var jobs []PollJob
@@ -180,7 +224,15 @@ func TestPollChunks(t *testing.T) {
 		jobs = append(jobs, PollJob{ID: strconv.Itoa(1000 + i)})
 	}
 	got, cost, err := New(f).Poll(context.Background(), jobs)
-	if err != nil || len(got) != len(jobs) || cost != (PollCost{Squeue: 2}) {
+	if err != nil || len(got) != len(jobs) || cost != (PollCost{Squeue: 1, Sacct: 2, SacctJobs: 2}) {
 		t.Fatalf("%v: %d jobs, %+v", err, len(got), cost)
+	}
+	for id := range gone {
+		if j := got[id]; j.Source != SourceSacct || j.State.Class != Succeeded {
+			t.Errorf("job %s, gone from squeue: %+v", id, j)
+		}
+	}
+	if j := got["1001"]; j.Source != SourceSqueue || j.State.Class != Pending {
+		t.Errorf("job 1001: %+v", j)
 	}
 }
