@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nemorl/nemorl-slurm/internal/shell"
 )
@@ -28,8 +29,29 @@ type Command struct {
 	Label string
 }
 
-// String renders the command as a shell line, for messages.
+// String renders the command as a shell line.
 func (c Command) String() string { return shell.Join(c.Argv) }
+
+// Brief renders the command as a shell line cut for a message (Brief).
+func (c Command) Brief() string { return Brief(c.String()) }
+
+// briefMax is the most bytes of a command line a message shows.
+const briefMax = 400
+
+// Brief is line, a command line, as a message shows it: whole up to
+// briefMax bytes, else its head and how much was left out. A poll of
+// 5,000 jobs names 30 KB of ids: one failed sacct would otherwise print
+// them all, in every log line and error of the poll.
+func Brief(line string) string {
+	if len(line) <= briefMax {
+		return line
+	}
+	cut := briefMax
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", line[:cut], len(line)-cut)
+}
 
 // Result is what a finished command produced.
 type Result struct {
@@ -83,7 +105,7 @@ type CommandError struct {
 }
 
 func (e *CommandError) Error() string {
-	msg := fmt.Sprintf("%s: %s: exit status %d", e.Host, e.Command, e.ExitStatus)
+	msg := fmt.Sprintf("%s: %s: exit status %d", e.Host, Brief(e.Command), e.ExitStatus)
 	if e.Stderr != "" {
 		msg += ": " + e.Stderr
 	}
@@ -128,7 +150,7 @@ type OutcomeUnknownError struct {
 
 func (e *OutcomeUnknownError) Error() string {
 	return fmt.Sprintf("%s: %s: connection lost while the command was running; outcome unknown (it may or may not have taken effect; not re-run because it is not idempotent): %v",
-		e.Host, e.Command, e.Err)
+		e.Host, Brief(e.Command), e.Err)
 }
 
 // Unwrap returns ErrOutcomeUnknown and the cause.

@@ -77,7 +77,7 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 	}
 	r, err := ParseSbatch(res.Stdout, res.Stderr)
 	if err != nil {
-		return r, fmt.Errorf("%w: %s", err, cmd.String())
+		return r, fmt.Errorf("%w: %s", err, cmd.Brief())
 	}
 	return r, nil
 }
@@ -384,5 +384,5 @@ func commandError(op string, cmd remote.Command, res *remote.Result, err error) 
 	if ce != nil || strings.Contains(err.Error(), cmd.Argv[0]) {
 		return fmt.Errorf("slurm: %s: %w", op, err)
 	}
-	return fmt.Errorf("slurm: %s: %s: %w", op, cmd.String(), err)
+	return fmt.Errorf("slurm: %s: %s: %w", op, cmd.Brief(), err)
 }

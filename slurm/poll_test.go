@@ -3,6 +3,7 @@ package slurm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,6 +145,18 @@ func TestPollFailures(t *testing.T) {
 		_, _, err := New(f).Poll(context.Background(), []PollJob{{ID: "1"}})
 		if err == nil || !strings.Contains(err.Error(), "squeue") || !strings.Contains(err.Error(), "sacct") {
 			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("both down, many jobs", func(t *testing.T) {
+		// The error names each command, cut: not the 2,000 ids twice.
+		f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){"squeue": down, "sacct": down}}
+		var jobs []PollJob
+		for i := range 2000 {
+			jobs = append(jobs, PollJob{ID: strconv.Itoa(1000000 + i)})
+		}
+		_, _, err := New(f).Poll(context.Background(), jobs)
+		if err == nil || len(err.Error()) > 2000 || !strings.Contains(err.Error(), "sacct") || !strings.Contains(err.Error(), "more bytes") {
+			t.Fatalf("%d bytes: %.300v", len(fmt.Sprint(err)), err)
 		}
 	})
 	t.Run("bad id", func(t *testing.T) {
