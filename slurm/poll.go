@@ -104,29 +104,41 @@ func (c *Client) Poll(ctx context.Context, jobs []PollJob) (map[string]JobInfo, 
 			queued[j.ID] = j
 		}
 	}
+	p := &poller{c: c, submitted: submitted, queued: queued, squeueErr: squeueErr, out: out, cost: &cost}
 	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
-		if err := c.pollAcct(ctx, chunk, queued, squeueErr, submitted, out, &cost); err != nil {
+		if err := p.answer(ctx, chunk); err != nil {
 			return out, cost, err
 		}
 	}
 	return out, cost, nil
 }
 
-// pollAcct is Poll's answer for ids, one chunk: squeue's for the live jobs
-// of queued, sacct's for the rest.
-func (c *Client) pollAcct(ctx context.Context, ids []string, queued map[string]JobInfo, squeueErr error, submitted map[string]time.Time, out map[string]JobInfo, cost *PollCost) error {
+// poller is one Poll after its squeue: what squeue said, and the answers
+// and cost so far.
+type poller struct {
+	c         *Client
+	submitted map[string]time.Time
+	queued    map[string]JobInfo // squeue's jobs among those asked about
+	squeueErr error
+	out       map[string]JobInfo
+	cost      *PollCost
+}
+
+// answer answers for ids, at most MaxIDsPerCall of them: squeue's job for
+// those it shows live, sacct's for the rest.
+func (p *poller) answer(ctx context.Context, ids []string) error {
 	var ask []string
 	asked := make(map[string]bool)
 	var earliest time.Time
 	bounded := true
 	for _, id := range ids {
-		if j, ok := queued[id]; ok && (j.State.Class == Pending || j.State.Class == Running) {
-			out[id] = j
+		if j, ok := p.queued[id]; ok && (j.State.Class == Pending || j.State.Class == Running) {
+			p.out[id] = j
 			continue
 		}
 		ask = append(ask, id)
 		asked[id] = true
-		switch t := submitted[id]; {
+		switch t := p.submitted[id]; {
 		case t.IsZero():
 			bounded = false
 		case earliest.IsZero() || t.Before(earliest):
@@ -142,33 +154,33 @@ func (c *Client) pollAcct(ctx context.Context, ids []string, queued map[string]J
 		sel = append(sel, fmt.Sprintf("--starttime=now-%dminutes", mins))
 	}
 	sel = append(sel, "--jobs="+strings.Join(ask, ","))
-	cost.Sacct++
-	cost.SacctJobs += len(ask)
-	acct, sacctErr := c.sacct(ctx, sel...)
+	p.cost.Sacct++
+	p.cost.SacctJobs += len(ask)
+	acct, sacctErr := p.c.sacct(ctx, sel...)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	for _, j := range acct {
 		if asked[j.ID] {
-			out[j.ID] = j
+			p.out[j.ID] = j
 		}
 	}
 	for _, id := range ask {
-		if out[id].Source != SourceNone {
+		if p.out[id].Source != SourceNone {
 			continue
 		}
-		if j, ok := queued[id]; ok {
-			out[id] = j // ended (or a state this package does not know), and not in sacct yet
+		if j, ok := p.queued[id]; ok {
+			p.out[id] = j // ended (or a state this package does not know), and not in sacct yet
 			continue
 		}
-		if squeueErr != nil || sacctErr != nil {
-			j := out[id]
+		if p.squeueErr != nil || sacctErr != nil {
+			j := p.out[id]
 			j.Source = SourceUnanswered
-			out[id] = j
+			p.out[id] = j
 		}
 	}
-	if squeueErr != nil && sacctErr != nil {
-		return fmt.Errorf("slurm: poll: %w", errors.Join(squeueErr, sacctErr))
+	if p.squeueErr != nil && sacctErr != nil {
+		return fmt.Errorf("slurm: poll: %w", errors.Join(p.squeueErr, sacctErr))
 	}
 	return nil
 }
