@@ -32,7 +32,8 @@ type Command struct {
 // String renders the command as a shell line.
 func (c Command) String() string { return shell.Join(c.Argv) }
 
-// Brief renders the command as a shell line cut for a message (Brief).
+// Brief renders the command as a shell line, cut for a message as Brief
+// cuts it.
 func (c Command) Brief() string { return Brief(c.String()) }
 
 // briefMax is the most bytes of a command line a message shows.
