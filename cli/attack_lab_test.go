@@ -26,7 +26,6 @@ import (
 
 // testAttacks runs every attack in parallel.
 func (x *labCLI) testAttacks(t *testing.T) {
-	t.Parallel() // a group of parallel cases: beside the other subtests, not before them
 	t.Run("RedirectEvalStdout", x.testRedirectEvalStdout)
 	t.Run("HelperRewritesEval", x.testHelperRewritesEval)
 	t.Run("ImpostorEvalAdoptedOnResume", x.testImpostorEvalResume)

@@ -907,7 +907,6 @@ func (x *labCLI) testNoPatch(t *testing.T) {
 // testTrainFails: a train job that fails takes its waiting eval job with
 // it; the train record (or its absence) decides the outcome.
 func (x *labCLI) testTrainFails(t *testing.T) {
-	t.Parallel() // a group of parallel cases: beside the other subtests, not before them
 	cases := []struct {
 		flag, kind, reason string
 		code               int
@@ -968,7 +967,6 @@ func (x *labCLI) testEvalNoRecord(t *testing.T) {
 // tampering; eval scoring other weights than the train record names means
 // the train record or checkpoint lied: the policy's 0 too.
 func (x *labCLI) testIntegrity(t *testing.T) {
-	t.Parallel() // a group of parallel cases: beside the other subtests, not before them
 	cases := []struct {
 		stage, flag, kind, reason, failStage string
 		code                                 int
