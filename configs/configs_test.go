@@ -314,6 +314,7 @@ runtime:
   images: {author: /east/a.sif, train: /east/t.sif, eval: /east/e.sif}
   digests: {eval: 'sha256:0000000000000000000000000000000000000000000000000000000000000000'}
 policy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_parser: false}
+serve: {mix_gpu_types: true}
 `)
 	cfg, err := Load("c.yaml", data, testEnv)
 	if err != nil {
@@ -408,5 +409,83 @@ policy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_par
 	}
 	if _, err := one.For("east"); err == nil {
 		t.Error("For(east) of a config without clusters: should fail")
+	}
+}
+
+// TestClustersGPUTypes: the clusters: entries share one GPU type unless
+// serve.mix_gpu_types is set; every gres in conflict is a problem at its
+// own line (or its entry's, where it is the default) naming the other's
+// key and line, and an untyped gres is refused.
+func TestClustersGPUTypes(t *testing.T) {
+	const tail = "runtime: {kind: none}\npolicy_model: {base_url: 'http://p/v1', api_key: k, model: m, uses_reasoning_parser: false}\n"
+	entries := func(gres ...string) string {
+		var b strings.Builder
+		b.WriteString("clusters:\n")
+		for i, g := range gres {
+			fmt.Fprintf(&b, "  - name: c%d\n    workdir: /w%d\n", i, i)
+			if g != "" {
+				fmt.Fprintf(&b, "    gres: %s\n", g)
+			}
+		}
+		return b.String()
+	}
+	for _, c := range []struct {
+		name string
+		data string
+		want []string // "LINE PATH: words of the message", in order
+	}{
+		{"one type", entries("gpu:h100:1", "", "gpu:H100:2"), nil},
+		{"one cluster, any gres", entries("gpu:1"), nil},
+		{"members share their entry's", "clusters:\n  - name: site\n    workdir: /w\n    gres: gpu:a100:1\n    members: [a, b]\n", nil},
+		{"two types", entries("gpu:h100:1", "gpu:a100:1"), []string{
+			"4 clusters[0].gres: gpu:h100:1 names GPU type h100, but clusters[1].gres gpu:a100:1 (line 7) names another",
+			"7 clusters[1].gres: gpu:a100:1 names GPU type a100, but clusters[0].gres gpu:h100:1 (line 4) names h100",
+		}},
+		{"the default against another", entries("", "gpu:a100:1"), []string{
+			"2 clusters[0].gres: gpu:h100:1 (the default) names GPU type h100, but clusters[1].gres gpu:a100:1 (line 6) names another",
+			"6 clusters[1].gres: gpu:a100:1 names GPU type a100, but clusters[0].gres gpu:h100:1 (the default; clusters[0] at line 2) names h100",
+		}},
+		{"three, two of them off", entries("gpu:h100:1", "gpu:a100:1", "gpu:l40s:1"), []string{
+			"4 clusters[0].gres: clusters[1].gres gpu:a100:1 (line 7), clusters[2].gres gpu:l40s:1 (line 10) name another",
+			"7 clusters[1].gres: names GPU type a100",
+			"10 clusters[2].gres: names GPU type l40s",
+		}},
+		{"untyped", entries("gpu:h100:1", "gpu:1"), []string{"7 clusters[1].gres: gpu:1 names no GPU type"}},
+		{"every one untyped", entries("gpu:1", "gpu:2"), []string{"4 clusters[0].gres: gpu:1 names no GPU type", "7 clusters[1].gres: gpu:2 names no GPU type"}},
+		{"a malformed gres is reported once, as malformed", entries("gpu:h100:1", "h100"), []string{"7 clusters[1].gres: want name[:type]:count"}},
+		{"mixing on purpose", entries("gpu:h100:1", "gpu:a100:1", "gpu:1") + "serve: {mix_gpu_types: true}\n", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Load("g.yaml", []byte(c.data+tail), testEnv)
+			if c.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("want a config error, got %v (config %v)", err, cfg)
+			}
+			if len(ce.Problems) != len(c.want) {
+				t.Fatalf("%d problems, want %d:\n%v", len(ce.Problems), len(c.want), err)
+			}
+			for i, w := range c.want {
+				loc, words, _ := strings.Cut(w, ": ")
+				p := ce.Problems[i]
+				if got := fmt.Sprintf("%d %s", p.Line, p.Path); got != loc || !strings.Contains(p.Msg, words) {
+					t.Errorf("problem %d: %s: %s\nwant %s: …%s…", i, got, p.Msg, loc, words)
+				}
+				if strings.Contains(words, "GPU type") && !strings.Contains(p.Msg, "serve.mix_gpu_types: true") {
+					t.Errorf("problem %d does not name the setting that allows mixing: %s", i, p.Msg)
+				}
+			}
+			if !strings.Contains(err.Error(), "g.yaml:"+strings.Fields(c.want[0])[0]+": clusters[") {
+				t.Errorf("not located as FILE:LINE: key: %v", err)
+			}
+		})
+	}
+	if GPUType("gpu:H100:1") != "h100" || GPUType("gpu:1") != "" || GPUType("gpu:mig-3g.40gb:1") != "mig-3g.40gb" {
+		t.Errorf("GPUType: %q %q %q", GPUType("gpu:H100:1"), GPUType("gpu:1"), GPUType("gpu:mig-3g.40gb:1"))
 	}
 }

@@ -43,6 +43,13 @@ type Serve struct {
 	// GymConfig is a Gym config file (YAML, on this machine) whose keys the
 	// head-server answer carries besides serve's own agent entry.
 	GymConfig string `yaml:"gym_config"`
+	// MixGPUTypes lets the clusters: entries name different GPU types in
+	// their gres (gpu:h100:1 on one, gpu:a100:1 on another). Off (the
+	// default) they must share one, named in every entry's gres: serve
+	// places the rows of one GRPO step on every cluster, and an hour of
+	// training on one GPU is not an hour on another. On, serve keeps the
+	// rows of one _ng_task_index on one GPU type (serve/place.go).
+	MixGPUTypes bool `yaml:"mix_gpu_types"`
 }
 
 // Serve defaults and the failures modes.

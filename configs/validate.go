@@ -459,4 +459,68 @@ func (c *checker) clusters(cfg *Config, opt LoadOptions) {
 			c.digests(pre+".digests", *e.Digests)
 		}
 	}
+	c.gpuTypes(cfg)
+}
+
+// GPUType is the GPU type a well-formed gres names, in lower case ("h100"
+// of gpu:h100:1 and of gpu:H100:2), or "" for an untyped one (gpu:1).
+// Types are compared without regard to case.
+func GPUType(gres string) string {
+	parts := strings.Split(gres, ":")
+	if len(parts) != 3 {
+		return ""
+	}
+	return strings.ToLower(parts[1])
+}
+
+// gpuTypes checks that the clusters: entries share one GPU type, the type
+// of their gres, unless serve.mix_gpu_types says mixing is meant. An
+// untyped gres (gpu:1) cannot show that it shares one: it is refused too.
+// Every gres in conflict is named, each with its line and the one it
+// conflicts with.
+func (c *checker) gpuTypes(cfg *Config) {
+	if cfg.Serve.MixGPUTypes || len(cfg.Clusters) < 2 {
+		return
+	}
+	const fix = "one config's clusters share one GPU type, because serve places the rows of one GRPO step on all of them and an hour of training on one GPU is not an hour on another: " +
+		"name the same type in every entry's gres, or set serve.mix_gpu_types: true to mix GPU types on purpose (serve then keeps the rows of one task on one type)"
+	// where names an entry's gres for a message about another's.
+	where := func(i int) string {
+		key := fmt.Sprintf("clusters[%d].gres", i)
+		if line := cfg.Line(key); line > 0 {
+			return fmt.Sprintf("%s %s (line %d)", key, cfg.Clusters[i].Gres, line)
+		}
+		return fmt.Sprintf("%s %s (the default; clusters[%d] at line %d)", key, cfg.Clusters[i].Gres, i, c.line(key))
+	}
+	first := -1 // the first typed entry: the others are compared with it
+	var differ []int
+	for i, e := range cfg.Clusters {
+		key := fmt.Sprintf("clusters[%d].gres", i)
+		switch t := GPUType(e.Gres); {
+		case !reGres.MatchString(e.Gres):
+			// Reported by cluster().
+		case t == "":
+			c.add(key, "%s names no GPU type, so nothing shows that it is the other clusters' GPU: write it as name:TYPE:count with the type the nodes' gres.conf names (%s); %s",
+				e.Gres, DefaultGres, fix)
+		case first < 0:
+			first = i
+		case t != GPUType(cfg.Clusters[first].Gres):
+			differ = append(differ, i)
+			c.add(key, "%s names GPU type %s, but %s names %s: %s", e.Gres, t, where(first), GPUType(cfg.Clusters[first].Gres), fix)
+		}
+	}
+	if len(differ) > 0 {
+		others := make([]string, len(differ))
+		for j, i := range differ {
+			others[j] = where(i)
+		}
+		key, gres, verb := fmt.Sprintf("clusters[%d].gres", first), cfg.Clusters[first].Gres, "names"
+		if cfg.Line(key) == 0 {
+			gres += " (the default)"
+		}
+		if len(differ) > 1 {
+			verb = "name"
+		}
+		c.add(key, "%s names GPU type %s, but %s %s another: %s", gres, GPUType(cfg.Clusters[first].Gres), strings.Join(others, ", "), verb, fix)
+	}
 }
