@@ -379,9 +379,10 @@ func (g gen) pick(n int) int { return g.r.IntN(n) }
 
 func (g gen) chance(p float64) bool { return g.r.Float64() < p }
 
-// policyJob is a job end the policy's code can cause: its own exit
-// (never a script's reserved verdict: the scripts report a payload's
-// 64–79 as 1), a signal, its time limit, its memory, a cancel by the
+// policyJob is a job end the policy's code can cause: its payload's exit
+// status, any of 0–255, as its script reports it (stages.ScriptExit) and
+// as any Slurm's sacct shows that (stages.SacctReadings: folded by 128
+// before 25.11), a signal, its time limit, its memory, a cancel by the
 // user's uid (without isolation; with it, the policy cannot reach Slurm).
 func (g gen) policyJob(j slurm.JobInfo, isolated bool) slurm.JobInfo {
 	states := []string{"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY"}
@@ -391,11 +392,9 @@ func (g gen) policyJob(j slurm.JobInfo, isolated bool) slurm.JobInfo {
 	st := states[g.pick(len(states))]
 	exit := "0:0"
 	if st == "FAILED" {
-		code := g.pick(256)
-		for stages.ReservedExit(code) || code == 0 {
-			code = g.pick(256)
-		}
-		exit = fmt.Sprintf("%d:0", code)
+		code := stages.ScriptExit(stages.Train, 1+g.pick(255))
+		readings := stages.SacctReadings(code)
+		exit = fmt.Sprintf("%d:0", readings[g.pick(len(readings))])
 		if g.chance(0.2) {
 			exit = fmt.Sprintf("0:%d", 1+g.pick(31))
 		}

@@ -75,3 +75,36 @@ func ReservedExit(status int) bool { return status >= ExitReservedMin && status 
 // trusted scripts only; eval's payload (the pinned, unpatched evaluator)
 // has verdicts of its own.
 const EvalRejectedExit = 4
+
+// SacctFoldMin is the least exit status Slurm's sacct shows folded before
+// 25.11: 22.05 to 25.05 print a status of 128 or more as status − 128
+// (src/sacct/print.c, PRINT_EXITCODE); 25.11 and later print it as is.
+const SacctFoldMin = 128
+
+// SacctReadings is every way sacct can show a job's exit status: as is
+// and, for a status of 128 or more, folded by 128 (Slurm before 25.11).
+func SacctReadings(status int) []int {
+	if status >= SacctFoldMin {
+		return []int{status, status - SacctFoldMin}
+	}
+	return []int{status}
+}
+
+// ScriptExit is the rule every batch script ends by (common.tmpl's
+// nemorl_leave), for a script that did not decide a verdict of its own:
+// the status it exits with when its payload ended with status (0–255;
+// 128+N for a death by signal N). A status of 128 or more, or one in the
+// reserved range, is reported as ExitPayloadReserved, so that no reading
+// of SacctReadings is ever a verdict the script did not decide, and every
+// Slurm reads the same status. The eval script's payload is trusted: a
+// status of its below 128 in the reserved range is its verdict (eval
+// only), passed through.
+func ScriptExit(stage Stage, status int) int {
+	switch {
+	case status >= SacctFoldMin:
+		return ExitPayloadReserved
+	case ReservedExit(status) && stage != Eval:
+		return ExitPayloadReserved
+	}
+	return status
+}

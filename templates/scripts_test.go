@@ -53,7 +53,7 @@ func TestRenderIsolation(t *testing.T) {
 		if clear < 0 || loop < 0 || !(clear < gi && loop < gi && gi < pi) {
 			t.Errorf("%s: want the env clearing (%d, %d) before the guard (%d) before the payload (%d)", stage, clear, loop, gi, pi)
 		}
-		if !strings.Contains(script, "exit 69\n") || !strings.Contains(script, `echo "nemorl: isolation: the guard refused`) {
+		if !strings.Contains(script, "nemorl_verdict 69\n") || !strings.Contains(script, `echo "nemorl: isolation: the guard refused`) {
 			t.Errorf("%s: no isolation refusal", stage)
 		}
 	}
@@ -232,7 +232,8 @@ func TestRunInputsNotRegular(t *testing.T) {
 }
 
 // TestRunReservedExit: a payload the policy controls (author, train) cannot
-// exit with one of the scripts' own verdicts: 64..79 is reported as 1.
+// exit with one of the scripts' own verdicts: 64..79 is reported as 1
+// (TestScriptExitStatuses runs every status).
 func TestRunReservedExit(t *testing.T) {
 	tr := stageRun(t, map[stages.Stage]string{stages.Author: `exit 69`, stages.Train: `exit 67`})
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/secrets.env"), []byte("K=x\n"), 0o600); err != nil {
@@ -243,7 +244,7 @@ func TestRunReservedExit(t *testing.T) {
 	}
 	for stage, status := range map[stages.Stage]string{stages.Author: "69", stages.Train: "67"} {
 		out, code := runScript(t, tr, stage)
-		if code != stages.ExitPayloadReserved || !strings.Contains(out, "status "+status+" is reserved") {
+		if code != stages.ExitPayloadReserved || !strings.Contains(out, "exit status "+status+" is not one of this script's verdicts: reported as 1") {
 			t.Errorf("%s: exit %d, want %d:\n%s", stage, code, stages.ExitPayloadReserved, out)
 		}
 	}
@@ -536,9 +537,11 @@ func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
 		if took := time.Since(start); took < 1500*time.Millisecond || took > 3500*time.Millisecond {
 			t.Errorf("the script ended %v after TERM, want about 2 s (2/3 of KillWait 3 s)", took)
 		}
+		// The payload killed: 137, which the script reports as 1 (a
+		// status of 128 or more would read as 9 before Slurm 25.11).
 		ee, ok := err.(*exec.ExitError)
-		if !ok || ee.ExitCode() != 137 {
-			t.Errorf("want exit 137 (payload killed), got %v", err)
+		if want := stages.ScriptExit(stages.Train, 137); !ok || ee.ExitCode() != want || !strings.Contains(out.String(), "payload exited with status 137\n") {
+			t.Errorf("want the payload's 137 seen and exit %d, got %v\n%s", want, err, out.String())
 		}
 	case <-time.After(15 * time.Second):
 		_ = cmd.Process.Kill()
