@@ -425,7 +425,11 @@ func jobFailed(stage stages.Stage, j slurm.JobInfo) *Verdict {
 }
 
 // scriptVerdict: a FAILED job whose exit status is one the batch scripts
-// keep for their own verdicts (the payload's are reported as 1).
+// keep for their own verdicts. The scripts end with one only when they
+// decided it, and never with a status of 128 or more (stages.ScriptExit:
+// a payload's status in 64–79 or of 128 or more is reported as 1), so no
+// Slurm's reading of a status the policy chose is one: sacct before 25.11
+// shows 128+N as N.
 func scriptVerdict(j slurm.JobInfo) bool {
 	return j.State.Failure == slurm.FailureExitCode && stages.ReservedExit(j.ExitCode.Code) && j.ExitCode.Signal == 0
 }
