@@ -2,6 +2,7 @@ package evaluate
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -147,7 +148,8 @@ func (c ContaminationCheck) Bind(ev *record.Eval) {
 
 // ContaminatedRecord is the eval record of a contaminated patch: the
 // weights are not scored, the reward is 0, and the evidence goes with it.
-// There are no rollouts: rollouts_sha256 is the sha256 of nothing.
+// There are no rollouts: rollouts_sha256 is the sha256 of nothing. Run in
+// the eval job, it names the job's GPU (JobGPU).
 func ContaminatedRecord(c ContaminationCheck, slurmJobID, weightsSHA256, wandbURL string) (record.Eval, error) {
 	if !c.Report.Contaminated {
 		return record.Eval{}, fmt.Errorf("evaluate: the patch is not contaminated: score its rollouts")
@@ -158,6 +160,7 @@ func ContaminatedRecord(c ContaminationCheck, slurmJobID, weightsSHA256, wandbUR
 		PerQuestionCorrect: make([]int, record.Problems),
 	}
 	c.Bind(&ev)
+	ev.SetGPU(JobGPU(context.Background(), nil))
 	if err := ev.Validate(); err != nil {
 		return record.Eval{}, fmt.Errorf("evaluate: built an invalid record: %w", err)
 	}

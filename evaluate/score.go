@@ -3,6 +3,7 @@ package evaluate
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -41,6 +42,12 @@ type ScoreOptions struct {
 	// (CheckContamination), bound into the record; a contaminated patch is
 	// not scored (ContaminatedRecord).
 	Contamination ContaminationCheck
+	// GPU is the eval job's GPU, written into the record. nil: ScoreFiles
+	// reads it in the job (JobGPU); Score writes none.
+	GPU *record.GPU
+	// Warn receives what is worth saying without failing (the GPU not
+	// read); nil: standard error.
+	Warn io.Writer
 }
 
 // Score reads NeMo Gym's evaluation rollouts and returns the eval record.
@@ -176,16 +183,27 @@ func Score(rollouts io.Reader, failures io.Reader, opts ScoreOptions) (record.Ev
 		Correct: total, PerQuestionCorrect: correct,
 	}
 	opts.Contamination.Bind(&ev)
+	if opts.GPU != nil {
+		ev.SetGPU(*opts.GPU)
+	}
 	if err := ev.Validate(); err != nil {
 		return record.Eval{}, fmt.Errorf("evaluate: built an invalid record: %w", err)
 	}
 	return ev, nil
 }
 
-// ScoreFiles is Score on files. A failuresPath that does not exist means
-// no failures (Gym writes the sidecar only when some rollout failed); ""
-// skips the failures check.
+// ScoreFiles is Score on files, in the eval job: the record names the
+// job's GPU (opts.GPU, else JobGPU's). A failuresPath that does not exist
+// means no failures (Gym writes the sidecar only when some rollout
+// failed); "" skips the failures check.
 func ScoreFiles(rolloutsPath, failuresPath string, opts ScoreOptions) (record.Eval, error) {
+	if err := checkOptions(&opts); err != nil {
+		return record.Eval{}, err
+	}
+	if opts.GPU == nil {
+		g := JobGPU(context.Background(), opts.Warn)
+		opts.GPU = &g
+	}
 	var failures io.Reader
 	if failuresPath != "" {
 		ff, err := os.Open(failuresPath)
@@ -228,6 +246,11 @@ func checkOptions(o *ScoreOptions) error {
 	}
 	if o.Contamination.Report.Contaminated {
 		return fmt.Errorf("evaluate: the patch is contaminated: its weights are not scored")
+	}
+	if o.GPU != nil {
+		if err := o.GPU.Validate(); err != nil {
+			return fmt.Errorf("evaluate: the GPU: %w", err)
+		}
 	}
 	// The record's own rules for wandb_url and the check's hashes, checked
 	// before reading.

@@ -12,8 +12,9 @@
 //
 // The same types serve the in-job code (which prints a record) and the
 // collector (which parses it), so both sides agree on field names by
-// construction. Every field of every record is required; unknown, duplicate,
-// null and non-finite fields are rejected. Every rejection is a *Rejection
+// construction. Every field of every record is required but the train
+// record's GPU fields (OptionalFieldNames); unknown, duplicate, null and
+// non-finite fields are rejected. Every rejection is a *Rejection
 // carrying a machine-readable Reason.
 package record
 
@@ -202,6 +203,15 @@ type Train struct {
 	// TrainerExitStatus is the trainer process's exit status (-1: killed
 	// by a signal).
 	TrainerExitStatus int `json:"trainer_exit_status"`
+	// GPUName, GPUMemoryMiB and GPUCount are the GPU the train job had, as
+	// the launcher read it (QueryGPU; "", 0, 0: not read). The policy's
+	// code runs in this job, so they are informational, never trusted
+	// (the eval record's are). Optional: a record of a launcher older than
+	// them is read as not saying (a train image not rebuilt must not cost
+	// the policy its reward).
+	GPUName      string `json:"gpu_name" record:"optional"`
+	GPUMemoryMiB int    `json:"gpu_memory_mib" record:"optional"`
+	GPUCount     int    `json:"gpu_count" record:"optional"`
 }
 
 // Stage implements Record.
@@ -249,6 +259,14 @@ type Eval struct {
 	// not contaminated.
 	Contaminated  bool   `json:"contaminated"`
 	Contamination string `json:"contamination"`
+	// GPUName, GPUMemoryMiB and GPUCount are the GPU the eval job had, as
+	// the trusted evaluator read it in the job (QueryGPU: nvidia-smi for
+	// the GPUs of CUDA_VISIBLE_DEVICES); "", 0, 0 when it could not be
+	// read. Required: a record without them comes from an eval image
+	// older than them (rebuild it and pin it again).
+	GPUName      string `json:"gpu_name"`
+	GPUMemoryMiB int    `json:"gpu_memory_mib"`
+	GPUCount     int    `json:"gpu_count"`
 }
 
 // Stage implements Record.
@@ -285,6 +303,9 @@ func (k fieldKind) String() string {
 type fieldSpec struct {
 	name string
 	kind fieldKind
+	// optional: a record may leave the field out (it then reads as its
+	// zero value); every other field is required.
+	optional bool
 }
 
 // specs lists each record type's JSON fields, in struct (= output) order,
@@ -321,17 +342,38 @@ func specOf(t reflect.Type) []fieldSpec {
 		default:
 			panic("record: unsupported field type " + f.Name)
 		}
-		out = append(out, fieldSpec{name, k})
+		opt := false
+		switch tag := f.Tag.Get("record"); tag {
+		case "":
+		case "optional":
+			opt = true
+		default:
+			panic("record: unknown record tag " + tag + " on " + f.Name)
+		}
+		out = append(out, fieldSpec{name: name, kind: k, optional: opt})
 	}
 	return out
 }
 
 // FieldNames returns the JSON field names of the stage's record, in output
-// order. All of them are required.
+// order. All of them are required but the OptionalFieldNames.
 func FieldNames(s Stage) []string {
 	var out []string
 	for _, f := range specs[s] {
 		out = append(out, f.name)
+	}
+	return out
+}
+
+// OptionalFieldNames are the fields of the stage's record that a record
+// may leave out (added after records were first printed, and only
+// informational): the train record's GPU fields.
+func OptionalFieldNames(s Stage) []string {
+	var out []string
+	for _, f := range specs[s] {
+		if f.optional {
+			out = append(out, f.name)
+		}
 	}
 	return out
 }

@@ -31,12 +31,13 @@ func goodEval() *Eval {
 		Problems: Problems, SamplesPerProblem: SamplesPerProblem,
 		Correct: correct, PerQuestionCorrect: per,
 		PatchSHA256: sha3hex, ProblemsSHA256: sha1hex,
+		GPUName: "NVIDIA H100 80GB HBM3", GPUMemoryMiB: 81559, GPUCount: 1,
 	}
 }
 
 func goodTrain() *Train {
 	return &Train{Status: StatusOK, TrainReward: 0.31, InnerSteps: 42, WeightsSHA256: sha1hex,
-		WeightsBytes: 3087467520, TrainerExitStatus: 0}
+		WeightsBytes: 3087467520, TrainerExitStatus: 0, GPUName: "NVIDIA H100 80GB HBM3", GPUMemoryMiB: 81559, GPUCount: 1}
 }
 
 func goodAuthor() *Author {
@@ -67,14 +68,20 @@ func evalLine(t *testing.T, old, new string) string {
 func TestFieldNames(t *testing.T) {
 	want := map[Stage][]string{
 		StageAuthor: {"patch_sha256", "patch_bytes", "files_changed", "turns", "exit_status", "timed_out", "response_sha256", "terminal_reason", "model_calls", "dropped_events"},
-		StageTrain:  {"status", "train_reward", "inner_steps", "weights_sha256", "weights_bytes", "trainer_exit_status"},
+		StageTrain:  {"status", "train_reward", "inner_steps", "weights_sha256", "weights_bytes", "trainer_exit_status", "gpu_name", "gpu_memory_mib", "gpu_count"},
 		StageEval: {"reward", "aime25_exact", "aime25_avg_at_8", "completed", "wandb_url", "slurm_job_id",
 			"weights_sha256", "rollouts_sha256", "problems", "samples_per_problem", "correct", "per_question_correct",
-			"patch_sha256", "problems_sha256", "contaminated", "contamination"},
+			"patch_sha256", "problems_sha256", "contaminated", "contamination", "gpu_name", "gpu_memory_mib", "gpu_count"},
 	}
 	for s, w := range want {
 		if got := FieldNames(s); !reflect.DeepEqual(got, w) {
 			t.Errorf("%s fields = %v, want %v", s, got, w)
+		}
+	}
+	// Only the train record's GPU fields may be left out.
+	for s, w := range map[Stage][]string{StageAuthor: nil, StageTrain: {"gpu_name", "gpu_memory_mib", "gpu_count"}, StageEval: nil} {
+		if got := OptionalFieldNames(s); !reflect.DeepEqual(got, w) {
+			t.Errorf("%s optional fields = %v, want %v", s, got, w)
 		}
 	}
 }
@@ -82,7 +89,7 @@ func TestFieldNames(t *testing.T) {
 func TestFormatStable(t *testing.T) {
 	got := mustFormat(t, goodTrain())
 	want := `NEMORL_ENV_TRAIN_RESULT={"status":"ok","train_reward":0.31,"inner_steps":42,"weights_sha256":"` + sha1hex +
-		`","weights_bytes":3087467520,"trainer_exit_status":0}`
+		`","weights_bytes":3087467520,"trainer_exit_status":0,"gpu_name":"NVIDIA H100 80GB HBM3","gpu_memory_mib":81559,"gpu_count":1}`
 	if got != want {
 		t.Errorf("Format =\n%s\nwant\n%s", got, want)
 	}

@@ -24,8 +24,9 @@ const MaxRecordBytes = 64 << 10
 //  2. no line starting with the stage's prefix: missing_record;
 //  3. more than one: duplicate_record;
 //  4. the one line must hold exactly one JSON object with exactly the
-//     record's fields, each of the right type and finite, and the values
-//     must pass the record's Validate.
+//     record's fields (the optional ones may be left out), each of the
+//     right type and finite, and the values must pass the record's
+//     Validate.
 //
 // Only whole prefixes at the start of a line count; a prefix elsewhere in a
 // line (a shell trace, a quoted log line) is ignored. A final line without
@@ -232,8 +233,11 @@ func parseLine(stage Stage, prefix string, line []byte) (Record, *Rejection) {
 	}
 	for _, f := range spec {
 		raw, ok := present[f.name]
+		if !ok && f.optional {
+			continue
+		}
 		if !ok {
-			return nil, reject(ReasonMissingField, f.name, "required")
+			return nil, reject(ReasonMissingField, f.name, "required%s", missingHint(stage, f.name))
 		}
 		if rej := checkKind(f, raw); rej != nil {
 			return nil, rej
@@ -343,7 +347,7 @@ func checkKind(f fieldSpec, raw json.RawMessage) *Rejection {
 			if len(e) == 0 || jsonKind(e[0]) != "number" {
 				return reject(ReasonWrongType, f.name, "entry %d is not an integer", i)
 			}
-			if rej := checkNumber(fieldSpec{f.name, kindInt}, e); rej != nil {
+			if rej := checkNumber(fieldSpec{name: f.name, kind: kindInt}, e); rej != nil {
 				rej.Detail = fmt.Sprintf("entry %d: %s", i, rej.Detail)
 				return rej
 			}

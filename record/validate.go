@@ -3,6 +3,7 @@ package record
 import (
 	"math"
 	"slices"
+	"strings"
 	"unicode"
 )
 
@@ -97,6 +98,9 @@ func (t *Train) Validate() error {
 		return reject(ReasonInvalidValue, "weights_sha256", "neither empty nor 64 lowercase hex digits")
 	case !exitStatusOK(t.TrainerExitStatus):
 		return reject(ReasonInvalidValue, "trainer_exit_status", "%d outside -1..255", t.TrainerExitStatus)
+	}
+	if rej := checkGPU(t.GPUName, t.GPUMemoryMiB, t.GPUCount); rej != nil {
+		return rej
 	}
 	if t.Status == StatusOK {
 		switch {
@@ -196,5 +200,17 @@ func (e *Eval) Validate() error {
 	case e.Contaminated && e.Correct != 0:
 		return reject(ReasonInvalidValue, "correct", "%d for a contaminated patch, whose weights are not scored", e.Correct)
 	}
+	if rej := checkGPU(e.GPUName, e.GPUMemoryMiB, e.GPUCount); rej != nil {
+		return rej
+	}
 	return nil
+}
+
+// missingHint says, for a required field that a record of an older
+// nemorl-slurm lacks, where such a record comes from.
+func missingHint(stage Stage, field string) string {
+	if stage == StageEval && strings.HasPrefix(field, "gpu_") {
+		return ": an eval record without the GPU fields comes from an eval image whose nemorl-slurm is older than them (rebuild the eval image and pin it again: nemorl-slurm images lock)"
+	}
+	return ""
 }

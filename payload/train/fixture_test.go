@@ -97,6 +97,10 @@ func newFixture(t *testing.T, trainer, exporter string) *fixture {
 		"*) echo \"stand-in python: unexpected $1\" >&2; exit 99 ;;\n" +
 		"esac\n"
 	f.write("bin/python", script, 0o755)
+	// A stand-in nvidia-smi: the query's arguments to $FIX/smi.args, one
+	// H100 for GPU 0, no device for any other.
+	f.write("bin/nvidia-smi", "#!/bin/sh\necho \"$*\" > "+shell.Quote(filepath.Join(root, "smi.args"))+"\n"+
+		"case \"$*\" in *'-i 0') echo 'NVIDIA H100 80GB HBM3, 81559' ;; *) echo 'No devices were found'; exit 6 ;; esac\n", 0o755)
 	f.plan = Plan{
 		WorkDir:      work,
 		Patch:        filepath.Join(root, "in/change.diff"),
@@ -109,9 +113,14 @@ func newFixture(t *testing.T, trainer, exporter string) *fixture {
 		KillAfter:    500 * time.Millisecond,
 		ExportMargin: 10 * time.Second,
 		Settings:     validSettings(),
+		SMI:          filepath.Join(root, "bin/nvidia-smi"),
+		GPUs:         "0",
 	}
 	return f
 }
+
+// fixtureGPU is the GPU the fixture's nvidia-smi reports for GPU 0.
+var fixtureGPU = record.GPU{Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 1}
 
 func (f *fixture) path(rel string) string { return filepath.Join(f.root, rel) }
 

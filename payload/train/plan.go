@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -93,6 +94,13 @@ type Plan struct {
 	Env []string
 	// Settings is the bundle's train.json.
 	Settings Settings
+	// SMI is the nvidia-smi the launcher asks for the job's GPU, which the
+	// record names (gpu_name, gpu_memory_mib, gpu_count); empty means
+	// "nvidia-smi" from PATH (--nv binds the node's).
+	SMI string
+	// GPUs are the job's GPUs as nvidia-smi -i takes them; empty means
+	// $CUDA_VISIBLE_DEVICES (Slurm's, which the job script passes on).
+	GPUs string
 }
 
 // ParseDeadline reads $NEMORL_DEADLINE: a positive number of seconds since
@@ -150,6 +158,12 @@ func (p Plan) withDefaults() Plan {
 	}
 	if p.Git == "" {
 		p.Git = "git"
+	}
+	if p.SMI == "" {
+		p.SMI = "nvidia-smi"
+	}
+	if p.GPUs == "" {
+		p.GPUs = os.Getenv("CUDA_VISIBLE_DEVICES")
 	}
 	return p
 }

@@ -67,7 +67,9 @@ func Run(ctx context.Context, p Plan, stdout io.Writer, log io.Writer) (*record.
 		logf("error: %v", err)
 		return nil, ExitInfra, err
 	}
+	var gpu record.GPU // read before the policy's code runs
 	finish := func(rec *record.Train) (*record.Train, int, error) {
+		rec.SetGPU(gpu)
 		logf("status %s: train_reward %v, inner_steps %d, trainer_exit_status %d",
 			rec.Status, rec.TrainReward, rec.InnerSteps, rec.TrainerExitStatus)
 		if err := record.Write(stdout, rec); err != nil {
@@ -94,6 +96,14 @@ func Run(ctx context.Context, p Plan, stdout io.Writer, log io.Writer) (*record.
 	}
 	if err := p.clearOutputs(); err != nil {
 		return infra(err)
+	}
+	// The job's GPU, for the record (informational: the policy's code runs
+	// in this job). One that cannot be read is not a failure of the stage.
+	if g, err := record.QueryGPU(ctx, p.SMI, p.GPUs); err != nil {
+		logf("warning: the GPU could not be read, the record names none: %v", err)
+	} else {
+		gpu = g
+		logf("GPU: %s", g.String())
 	}
 
 	// 1. The policy's patch.

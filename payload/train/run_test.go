@@ -34,8 +34,12 @@ func TestRunOK(t *testing.T) {
 	sum := sha256.Sum256([]byte("weights-bytes"))
 	want := record.Train{Status: record.StatusOK, TrainReward: 0.3125, InnerSteps: 4,
 		WeightsSHA256: hex.EncodeToString(sum[:]), WeightsBytes: 13, TrainerExitStatus: 0}
+	want.SetGPU(fixtureGPU)
 	if *rec != want {
 		t.Errorf("got %+v\nwant %+v", *rec, want)
+	}
+	if got := strings.TrimSpace(f.read("smi.args")); got != "--query-gpu=name,memory.total --format=csv,noheader,nounits -i 0" {
+		t.Errorf("nvidia-smi %s", got)
 	}
 	if got := f.read("out/model.safetensors"); got != "weights-bytes" {
 		t.Errorf("weights %q", got)
@@ -214,7 +218,9 @@ func TestRunPatchFailed(t *testing.T) {
 	f := newFixture(t, okTrainer, okExporter)
 	f.write("in/change.diff", strings.Replace(goodPatch, "-clip = 0.2", "-clip = 0.3", 1), 0o644)
 	rec := f.run(context.Background()).checkRecord(t, record.StatusPatchFailed)
-	if *rec != (record.Train{Status: record.StatusPatchFailed}) {
+	want := record.Train{Status: record.StatusPatchFailed}
+	want.SetGPU(fixtureGPU) // read before the patch is applied
+	if *rec != want {
 		t.Errorf("%+v", *rec)
 	}
 	if f.exists("trainer.pid") || f.exists("work/gym_train.jsonl") {
@@ -316,5 +322,23 @@ func TestLastCheckpoint(t *testing.T) {
 	}
 	if n, p, err := LastCheckpoint(dir); n != 10 || p != dir+"/step_10" || err != nil {
 		t.Errorf("got %d %q %v", n, p, err)
+	}
+}
+
+// TestRunGPUUnread: a GPU nvidia-smi cannot read (here: not the job's) is
+// not the stage's failure: the record names none and the log says why.
+func TestRunGPUUnread(t *testing.T) {
+	f := newFixture(t, okTrainer, okExporter)
+	f.plan.GPUs = "5"
+	r := f.run(context.Background())
+	rec := r.checkRecord(t, record.StatusOK)
+	if rec.GPU() != nil || rec.GPUMemoryMiB != 0 || rec.GPUCount != 0 {
+		t.Errorf("record names a GPU: %+v", *rec)
+	}
+	if !strings.Contains(r.log, "the GPU could not be read") || !strings.Contains(r.log, "No devices were found") {
+		t.Errorf("log does not say why:\n%s", r.log)
+	}
+	if !strings.Contains(r.stdout, `"gpu_name":"","gpu_memory_mib":0,"gpu_count":0}`) {
+		t.Errorf("record line %s", r.stdout)
 	}
 }
