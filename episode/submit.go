@@ -245,9 +245,33 @@ func (sb *submitter) prepare(s Spec) (*pending, error) {
 	return p, nil
 }
 
+// batchDeadline bounds one batch command of n episodes: staging and n
+// sbatch, paced gap apart (cluster.submit_rate). It allows one sbatch
+// deadline, and a twelfth of one (5 s by default) for each sbatch: a
+// healthy sbatch takes a tenth of a second, a throttled one (rl_enable) a
+// few seconds.
+func (sb *submitter) batchDeadline(n int) time.Duration {
+	var gap time.Duration
+	if g := sb.submitGate(); g != nil {
+		gap = g.gap
+	}
+	d := sb.slurm.Deadline(slurm.KindSbatch)
+	return d + time.Duration(n)*(gap+d/12)
+}
+
 // runBatch stages and submits ps in one command and records each result.
+// A command still running at its deadline (batchDeadline) is stopped,
+// and its outcome is unknown: each episode's job is looked for by its
+// comment tag, as after a lost connection, never submitted again blindly.
 func (sb *submitter) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
-	res, err := sb.stager.batchCommand(ctx, ps, batchNew, sb.submitGate())
+	d := sb.batchDeadline(len(ps))
+	bctx, cancel := context.WithTimeoutCause(ctx, d, errBatchDeadline)
+	res, err := sb.stager.batchCommand(bctx, ps, batchNew, sb.submitGate())
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBatchDeadline) {
+		err = fmt.Errorf("%w (%v)", &slurm.DeadlineError{Kind: slurm.KindSbatch, Deadline: d,
+			Command: fmt.Sprintf("staging and sbatch of %d episodes on %s", len(ps), sb.host.Name())}, err)
+	}
+	cancel()
 	var pe *PreflightError
 	for _, p := range ps {
 		r := res[p.e.Episode]
@@ -368,7 +392,10 @@ func (sb *submitter) submitRemote(ctx context.Context, e *ledger.Entry, stage st
 			return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: waiting for cluster.submit_rate: %w", err)
 		}
 	}
-	res, err := sb.host.Run(ctx, remote.Command{Argv: argv, Label: "sbatch"})
+	// Under the sbatch deadline: one stopped there is a *slurm.DeadlineError,
+	// its outcome unknown (remote.ErrOutcomeUnknown), like a lost
+	// connection.
+	res, err := sb.slurm.RunVia(ctx, sb.host, slurm.KindSbatch, remote.Command{Argv: argv, Label: "sbatch"})
 	var ce *remote.CommandError
 	if errors.As(err, &ce) {
 		c := *ce
@@ -377,6 +404,12 @@ func (sb *submitter) submitRemote(ctx context.Context, e *ledger.Entry, stage st
 			c.Stderr = remote.TrimStderr(res.Stderr)
 		}
 		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &c)
+	}
+	var de *slurm.DeadlineError
+	if errors.As(err, &de) {
+		d := *de
+		d.Command = remote.Brief(shell.Join(sbatch))
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &d)
 	}
 	if err != nil {
 		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %s: %w", shell.Join(sbatch), err)
@@ -421,11 +454,17 @@ func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.S
 	req := submitRequest(e, stage, after)
 	res, err := sb.submitRemote(ctx, e, stage, req)
 	if err != nil && after != "" && dependencyGone(err) {
-		// The job waited for has ended and left slurmctld's memory
-		// (MinJobAge); the caller has verified that it completed, so the
-		// order afterok guarantees already holds. sbatch failed, so no job
-		// was made: submitting again cannot make a second one.
-		sb.logf("%s: %s: job %s is no longer known to slurmctld; submitting without the dependency (it completed)", e.Episode, stage, after)
+		// sbatch refused the dependency, so no job was made. Either the
+		// job waited for has ended and left slurmctld's memory (MinJobAge),
+		// or (Slurm 23.02.0 to 23.11.6) it is a federated job that runs on
+		// another cluster of the federation: the same words. Only a job
+		// that Slurm says COMPLETED lets the stage go without it: the
+		// order afterok guarantees then holds already.
+		if cerr := sb.parentCompleted(ctx, after); cerr != nil {
+			sb.forgetIntent(e, stage, sub)
+			return fmt.Errorf("episode %s: submit %s: %w; not submitted without the dependency: %w", e.Episode, stage, err, cerr)
+		}
+		sb.logf("%s: %s: job %s is no longer known to slurmctld and completed; submitting without the dependency", e.Episode, stage, after)
 		req.AfterOK = nil
 		res, err = sb.submitRemote(ctx, e, stage, req)
 	}
@@ -592,8 +631,48 @@ func (sb *submitter) provenance(ctx context.Context, e *ledger.Entry, stage stag
 	return "", nil
 }
 
-// dependencyGone reports an sbatch refusal of a dependency on a job
-// slurmctld no longer knows.
+// errBatchDeadline is the cause of a batch command's context ending at
+// its deadline (runBatch).
+var errBatchDeadline = errors.New("episode: batch command deadline")
+
+// ErrDependencyUnconfirmed is matched by the error of a stage whose sbatch
+// refused its afterok dependency ("Job dependency problem") while Slurm
+// does not say that the job it waits for COMPLETED: the stage is not
+// submitted (no job was made), and is tried again later.
+var ErrDependencyUnconfirmed = errors.New("the job it waits for is not known to have completed")
+
+// parentCompleted asks Slurm (sacct, then squeue) whether job id, which a
+// stage waits for (afterok), COMPLETED; nil when it did. Otherwise the
+// error matches ErrDependencyUnconfirmed and says what Slurm said: a job
+// that reads REVOKED, or that still runs or waits, is a federated job on
+// another cluster of a federation (Slurm 23.02.0 to 23.11.6 refuse a
+// dependency on it in the same words as on a job gone past MinJobAge), and
+// the error names members:, the config key that sends every command to
+// one member cluster.
+func (sb *submitter) parentCompleted(ctx context.Context, id string) error {
+	infos, err := sb.slurm.Query(ctx, []string{id})
+	if err != nil {
+		return fmt.Errorf("%w: asking Slurm about job %s: %w", ErrDependencyUnconfirmed, id, err)
+	}
+	j := infos[id]
+	const federation = "Slurm 23.02.0 to 23.11.6 refuse a dependency on a federated job that runs on another cluster of the federation: " +
+		"name the federation's clusters in the config (a clusters: entry with members:) so that each episode's jobs go to one of them"
+	switch {
+	case j.State.Class == slurm.Succeeded && j.State.Name == "COMPLETED":
+		return nil
+	case j.Revoked():
+		return fmt.Errorf("%w: job %s reads %s here, a copy of a federated job that another cluster runs; %s", ErrDependencyUnconfirmed, id, j.State.Raw, federation)
+	case j.State.Class == slurm.Pending || j.State.Class == slurm.Running:
+		return fmt.Errorf("%w: job %s is %s; %s", ErrDependencyUnconfirmed, id, j.State.Raw, federation)
+	case j.State.Class == slurm.Failed:
+		return fmt.Errorf("%w: job %s ended %s", ErrDependencyUnconfirmed, id, j.State.Raw)
+	}
+	return fmt.Errorf("%w: Slurm has no state for job %s (%s); trying again later", ErrDependencyUnconfirmed, id, j.Source)
+}
+
+// dependencyGone reports an sbatch refusal of a dependency ("Job
+// dependency problem"): on a job slurmctld no longer knows, or (Slurm
+// 23.02.0 to 23.11.6) on a federated job another cluster runs.
 func dependencyGone(err error) bool {
 	var ce *remote.CommandError
 	return errors.As(err, &ce) && strings.Contains(ce.Stderr, "Job dependency problem")

@@ -23,9 +23,16 @@ var busyAnswers = []string{
 }
 
 // IsControllerBusy tells whether err carries a Slurm command's answer that
-// the controller is busy, throttling or away (busyAnswers): a reason to
-// ask again later, more slowly, never a fact about a job.
+// the controller is busy, throttling or away (busyAnswers), or a command
+// stopped at its deadline (ErrDeadline: under rl_enable a throttled
+// command says nothing and waits) while no command of err lost its
+// connection: a reason to ask again later, more slowly, never a fact
+// about a job.
 func IsControllerBusy(err error) bool {
+	var ce *remote.ConnError
+	if errors.Is(err, ErrDeadline) && !errors.As(err, &ce) && !errors.Is(err, remote.ErrConnectionLost) {
+		return true
+	}
 	found := false
 	walkErrors(err, func(e error) {
 		var ce *remote.CommandError

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/remote"
@@ -42,6 +43,11 @@ type Client struct {
 	// runner sends there with SLURM_CLUSTERS (remote.WithEnv), which
 	// sacct does not read.
 	Cluster string
+	// Deadlines bound each kind of command (zero fields: DefaultDeadlines).
+	Deadlines Deadlines
+
+	mu           sync.Mutex
+	sacctVersion *Version // SacctVersion's answer, once asked
 }
 
 // sacctArgv is the sacct command line before its options.
@@ -61,7 +67,9 @@ var timeEnv = []string{"env", "SLURM_TIME_FORMAT=%s"}
 
 // Submit runs sbatch once (never retried: Command.Idempotent is false) and
 // returns the new job's id. A failed sbatch gives an error naming the
-// command and its trimmed stderr.
+// command and its trimmed stderr; one stopped at its deadline a
+// *DeadlineError (matching remote.ErrOutcomeUnknown: look for the job by
+// its comment tag before submitting again).
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
 	argv, err := SbatchArgs(req)
 	if err != nil {
@@ -71,7 +79,7 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 	if req.Script != nil {
 		cmd.Stdin = strings.NewReader(string(req.Script))
 	}
-	res, err := c.runner.Run(ctx, cmd)
+	res, err := c.run(ctx, KindSbatch, cmd)
 	if err != nil {
 		return SubmitResult{}, commandError("submit", cmd, res, err)
 	}
@@ -150,6 +158,11 @@ func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo
 			out[j.ID] = j
 		}
 	}
+	if c.federated(ctx, nil, ids, out) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 	var missing []string
 	for _, id := range ids {
 		if out[id].Source == SourceNone {
@@ -189,7 +202,7 @@ func (c *Client) sacct(ctx context.Context, selection ...string) ([]JobInfo, err
 		"--delimiter="+Sep, "--format="+strings.Join(SacctFields, ","))
 	argv = append(argv, selection...)
 	cmd := remote.Command{Argv: argv, Idempotent: true}
-	res, err := c.runner.Run(ctx, cmd)
+	res, err := c.run(ctx, KindSacct, cmd)
 	if err != nil {
 		return nil, commandError("sacct", cmd, res, err)
 	}
@@ -200,6 +213,35 @@ func (c *Client) sacct(ctx context.Context, selection ...string) ([]JobInfo, err
 	return jobs, err
 }
 
+// federated looks up, with one sacct --federation (--duplicates, within
+// window), the jobs among ids whose answer in out reads REVOKED: a
+// federated job's copy on a cluster that did not run it, which is what
+// the login's own cluster shows of a job a sibling runs. A record of
+// another copy (the one that runs or ran) replaces it; a job sacct shows
+// no other copy of stays as it was (Unknown, never Failed), and so does
+// every job when that sacct fails. Only a Client without Cluster asks:
+// with members: every command goes to one member, where a job has no
+// sibling copy. It returns how many jobs it asked about.
+func (c *Client) federated(ctx context.Context, window, ids []string, out map[string]JobInfo) int {
+	var revoked []string
+	for _, id := range ids {
+		if out[id].Revoked() {
+			revoked = append(revoked, id)
+		}
+	}
+	if c.Cluster != "" || len(revoked) == 0 {
+		return 0
+	}
+	sel := append(append([]string{"--federation", "--duplicates"}, window...), "--jobs="+strings.Join(revoked, ","))
+	jobs, _ := c.sacct(ctx, sel...)
+	for _, j := range jobs {
+		if old, ok := out[j.ID]; ok && old.Revoked() && !j.Revoked() {
+			out[j.ID] = j
+		}
+	}
+	return len(revoked)
+}
+
 // squeue runs one squeue over all job states with the given selection. An
 // id list squeue rejects outright ("Invalid job id specified": none of the
 // jobs is known to slurmctld) is an empty answer, not an error.
@@ -208,7 +250,7 @@ func (c *Client) squeue(ctx context.Context, selection ...string) ([]JobInfo, er
 		"--format="+SqueueFormat())
 	argv = append(argv, selection...)
 	cmd := remote.Command{Argv: argv, Idempotent: true}
-	res, err := c.runner.Run(ctx, cmd)
+	res, err := c.run(ctx, KindSqueue, cmd)
 	if err != nil {
 		if res != nil && strings.Contains(string(res.Stderr), "Invalid job id specified") {
 			return nil, nil
@@ -231,7 +273,7 @@ func (c *Client) Cancel(ctx context.Context, ids []string) error {
 	}
 	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
 		cmd := remote.Command{Argv: append([]string{"scancel"}, chunk...), Idempotent: true}
-		res, err := c.runner.Run(ctx, cmd)
+		res, err := c.run(ctx, KindScancel, cmd)
 		if err != nil && !(res != nil && harmlessScancel(res.Stderr)) {
 			return commandError("cancel", cmd, res, err)
 		}
@@ -263,7 +305,7 @@ func (c *Client) Release(ctx context.Context, ids []string) error {
 	}
 	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
 		cmd := remote.Command{Argv: []string{"scontrol", "release", strings.Join(chunk, ",")}, Idempotent: true}
-		if res, err := c.runner.Run(ctx, cmd); err != nil {
+		if res, err := c.run(ctx, KindScontrol, cmd); err != nil {
 			return commandError("release", cmd, res, err)
 		}
 	}

@@ -146,6 +146,15 @@ func (j JobInfo) Blocked() bool {
 	return j.State.Class == Pending && reasonWord(j.Reason) == "DependencyNeverSatisfied"
 }
 
+// Revoked reports a job that reads REVOKED: in a Slurm federation, the
+// copy of a job on a cluster that did not run it (the origin's copy of a
+// job that a sibling runs, or a sibling's copy of a job that another ran).
+// It says nothing of the job's own state, which is its running copy's
+// (Class Unknown): sacct --federation shows that copy, and a config's
+// clusters: entry with members: sends every command to one member, where
+// a job has no sibling copy.
+func (j JobInfo) Revoked() bool { return j.State.Name == "REVOKED" }
+
 func unknownJob(id string) JobInfo {
 	return JobInfo{ID: id, State: State{ByUID: -1}, Source: SourceNone}
 }

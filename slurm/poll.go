@@ -64,6 +64,15 @@ const squeueListMax = 1000
 // (SourceNone, or SourceUnanswered when either command failed), never
 // Failed.
 //
+// A job that reads REVOKED (a federated job's copy on a cluster that did
+// not run it) is asked of sacct --federation, once per poll for all such
+// jobs, by a Client without Cluster; it stays Unknown, never Failed,
+// where that shows no other copy.
+//
+// Each command has its deadline (Deadlines): one stopped there is a
+// failed command here, its jobs unanswered (SourceUnanswered), never
+// failed or lost.
+//
 // A job taken from squeue has no steps, exit code or earlier runs (Runs
 // 0): the caller keeps what an earlier answer said. The error is non-nil
 // only when nothing could be learned (squeue and sacct both failed) or
@@ -148,12 +157,12 @@ func (p *poller) answer(ctx context.Context, ids []string) error {
 	if len(ask) == 0 { // squeue answered, and every job is live
 		return nil
 	}
-	sel := []string{"--duplicates"}
+	var window []string
 	if bounded && !earliest.IsZero() {
 		mins := int64((time.Since(earliest)+sacctMargin+time.Minute-1)/time.Minute) + 1
-		sel = append(sel, fmt.Sprintf("--starttime=now-%dminutes", mins))
+		window = append(window, fmt.Sprintf("--starttime=now-%dminutes", mins))
 	}
-	sel = append(sel, "--jobs="+strings.Join(ask, ","))
+	sel := append(append([]string{"--duplicates"}, window...), "--jobs="+strings.Join(ask, ","))
 	p.cost.Sacct++
 	p.cost.SacctJobs += len(ask)
 	acct, sacctErr := p.c.sacct(ctx, sel...)
@@ -163,6 +172,13 @@ func (p *poller) answer(ctx context.Context, ids []string) error {
 	for _, j := range acct {
 		if asked[j.ID] {
 			p.out[j.ID] = j
+		}
+	}
+	if n := p.c.federated(ctx, window, ask, p.out); n > 0 {
+		p.cost.Sacct++
+		p.cost.SacctJobs += n
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 	for _, id := range ask {

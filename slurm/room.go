@@ -13,9 +13,11 @@ import (
 // GPUs of a GRES type that no job holds on its nodes that can run jobs,
 // and the jobs waiting in its queue (everyone's). serve places rows by it.
 type Room struct {
-	// Nodes are the partition's nodes that take jobs (not down, drained,
-	// failing or powered off); GPUs are theirs of the type, FreeGPUs the
-	// ones no job holds.
+	// Nodes are the partition's nodes that take jobs now (a plain idle,
+	// mixed, allocated or completing: not down, drained, failing, powered
+	// down or powering up or down, not responding, rebooting, planned or
+	// reserved; takesJobs); GPUs are theirs of the type, FreeGPUs the ones
+	// no job holds.
 	Nodes, GPUs, FreeGPUs int
 	// Pending is the number of the partition's jobs that wait (PENDING)
 	// for its resources (not for a dependency, a hold or a begin time).
@@ -36,10 +38,12 @@ printf '%s\n' "$reasons" | grep -Evc '^(Dependency|DependencyNeverSatisfied|JobH
 `
 
 // Room asks the cluster what partition has for jobs of gres (the
-// cluster.gres form, name[:type]:count): one sh running sinfo and squeue.
+// cluster.gres form, name[:type]:count): one sh running sinfo and squeue,
+// under the KindSinfo deadline. An error (one stopped at its deadline: a
+// *DeadlineError) is no answer, never an empty cluster.
 func (c *Client) Room(ctx context.Context, partition, gres string) (Room, error) {
 	name, typ, _ := splitGres(gres)
-	res, err := c.runner.Run(ctx, remote.Command{Argv: []string{"sh", "-c", roomScript, "sh", partition}, Idempotent: true, Label: "sinfo+squeue"})
+	res, err := c.run(ctx, KindSinfo, remote.Command{Argv: []string{"sh", "-c", roomScript, "sh", partition}, Idempotent: true, Label: "sinfo+squeue"})
 	if err != nil {
 		return Room{}, fmt.Errorf("room of partition %q: %w", partition, err)
 	}
@@ -101,14 +105,24 @@ func ParseRoom(out, name, typ string) (Room, error) {
 	return r, nil
 }
 
-// takesJobs says whether a node in sinfo's long state can start a job now
-// (idle, mixed, allocated, completing; not down, drained, failing,
-// powered off, reserved for maintenance or unknown).
+// takesJobs says whether a node in sinfo's long state (StateLong:
+// node_state_string() in lower case) can start a job now. The rule: only
+// a plain available state counts — idle, mixed, allocated, completing —
+// with no flag at all. Any suffix is a flag that the node cannot take a
+// job now, or not one to count on (node_state_string in
+// src/common/slurm_protocol_defs.c, the same suffixes at slurm-22-05-8-1
+// and slurm-26-05-3-1): "*" not responding, "~" powered down, "#"
+// powering up, "%" powering down, "!" power down pending, "@" reboot
+// requested, "^" reboot issued, "$" maintenance reservation, "-" planned
+// (mixed-: held by the backfill scheduler for a pending job), "+"
+// completing (allocated+). Every other state is unavailable: down,
+// drained, draining, fail, failing, maint, reboot, reserved, planned,
+// blocked (24.05+), future, perfctrs, resume, cloud, power_*, inval,
+// unknown, and any name this package does not know.
 func takesJobs(state string) bool {
-	s := strings.ToLower(strings.TrimRight(state, "*~#!%$@^-"))
-	switch {
-	case strings.HasPrefix(s, "idle"), strings.HasPrefix(s, "mixed"), strings.HasPrefix(s, "allocated"), strings.HasPrefix(s, "completing"):
-		return !strings.Contains(s, "drain")
+	switch strings.ToLower(strings.TrimSpace(state)) {
+	case "idle", "mixed", "allocated", "completing":
+		return true
 	}
 	return false
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,6 +44,67 @@ func TestParseRoom(t *testing.T) {
 				t.Fatalf("got %+v, %v; want %+v", got, err, c.want)
 			}
 		})
+	}
+}
+
+// nodeStates is every string node_state_string() returns
+// (src/common/slurm_protocol_defs.c, the union of its return statements
+// at slurm-22-05-8-1 and slurm-26-05-3-1: 26.05 adds BLOCKED, EXTERNAL,
+// UNDRAIN and DYNAMIC_*, drops PERFCTRS); sinfo's StateLong prints it in
+// lower case.
+var nodeStates = []string{"?", "ALLOCATED!", "ALLOCATED", "ALLOCATED#", "ALLOCATED$", "ALLOCATED%", "ALLOCATED*", "ALLOCATED+", "ALLOCATED@", "ALLOCATED^", "ALLOCATED~", "BLOCKED", "CANCEL_REBOOT", "CLOUD", "COMPLETING!", "COMPLETING", "COMPLETING#", "COMPLETING$", "COMPLETING%", "COMPLETING*", "COMPLETING@", "COMPLETING^", "COMPLETING~", "DOWN!", "DOWN", "DOWN#", "DOWN$", "DOWN%", "DOWN*", "DOWN@", "DOWN^", "DOWN~", "DRAINED!", "DRAINED", "DRAINED#", "DRAINED$", "DRAINED%", "DRAINED*", "DRAINED@", "DRAINED^", "DRAINED~", "DRAINING!", "DRAINING", "DRAINING#", "DRAINING$", "DRAINING%", "DRAINING*", "DRAINING@", "DRAINING^", "DRAINING~", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "EXTERNAL", "FAIL", "FAIL*", "FAILING", "FAILING*", "FUTURE!", "FUTURE", "FUTURE#", "FUTURE$", "FUTURE%", "FUTURE*", "FUTURE@", "FUTURE^", "FUTURE~", "IDLE!", "IDLE", "IDLE#", "IDLE$", "IDLE%", "IDLE*", "IDLE@", "IDLE^", "IDLE~", "INVAL", "MAINT", "MAINT*", "MIXED!", "MIXED", "MIXED#", "MIXED$", "MIXED%", "MIXED*", "MIXED-", "MIXED@", "MIXED^", "MIXED~", "PERFCTRS", "PLANNED", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_DOWN", "POWER_UP", "REBOOT", "REBOOT*", "REBOOT^", "REBOOT_ISSUED", "RESERVED", "RESUME", "UNDRAIN", "UNKNOWN", "UNKNOWN*"}
+
+// TestTakesJobs: of every state sinfo can print, only the plain available
+// ones count; every suffix (powered down or powering up or down, power
+// down pending, not responding, reboot, maintenance, planned, completing)
+// and every other state does not.
+func TestTakesJobs(t *testing.T) {
+	plain := map[string]bool{"idle": true, "mixed": true, "allocated": true, "completing": true}
+	suffixes := map[byte]bool{}
+	for _, st := range nodeStates {
+		long := strings.ToLower(st)
+		if got := takesJobs(long); got != plain[long] {
+			t.Errorf("takesJobs(%q) = %v", long, got)
+		}
+		if c := long[len(long)-1]; len(long) > 1 && strings.IndexByte("abcdefghijklmnopqrstuvwxyz_", c) < 0 {
+			suffixes[c] = true
+		}
+	}
+	// The suffixes the rule was checked against (takesJobs' comment).
+	var got []string
+	for c := range suffixes {
+		got = append(got, string(c))
+	}
+	slices.Sort(got)
+	if strings.Join(got, "") != "!#$%*+-@^~" {
+		t.Errorf("node_state_string's suffixes are %q: check takesJobs' comment", strings.Join(got, ""))
+	}
+	for _, s := range []string{" idle ", "IDLE", "Mixed", "idle~ ", "idle+drain", "mixed+drain", "drng", "idle*~", "", "n/a", "idle-", "allocated+"} {
+		want := plain[strings.ToLower(strings.TrimSpace(s))]
+		if got := takesJobs(s); got != want {
+			t.Errorf("takesJobs(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestParseRoomUnavailable: GPUs of a node that cannot take a job now
+// (powered down, powering up or down, power down pending, not responding,
+// planned, rebooting, drained, failing…) are neither free nor counted.
+func TestParseRoomUnavailable(t *testing.T) {
+	for _, st := range nodeStates {
+		long := strings.ToLower(st)
+		out := "idle|gpu:h100:2|gpu:h100:1(IDX:0)|\n" + long + "|gpu:h100:4|gpu:h100:0(IDX:N/A)|\n--\n0\n"
+		r, err := ParseRoom(out, "gpu", "h100")
+		if err != nil {
+			t.Fatalf("%s: %v", long, err)
+		}
+		want := Room{Nodes: 1, GPUs: 2, FreeGPUs: 1}
+		if takesJobs(long) {
+			want = Room{Nodes: 2, GPUs: 6, FreeGPUs: 5}
+		}
+		if r != want {
+			t.Errorf("%s: %+v, want %+v", long, r, want)
+		}
 	}
 }
 

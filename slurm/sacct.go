@@ -46,7 +46,10 @@ const (
 // --format=SacctFields` output (times as epoch seconds or TimeLayout in
 // time.Local). Step lines (123.batch, 123.extern, 123.0) are folded into
 // their job; a job id seen twice (a requeued job with --duplicates) keeps
-// its latest submission. Jobs come back in order of first appearance.
+// its latest submission, and a federated job's REVOKED copies (--duplicates
+// shows the copies of a job that ran on another cluster of a federation)
+// never stand for it when another record does, nor count as runs. Jobs
+// come back in order of first appearance.
 //
 // Malformed lines are skipped and reported in the error; the jobs parsed
 // from the other lines are still returned.
@@ -120,7 +123,7 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 	for _, id := range order {
 		var best *record
 		for _, r := range recs[id] {
-			if best == nil || !best.haveJob || (r.haveJob && !r.job.Submit.Before(best.job.Submit)) {
+			if best == nil || !best.haveJob || (r.haveJob && laterRecord(r.job, best.job)) {
 				best = r
 			}
 		}
@@ -141,7 +144,7 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 		// (A job id Slurm handed out again after a reset of its counter
 		// is another job: another name.)
 		for _, r := range recs[id] {
-			if r.haveJob && r != best && r.job.Name == j.Name {
+			if r.haveJob && r != best && r.job.Name == j.Name && !r.job.Revoked() {
 				j.EarlierRuns = append(j.EarlierRuns, r.job.State.Raw)
 			}
 		}
@@ -149,6 +152,16 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 		jobs = append(jobs, j)
 	}
 	return jobs, errors.Join(errs...)
+}
+
+// laterRecord reports whether sacct record a stands for its job rather than
+// b: a record that is not a REVOKED copy over one that is, else the later
+// submission (the later line on a tie).
+func laterRecord(a, b JobInfo) bool {
+	if a.Revoked() != b.Revoked() {
+		return b.Revoked()
+	}
+	return !a.Submit.Before(b.Submit)
 }
 
 // foldSteps refines a job from its steps:

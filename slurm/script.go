@@ -78,7 +78,7 @@ const ctldScriptFailure = "job script retrieval failed"
 // user's job.
 func (c *Client) ctldBatchScript(ctx context.Context, id string) ([]byte, error) {
 	cmd := remote.Command{Argv: []string{"scontrol", "write", "batch_script", id, "-"}, Idempotent: true}
-	res, err := c.runner.Run(ctx, cmd)
+	res, err := c.run(ctx, KindScontrol, cmd)
 	var stderr []byte
 	if res != nil {
 		stderr = res.Stderr
@@ -100,16 +100,21 @@ func (c *Client) ctldBatchScript(ctx context.Context, id string) ([]byte, error)
 }
 
 // sacctBatchScript runs sacct --batch-script --jobs=ID and unframes its
-// output with ParseSacctBatchScript.
+// output with ParseSacctBatchScript, as the cluster's sacct frames it
+// (SacctVersion).
 func (c *Client) sacctBatchScript(ctx context.Context, id string) ([]byte, error) {
+	v, err := c.SacctVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("slurm: batch script of job %s: how sacct frames it: %w", id, err)
+	}
 	cmd := remote.Command{Argv: append(c.sacctArgv(), "--batch-script", "--jobs="+id), Idempotent: true}
-	res, err := c.runner.Run(ctx, cmd)
+	res, err := c.run(ctx, KindSacct, cmd)
 	if err != nil {
 		return nil, commandError("batch script", cmd, res, err)
 	}
-	script, err := ParseSacctBatchScript(id, res.Stdout)
+	script, err := ParseSacctBatchScript(v, id, res.Stdout)
 	if err != nil {
-		return nil, fmt.Errorf("%w (%s)", err, cmd.String())
+		return nil, fmt.Errorf("%w (%s)", err, cmd.Brief())
 	}
 	return script, nil
 }
@@ -117,45 +122,72 @@ func (c *Client) sacctBatchScript(ctx context.Context, id string) ([]byte, error
 // sacctScriptRule is the line under sacct's "Batch Script for ID" header.
 var sacctScriptRule = strings.Repeat("-", 80)
 
+// sacctNone is what sacct prints in place of a script it does not hold.
+const sacctNone = "NONE\n"
+
+// SacctAddsNewline reports whether sacct of version v prints a newline of
+// its own after each --batch-script record: 22.05 to 24.05 do, 24.11 and
+// later do not (src/sacct/options.c, _print_script, at every release tag
+// from slurm-22-05-0-1 to slurm-24-05-8-1, and from slurm-24-11-0-1 to
+// slurm-26-05-3-1).
+func SacctAddsNewline(v Version) bool { return !v.AtLeast(24, 11) }
+
+// FrameSacctBatchScript is what sacct of version v prints for
+// --batch-script --jobs=ID of job id with the given script ("NONE\n" for
+// none stored), without --noheader: ParseSacctBatchScript's inverse.
+func FrameSacctBatchScript(v Version, id string, script []byte) []byte {
+	out := []byte("Batch Script for " + id + "\n" + sacctScriptRule + "\n")
+	out = append(out, script...)
+	if SacctAddsNewline(v) {
+		out = append(out, '\n')
+	}
+	return out
+}
+
 // ParseSacctBatchScript unframes `sacct --batch-script --jobs=ID` output
-// for job id. Slurm 22.05 (src/sacct/options.c, _print_script; checked in
-// the lab, 22.05.8) prints, per job record:
+// for job id, printed by sacct of version v (src/sacct/options.c,
+// _print_script). Each job record is a header and the script exactly as
+// stored, "NONE\n" in place of a script the record does not hold:
 //
 //	Batch Script for ID\n
 //	<80 dashes>\n
-//	<the script exactly as stored>\n
+//	<the script>
 //
-// that is printf("Batch Script for %s\n%s\n%s\n", id, dashes, script),
-// with the literal "NONE\n" in place of a missing script; so the script is
-// followed by exactly one added newline, whatever its own last byte. No
-// column header, no other framing; no output at all (exit 0) for a job
-// sacct does not show the caller.
+// followed, from 22.05 to 24.05 only, by one newline of sacct's own
+// (printf("...%s\n", script)), whatever the script's last byte; 24.11
+// dropped it (printf("%s", script)). 24.11 also drops the header under
+// --noheader, which the Client does not pass: the header names the job,
+// on every version. No column header, no other framing; no output at all
+// (exit 0) for a job sacct does not show the caller. (Captured: testdata/
+// lab for 22.05.8, testdata/lab-24.11 for 24.11.)
 //
 // The output must be exactly one such record for id: the header is matched
 // at the start only (a script may itself hold a "Batch Script for" line or
-// a line of dashes), the added newline is removed, and the rest is
-// returned. NONE gives ErrNoBatchScript, no output ErrUnknownJob; a header
-// for another id (an array task 123_1, a heterogeneous component 123+0)
-// or a body that is not a script (sbatch requires "#!" first) is an error.
-func ParseSacctBatchScript(id string, out []byte) ([]byte, error) {
+// a line of dashes), sacct's own newline (where v adds one) is removed,
+// and the rest is returned. NONE gives ErrNoBatchScript, no output
+// ErrUnknownJob; a header for another id (an array task 123_1, a
+// heterogeneous component 123+0) or a body that is not a script (sbatch
+// requires "#!" first) is an error.
+func ParseSacctBatchScript(v Version, id string, out []byte) ([]byte, error) {
 	if len(bytes.TrimSpace(out)) == 0 {
 		return nil, fmt.Errorf("%w: sacct has no record of job %s", ErrUnknownJob, id)
 	}
 	header := "Batch Script for " + id + "\n" + sacctScriptRule + "\n"
-	body, ok := bytes.CutPrefix(out, []byte(header))
+	script, ok := bytes.CutPrefix(out, []byte(header))
 	if !ok {
 		first, _, _ := bytes.Cut(out, []byte("\n"))
-		return nil, fmt.Errorf("slurm: sacct batch script of job %s: unexpected framing %.80q", id, first)
+		return nil, fmt.Errorf("slurm: sacct %s batch script of job %s: unexpected framing %.80q", v, id, first)
 	}
-	script, ok := bytes.CutSuffix(body, []byte("\n"))
-	if !ok {
-		return nil, fmt.Errorf("slurm: sacct batch script of job %s: no final newline (output cut short?)", id)
+	if SacctAddsNewline(v) {
+		if script, ok = bytes.CutSuffix(script, []byte("\n")); !ok {
+			return nil, fmt.Errorf("slurm: sacct %s batch script of job %s: no final newline (output cut short?)", v, id)
+		}
 	}
-	if string(script) == "NONE\n" {
-		return nil, fmt.Errorf("%w: sacct says NONE for job %s (AccountingStoreFlags without job_script, or slurmdbd has not received it yet)", ErrNoBatchScript, id)
+	if string(script) == sacctNone {
+		return nil, fmt.Errorf("%w: sacct says NONE for job %s (AccountingStoreFlags without job_script, a script purged, a job without one, or slurmdbd has not received it yet)", ErrNoBatchScript, id)
 	}
 	if !bytes.HasPrefix(script, []byte("#!")) {
-		return nil, fmt.Errorf("slurm: sacct batch script of job %s: does not start with #!: %.40q", id, script)
+		return nil, fmt.Errorf("slurm: sacct %s batch script of job %s: does not start with #!: %.40q", v, id, script)
 	}
 	return bytes.Clone(script), nil
 }

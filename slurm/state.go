@@ -11,11 +11,14 @@ import (
 type Class int
 
 const (
-	// Unknown: neither sacct nor squeue knows the job (yet), or its state
-	// string is not one this package knows. Unknown is never a failure:
-	// sacct lags submissions and job ends by seconds.
+	// Unknown: neither sacct nor squeue knows the job (yet), its state
+	// string is not one this package knows, or it reads REVOKED (a
+	// federated job's copy on a cluster that did not run it: see
+	// JobInfo.Revoked). Unknown is never a failure: sacct lags
+	// submissions and job ends by seconds.
 	Unknown Class = iota
-	// Pending: waiting to run (queued, held, dependency, requeued).
+	// Pending: waiting to run (queued, held, dependency, requeued,
+	// expediting).
 	Pending
 	// Running: allocated (running, completing, suspended, configuring…).
 	Running
@@ -67,7 +70,10 @@ const (
 	FailureBootFailure Failure = "boot_failure"               // BOOT_FAIL
 	FailureDeadline    Failure = "deadline"                   // DEADLINE: could not run before its --deadline
 	FailureLaunch      Failure = "launch_failure"             // FAILED with reason SystemFailure, BadConstraints, InvalidAccount/QOS, PartitionDown, or killed by Slurm before its batch script ran
-	FailureRevoked     Failure = "revoked"                    // REVOKED: a federated sibling ran elsewhere
+	// FailureRevoked is no longer given: REVOKED is a federated job's
+	// copy on a cluster that did not run it, not the job's end (ParseState
+	// classes it Unknown). Kept for outcomes recorded with it.
+	FailureRevoked Failure = "revoked"
 )
 
 // State is a job state as Slurm printed it, with its classification.
@@ -113,7 +119,10 @@ var compactStates = map[string]string{
 }
 
 var stateClass = map[string]Class{
-	"PENDING": Pending, "REQUEUED": Pending, "REQUEUE_HOLD": Pending,
+	// EXPEDITING (25.11: --requeue=expedite with SlurmctldParameters=
+	// enable_expedited_requeue) is a flag job_state_string prints before
+	// REQUEUED, for a job on its way back to the queue.
+	"PENDING": Pending, "REQUEUED": Pending, "REQUEUE_HOLD": Pending, "EXPEDITING": Pending,
 	"REQUEUE_FED": Pending, "RESV_DEL_HOLD": Pending, "SPECIAL_EXIT": Pending,
 	"RUNNING": Running, "COMPLETING": Running, "CONFIGURING": Running,
 	"SUSPENDED": Running, "STOPPED": Running, "SIGNALING": Running,
@@ -122,14 +131,19 @@ var stateClass = map[string]Class{
 	"COMPLETED": Succeeded,
 	"FAILED":    Failed, "CANCELLED": Failed, "TIMEOUT": Failed, "NODE_FAIL": Failed,
 	"PREEMPTED": Failed, "BOOT_FAIL": Failed, "DEADLINE": Failed,
-	"OUT_OF_MEMORY": Failed, "REVOKED": Failed,
+	"OUT_OF_MEMORY": Failed,
+	// REVOKED is not a state of the job: a federated job has a copy on
+	// each sibling cluster, and all but the one that runs it read REVOKED
+	// (sacct shows them under --duplicates; squeue on the origin cluster
+	// shows its own). Its state is the running copy's: Unknown here.
+	"REVOKED": Unknown,
 }
 
 var stateFailure = map[string]Failure{
 	"FAILED": FailureExitCode, "CANCELLED": FailureCancelled, "TIMEOUT": FailureTimeout,
 	"NODE_FAIL": FailureNodeFailure, "PREEMPTED": FailurePreempted,
 	"BOOT_FAIL": FailureBootFailure, "DEADLINE": FailureDeadline,
-	"OUT_OF_MEMORY": FailureOutOfMemory, "REVOKED": FailureRevoked,
+	"OUT_OF_MEMORY": FailureOutOfMemory,
 }
 
 // ParseState classifies a state string as sacct (State) or squeue (%T or

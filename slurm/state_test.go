@@ -40,7 +40,13 @@ func TestParseState(t *testing.T) {
 		{"PREEMPTED", "", "PREEMPTED", Failed, FailurePreempted, -1},
 		{"BOOT_FAIL", "", "BOOT_FAIL", Failed, FailureBootFailure, -1},
 		{"DEADLINE", "", "DEADLINE", Failed, FailureDeadline, -1},
-		{"REVOKED", "", "REVOKED", Failed, FailureRevoked, -1},
+		// A federated job's copy on a cluster that did not run it: not the
+		// job's end, whatever the running copy does.
+		{"REVOKED", "", "REVOKED", Unknown, "", -1},
+		{"RV", "", "REVOKED", Unknown, "", -1},
+		// 25.11's expedited requeue: on its way back to the queue.
+		{"EXPEDITING", "", "EXPEDITING", Pending, "", -1},
+		{"EXPEDITING", "None", "EXPEDITING", Pending, "", -1},
 		{"PD", "", "PENDING", Pending, "", -1},
 		{"CD", "", "COMPLETED", Succeeded, "", -1},
 		{"OOM", "", "OUT_OF_MEMORY", Failed, FailureOutOfMemory, -1},

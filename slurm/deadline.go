@@ -1,0 +1,136 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/remote"
+)
+
+// Kind is a kind of Slurm command, which has a deadline of its own
+// (Deadlines).
+type Kind string
+
+// The kinds of Slurm command the Client runs. The room probe (sinfo and
+// squeue in one sh) is KindSinfo; sacct --version is KindSacct.
+const (
+	KindSbatch   Kind = "sbatch"
+	KindSqueue   Kind = "squeue"
+	KindSacct    Kind = "sacct"
+	KindSinfo    Kind = "sinfo"
+	KindScancel  Kind = "scancel"
+	KindScontrol Kind = "scontrol"
+)
+
+// Deadlines bound how long one Slurm command of each kind may run. Under
+// SlurmctldParameters=rl_enable, Slurm's client library answers a refused
+// request by sleeping and asking again (1 s, 2 s, 3 s… from 23.11.5),
+// without bound and without a word, then exits 0: one throttled command
+// would otherwise hold a poll, a submission or a placement probe for
+// minutes. A command past its deadline is stopped (locally its process
+// group is killed; over SSH the remote command is sent SIGKILL and its
+// session closed) and its outcome is unknown: a *DeadlineError, never a
+// failure. A zero field takes its DefaultDeadlines value.
+type Deadlines struct {
+	Sbatch, Squeue, Sacct, Sinfo, Scancel, Scontrol time.Duration
+}
+
+// DefaultDeadlines are the deadlines of a Client that sets none: tens of
+// seconds, far above what each command takes on a healthy cluster (tens
+// to hundreds of milliseconds; sacct over a week of 15,000 jobs, 2 s in
+// the lab). sacct and sbatch get longer: slurmdbd's answers grow with the
+// history asked for, and a submission stopped at its deadline costs a
+// look-up by its comment tag.
+var DefaultDeadlines = Deadlines{
+	Sbatch:   time.Minute,
+	Squeue:   30 * time.Second,
+	Sacct:    time.Minute,
+	Sinfo:    30 * time.Second,
+	Scancel:  30 * time.Second,
+	Scontrol: 30 * time.Second,
+}
+
+// For is kind k's deadline: d's, else DefaultDeadlines'; an unknown kind
+// gets the longest default.
+func (d Deadlines) For(k Kind) time.Duration {
+	pick := func(set, def time.Duration) time.Duration {
+		if set > 0 {
+			return set
+		}
+		return def
+	}
+	def := DefaultDeadlines
+	switch k {
+	case KindSbatch:
+		return pick(d.Sbatch, def.Sbatch)
+	case KindSqueue:
+		return pick(d.Squeue, def.Squeue)
+	case KindSacct:
+		return pick(d.Sacct, def.Sacct)
+	case KindSinfo:
+		return pick(d.Sinfo, def.Sinfo)
+	case KindScancel:
+		return pick(d.Scancel, def.Scancel)
+	case KindScontrol:
+		return pick(d.Scontrol, def.Scontrol)
+	}
+	return max(def.Sbatch, def.Squeue, def.Sacct, def.Sinfo, def.Scancel, def.Scontrol)
+}
+
+// ErrDeadline is matched (errors.Is) by the error of a Slurm command
+// stopped at its deadline (*DeadlineError).
+var ErrDeadline = errors.New("no answer within the command's deadline")
+
+// DeadlineError is a Slurm command stopped at its deadline. Its outcome is
+// unknown: a query's answer is missing (the jobs it asked about are
+// unanswered, not failed); an sbatch may or may not have made its job. It
+// matches ErrDeadline and remote.ErrOutcomeUnknown, so that a submission
+// goes to the look-up by comment tag that a lost connection takes, and is
+// never simply run again.
+type DeadlineError struct {
+	Kind     Kind
+	Command  string // cut by remote.Brief
+	Deadline time.Duration
+}
+
+func (e *DeadlineError) Error() string {
+	msg := fmt.Sprintf("%s: no answer within its deadline of %s; stopped, outcome unknown (a throttled or busy controller: Slurm's commands retry silently under rl_enable)", e.Command, e.Deadline)
+	if e.Kind == KindSbatch {
+		msg += "; the job may or may not have been made"
+	}
+	return msg
+}
+
+// Unwrap returns ErrDeadline and remote.ErrOutcomeUnknown.
+func (e *DeadlineError) Unwrap() []error { return []error{ErrDeadline, remote.ErrOutcomeUnknown} }
+
+// errPastDeadline is the cause of a command's context ending at its
+// deadline (and not its caller's).
+var errPastDeadline = errors.New("slurm: command deadline")
+
+// Deadline is the deadline of the Client's commands of kind k.
+func (c *Client) Deadline(k Kind) time.Duration { return c.Deadlines.For(k) }
+
+// run runs cmd, a Slurm command of kind k, through the Client's runner
+// under k's deadline.
+func (c *Client) run(ctx context.Context, k Kind, cmd remote.Command) (*remote.Result, error) {
+	return c.RunVia(ctx, c.runner, k, cmd)
+}
+
+// RunVia runs cmd, a Slurm command of kind k, through r under k's
+// deadline (for a Slurm command the Client does not build itself, such
+// as an sbatch inside a script). A command still running at the deadline
+// is stopped and RunVia returns a *DeadlineError with a nil Result; ctx's
+// own end is returned as r returns it.
+func (c *Client) RunVia(ctx context.Context, r remote.Runner, k Kind, cmd remote.Command) (*remote.Result, error) {
+	d := c.Deadline(k)
+	dctx, cancel := context.WithTimeoutCause(ctx, d, errPastDeadline)
+	defer cancel()
+	res, err := r.Run(dctx, cmd)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(dctx), errPastDeadline) {
+		return nil, &DeadlineError{Kind: k, Command: cmd.Brief(), Deadline: d}
+	}
+	return res, err
+}
