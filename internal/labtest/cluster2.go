@@ -185,15 +185,12 @@ func (l *labLock) heldExclusivelyBy(t testing.TB) bool {
 // alongside the tests that do not use cluster 2. Each hold is a file
 // description of its own (flock excludes between descriptions of one
 // process as between processes), so holds of one process exclude each
-// other too; a test's subtests share its exclusive hold.
+// other too; a test's subtests share its exclusive hold. Cluster 3 has a
+// lock of its own, the same way (cluster3.go).
 var lock2Path = func() string { return filepath.Join(os.TempDir(), "nemorl-lab2.lock") }
 
-// cluster2Owners are the tests of this process holding cluster 2
-// exclusively.
-var cluster2Owners struct {
-	mu    sync.Mutex
-	names map[string]bool
-}
+// cluster2Lock is cluster 2's lock.
+var cluster2Lock = &clusterLock{what: "cluster 2", path: func() string { return lock2Path() }}
 
 // LockCluster2 takes cluster 2 for t alone until t ends (the lab itself
 // shared: UseLab), so that t may stop its controller (StopCluster2). No
@@ -202,35 +199,65 @@ var cluster2Owners struct {
 // test paused with a hold would keep it from the others.
 func LockCluster2(t testing.TB) {
 	t.Helper()
-	if holdsCluster2(t) {
-		return
-	}
-	UseLab(t)
-	release, err := flockFile(lock2Path(), syscall.LOCK_EX)
-	if err != nil {
-		t.Fatalf("cluster 2 lock: %v", err)
-	}
-	cluster2Owners.mu.Lock()
-	if cluster2Owners.names == nil {
-		cluster2Owners.names = map[string]bool{}
-	}
-	cluster2Owners.names[t.Name()] = true
-	cluster2Owners.mu.Unlock()
-	t.Cleanup(func() {
-		cluster2Owners.mu.Lock()
-		delete(cluster2Owners.names, t.Name())
-		cluster2Owners.mu.Unlock()
-		release()
-	})
+	cluster2Lock.lockExclusive(t)
 }
 
 // holdsCluster2 says whether t (or a test it is a subtest of) holds
 // cluster 2 exclusively (LockCluster2).
-func holdsCluster2(t testing.TB) bool {
-	cluster2Owners.mu.Lock()
-	defer cluster2Owners.mu.Unlock()
+func holdsCluster2(t testing.TB) bool { return cluster2Lock.holds(t) }
+
+// useCluster2 holds cluster 2 shared until t ends, unless t holds it
+// exclusively already.
+func useCluster2(t testing.TB) {
+	t.Helper()
+	cluster2Lock.useShared(t)
+}
+
+// clusterLock is the lock of one cluster of the lab (2 or 3): a file
+// flocked shared by the tests that use the cluster and exclusively by a
+// test that must be alone on it; the exclusive holder also holds the lab
+// lock shared (UseLab).
+type clusterLock struct {
+	what string        // "cluster 2", for messages
+	path func() string // the lock file
+
+	mu    sync.Mutex
+	names map[string]bool // the tests of this process holding it exclusively
+}
+
+// lockExclusive takes the cluster for t alone until t ends (nothing when
+// t or a test it is a subtest of holds it already).
+func (c *clusterLock) lockExclusive(t testing.TB) {
+	t.Helper()
+	if c.holds(t) {
+		return
+	}
+	UseLab(t)
+	release, err := flockFile(c.path(), syscall.LOCK_EX)
+	if err != nil {
+		t.Fatalf("%s lock: %v", c.what, err)
+	}
+	c.mu.Lock()
+	if c.names == nil {
+		c.names = map[string]bool{}
+	}
+	c.names[t.Name()] = true
+	c.mu.Unlock()
+	t.Cleanup(func() {
+		c.mu.Lock()
+		delete(c.names, t.Name())
+		c.mu.Unlock()
+		release()
+	})
+}
+
+// holds says whether t (or a test it is a subtest of) holds the cluster
+// exclusively.
+func (c *clusterLock) holds(t testing.TB) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for name := t.Name(); ; {
-		if cluster2Owners.names[name] {
+		if c.names[name] {
 			return true
 		}
 		i := strings.LastIndexByte(name, '/')
@@ -241,16 +268,16 @@ func holdsCluster2(t testing.TB) bool {
 	}
 }
 
-// useCluster2 holds cluster 2 shared until t ends, unless t holds it
+// useShared holds the cluster shared until t ends, unless t holds it
 // exclusively already.
-func useCluster2(t testing.TB) {
+func (c *clusterLock) useShared(t testing.TB) {
 	t.Helper()
-	if holdsCluster2(t) {
+	if c.holds(t) {
 		return
 	}
-	release, err := flockFile(lock2Path(), syscall.LOCK_SH)
+	release, err := flockFile(c.path(), syscall.LOCK_SH)
 	if err != nil {
-		t.Fatalf("cluster 2 lock: %v", err)
+		t.Fatalf("%s lock: %v", c.what, err)
 	}
 	t.Cleanup(release)
 }

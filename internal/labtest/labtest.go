@@ -64,6 +64,12 @@ type Lab struct {
 	Lab2Gres       string // NEMORL_LAB2_GRES: its node's GRES (half cluster 1's GPUs)
 	Lab2Partition  string // NEMORL_LAB2_PARTITION: the same name as Partition
 	Lab2CtldPort   int    // NEMORL_LAB2_SLURMCTLD_PORT
+	// Lab3 is cluster 3 (lab/README.md, "Cluster 3": Slurm 24.11 with
+	// rl_enable), from lab3.env beside lab.env (lab/cluster3 up writes
+	// it); zero but File when there is none (Cluster3, Slurm3 and
+	// EachSlurm's 24.11 subtest skip then, or fail when Required).
+	Lab3    Lab3
+	lab3Err error // a lab3.env that is there but broken: fails what asks for cluster 3
 	// Vars holds every variable, including those without a field.
 	Vars map[string]string
 }
@@ -170,6 +176,7 @@ func Load(path string) (Lab, error) {
 	if err := lab.loadCluster2(path, vars); err != nil {
 		return Lab{}, err
 	}
+	lab.loadCluster3(path)
 	return lab, nil
 }
 

@@ -433,6 +433,8 @@ var optionalParts = []struct {
 }{
 	{"Far", "has no NEMORL_LAB_FAR_SSH_PORT; run lab/up", func(l Lab, t testing.TB) { l.Far(t) }},
 	{"Cluster2", "has no NEMORL_LAB2_SSH_PORT; run lab/up", func(l Lab, t testing.TB) { l.Cluster2(t) }},
+	{"Cluster3", "is not set up: no old3.env; run lab/cluster3 up", func(l Lab, t testing.TB) { l.Cluster3(t) }},
+	{"Slurm3", "is not set up: no old3.env; run lab/cluster3 up", func(l Lab, t testing.TB) { l.Slurm3(t) }},
 }
 
 // TestOptionalPartSkip: an old lab.env without the part: the test skips.
@@ -441,7 +443,7 @@ func TestOptionalPartSkip(t *testing.T) {
 	for _, part := range optionalParts {
 		skipped := true
 		t.Run(part.name, func(t *testing.T) {
-			part.ask(Lab{File: "old.env", SSHPort: 2222}, t)
+			part.ask(Lab{File: "old.env", SSHPort: 2222, Lab3: Lab3{File: "old3.env"}}, t)
 			skipped = false
 		})
 		if !skipped {
@@ -456,7 +458,7 @@ func TestOptionalPartRequired(t *testing.T) {
 	if child := os.Getenv("LABTEST_CHILD"); child != "" {
 		for _, part := range optionalParts {
 			if part.name == child {
-				part.ask(Lab{File: "old.env", SSHPort: 2222}, t)
+				part.ask(Lab{File: "old.env", SSHPort: 2222, Lab3: Lab3{File: "old3.env"}}, t)
 			}
 		}
 		return

@@ -43,6 +43,9 @@ var clearQueue = func(t testing.TB) {
 	if lab.HasCluster2() && lab.ctld2Accepts() {
 		clearLeftJobs(t, "lab queue (cluster 2)", lab.Cluster2Env(), lab.User)
 	}
+	if lab.ctld3Accepts() {
+		clearLeftJobs(t, "lab queue (cluster 3)", lab.Cluster3Env(), lab.User)
+	}
 }
 
 // ClearLeftJobs cancels user's jobs whose output directory no longer
@@ -69,7 +72,7 @@ func clearLeftJobs(t testing.TB, what string, env []string, user string) []strin
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cmd := exec.CommandContext(ctx, "scancel", ids...)
+	cmd := exec.CommandContext(ctx, client(env, "scancel"), ids...)
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	cancel()
@@ -119,7 +122,7 @@ func queueOf(user string) []queuedJob { return queueIn(nil, user) }
 func queueIn(env []string, user string) []queuedJob {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "squeue", "-h", "-u", user, "-O", "JobID:|,StdOut:|,Name:|,State:|")
+	cmd := exec.CommandContext(ctx, client(env, "squeue"), "-h", "-u", user, "-O", "JobID:|,StdOut:|,Name:|,State:|")
 	cmd.Env = env
 	out, err := cmd.Output()
 	if err != nil {
@@ -134,4 +137,13 @@ func queueIn(env []string, user string) []queuedJob {
 		jobs = append(jobs, queuedJob{id: strings.TrimSpace(f[0]), stdout: strings.TrimSpace(f[1]), name: strings.TrimSpace(f[2]), state: strings.TrimSpace(f[3])})
 	}
 	return jobs
+}
+
+// client is the Slurm client name as env's PATH finds it (name itself, for
+// this process's PATH, when env sets none: cluster 1, cluster 2).
+func client(env []string, name string) string {
+	if p := lookPathIn(env, name); p != "" {
+		return p
+	}
+	return name
 }

@@ -34,6 +34,13 @@ func TestClearLeftJobs(t *testing.T) {
 			return clearLeftJobs(t, "lab queue (cluster 2)", lab.Cluster2Env(), user)
 		})
 	})
+	t.Run("cluster 3", func(t *testing.T) {
+		lab.Cluster3(t) // skips (fails when Required) without it; holds it shared
+		// What clearQueue runs for cluster 3.
+		testClearLeftJobs(t, lab.User, lab.Cluster3Env(), func(t testing.TB, user string) []string {
+			return clearLeftJobs(t, "lab queue (cluster 3)", lab.Cluster3Env(), user)
+		})
+	})
 }
 
 // testClearLeftJobs is TestClearLeftJobs on the cluster the Slurm clients
@@ -45,7 +52,7 @@ func testClearLeftJobs(t *testing.T, user string, env []string, clear func(testi
 			t.Fatal(err)
 		}
 		_ = os.Chmod(dir, 0o777)
-		cmd := exec.Command("runuser", "-u", user, "--", "sbatch", "--parsable", "--hold", "--chdir=/tmp",
+		cmd := exec.Command("runuser", "-u", user, "--", client(env, "sbatch"), "--parsable", "--hold", "--chdir=/tmp",
 			"--job-name=labtest-clear", "--output="+filepath.Join(dir, "%j.out"), "--wrap", "true")
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
@@ -54,7 +61,7 @@ func testClearLeftJobs(t *testing.T, user string, env []string, clear func(testi
 		}
 		id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
 		t.Cleanup(func() {
-			cmd := exec.Command("scancel", id)
+			cmd := exec.Command(client(env, "scancel"), id)
 			cmd.Env = env
 			_ = cmd.Run()
 		})
