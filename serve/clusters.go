@@ -80,6 +80,9 @@ type cluster struct {
 	broken    error
 }
 
+// gpuType is the type of the cluster's gres ("" when it names none).
+func (c *cluster) gpuType() string { return configs.GPUType(c.Config.Cluster.Gres) }
+
 func (c *cluster) label() string {
 	if c.Name == "" {
 		return "cluster"
@@ -111,7 +114,7 @@ func (s *Server) facts() []clusterFacts {
 	for i, c := range s.clusters {
 		c.mu.Lock()
 		out[i] = clusterFacts{Name: c.label(), Up: c.up, InFlight: c.inFlight, MaxInFlight: c.MaxInFlight,
-			Known: c.known, GPUs: c.room.GPUs, FreeGPUs: c.room.FreeGPUs, Pending: c.room.Pending, Run: c.run, Wait: c.wait}
+			Known: c.known, GPUs: c.room.GPUs, FreeGPUs: c.room.FreeGPUs, Pending: c.room.Pending, Run: c.run, Wait: c.wait, GPUType: c.gpuType()}
 		c.mu.Unlock()
 	}
 	return out
@@ -253,39 +256,87 @@ func (s *Server) engineStats() episode.EngineStats {
 }
 
 // placeBatch places a batch of rows on the clusters: rows by cluster, and
-// the rows no cluster can take now.
+// the rows no cluster can take now. A row is not placed again where its
+// submission failed, and the rows of one task go to clusters of one GPU
+// type (place): each placed row holds its task's type until it ends.
 func (s *Server) placeBatch(batch []*run) (map[*cluster][]*run, []*run) {
 	if len(s.clusters) == 1 {
 		return map[*cluster][]*run{s.clusters[0]: batch}, nil
 	}
 	facts := s.facts()
-	// A row that a cluster failed to take is not placed there again.
+	rows := make([]placeRow, len(batch))
+	for i, ru := range batch {
+		rows[i].Task = ru.taskIndex
+		if len(ru.tried) > 0 {
+			rows[i].Tried = make([]bool, len(s.clusters))
+			for j, c := range s.clusters {
+				rows[i].Tried[j] = ru.tried[c.Name]
+			}
+		}
+	}
+	p := place(facts, rows, s.heldTypes(batch))
 	groups := map[*cluster][]*run{}
 	var left []*run
-	p := place(facts, len(batch))
+	s.mu.Lock()
 	for i, ru := range batch {
 		ci := p.Cluster[i]
-		if ci >= 0 && ru.tried[s.clusters[ci].Name] {
-			ci = s.another(facts, ru)
-		}
 		if ci < 0 {
 			left = append(left, ru)
 			continue
 		}
+		ru.holds, ru.gpuType = true, facts[ci].GPUType
 		groups[s.clusters[ci]] = append(groups[s.clusters[ci]], ru)
 	}
+	s.mu.Unlock()
 	s.logf("placed %d rows: %v", len(batch)-len(left), p.Why)
 	return groups, left
 }
 
-// another is the first cluster up that ru has not been tried on, or -1.
-func (s *Server) another(facts []clusterFacts, ru *run) int {
-	for i, f := range facts {
-		if f.Up && !ru.tried[s.clusters[i].Name] && (f.MaxInFlight == 0 || f.InFlight < f.MaxInFlight) {
-			return i
+// heldTypes maps each task to the GPU type its placed rows hold (the
+// runs in progress but those of except): the type most of them run on,
+// should a restart have left them on several.
+func (s *Server) heldTypes(except []*run) map[string]string {
+	skip := make(map[*run]bool, len(except))
+	for _, ru := range except {
+		skip[ru] = true
+	}
+	counts := map[string]map[string]int{}
+	s.mu.Lock()
+	for ru := range s.live {
+		if ru.taskIndex == "" || !ru.holds || skip[ru] {
+			continue
+		}
+		if counts[ru.taskIndex] == nil {
+			counts[ru.taskIndex] = map[string]int{}
+		}
+		counts[ru.taskIndex][ru.gpuType]++
+	}
+	s.mu.Unlock()
+	held := make(map[string]string, len(counts))
+	for task, byType := range counts {
+		best, n := "", -1
+		for t, c := range byType {
+			if c > n || (c == n && t < best) {
+				best, n = t, c
+			}
+		}
+		held[task] = best
+	}
+	return held
+}
+
+// exhausted says whether ru has been tried on every cluster it may go to:
+// every cluster, or, while other rows of its task hold a GPU type, every
+// cluster of that type.
+func (s *Server) exhausted(ru *run) bool {
+	want, held := s.heldTypes([]*run{ru})[ru.taskIndex]
+	held = held && ru.taskIndex != ""
+	for _, c := range s.clusters {
+		if !ru.tried[c.Name] && (!held || c.gpuType() == want) {
+			return false
 		}
 	}
-	return -1
+	return true
 }
 
 // String names the cluster for logs.

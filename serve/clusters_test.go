@@ -261,3 +261,99 @@ func TestFollowWithoutGoroutine(t *testing.T) {
 		t.Errorf("a second end changed the run: %v %v", runs[0].entry, runs[0].err)
 	}
 }
+
+// rowsFollower is a follower whose rows are given.
+type rowsFollower struct {
+	episode.Follower
+	rows []episode.Row
+}
+
+func (f rowsFollower) Rows() []episode.Row { return f.rows }
+
+// TestPlaceBatchGPUTypes: with clusters of two GPU types
+// (serve.mix_gpu_types), the rows of a task index go where the rows of it
+// in progress run; a row that could reach no cluster of its type gives up
+// (one of another type would not do), one of a task index held by none
+// goes on to the other type; /episodes names each cluster's type.
+func TestPlaceBatchGPUTypes(t *testing.T) {
+	s, d := newTestServer(t, Options{})
+	now := time.Unix(1_700_000_000, 0)
+	s.opt.Now = func() time.Time { return now }
+	mk := func(name, gres string, r remote.Runner) *cluster {
+		cfg := *d.Config
+		cfg.Cluster.Gres = gres
+		dd := &episode.Driver{Config: &cfg, ConfigPath: d.ConfigPath, Host: d.Host, Slurm: slurm.New(r), Ledger: d.Ledger}
+		return &cluster{Cluster: DriverCluster(name, dd), up: true}
+	}
+	east := mk("east", "gpu:h100:1", &roomRunner{out: "idle|gpu:h100:8|gpu:h100:0|\n--\n0\n"})
+	west := mk("west", "gpu:a100:1", &roomRunner{out: "idle|gpu:a100:1|gpu:a100:0|\n--\n0\n"})
+	s.clusters = []*cluster{east, west}
+	// Task 3's first rows run on west (a100), as serve placed them or
+	// re-attached to them.
+	for _, ep := range []string{"ep-held-1", "ep-held-2"} {
+		s.live[&run{episode: ep, taskIndex: "3", holds: true, gpuType: "a100", cluster: west, done: make(chan struct{})}] = true
+	}
+	var batch []*run
+	for i, task := range []string{"3", "4", "3", "4", ""} {
+		ru := &run{episode: fmt.Sprintf("ep-%d", i), taskIndex: task, done: make(chan struct{})}
+		s.live[ru] = true
+		batch = append(batch, ru)
+	}
+	groups, left := s.placeBatch(batch)
+	where := map[string]string{}
+	for c, rs := range groups {
+		for _, ru := range rs {
+			where[ru.episode] = c.Name
+			if !ru.holds || ru.gpuType != c.gpuType() {
+				t.Errorf("%s on %s holds %v %q", ru.episode, c.Name, ru.holds, ru.gpuType)
+			}
+		}
+	}
+	// West has one GPU, east eight: only task 3 goes to west anyway.
+	if len(left) != 0 || where["ep-0"] != "west" || where["ep-2"] != "west" || where["ep-1"] != "east" || where["ep-3"] != "east" || where["ep-4"] != "east" {
+		t.Errorf("placed %v, left %d: want task 3 on west (a100, where its rows run), the rest on east", where, len(left))
+	}
+	if held := s.heldTypes(nil); held["3"] != "a100" || held["4"] != "h100" {
+		t.Errorf("held %v", held)
+	}
+
+	// A row of task 3 that could not reach west: no other a100 cluster,
+	// so it has no cluster left, even though east answers.
+	r3 := &run{episode: "ep-r3", taskIndex: "3", holds: true, gpuType: "a100", tried: map[string]bool{"west": true}, done: make(chan struct{})}
+	s.live[r3] = true
+	if !s.exhausted(r3) {
+		t.Error("a task 3 row tried on west has an a100 cluster left?")
+	}
+	// A row of a task index nobody else holds may go to the other type.
+	r9 := &run{episode: "ep-r9", taskIndex: "9", holds: true, gpuType: "a100", tried: map[string]bool{"west": true}, done: make(chan struct{})}
+	s.live[r9] = true
+	if s.exhausted(r9) {
+		t.Error("a task 9 row (no other row of it) tried on west should still have east")
+	}
+	now = now.Add(d.Config.Episodes.PollMin.Duration)
+	if groups, left := s.placeBatch([]*run{r9}); len(left) != 0 || len(groups[east]) != 1 {
+		t.Errorf("task 9 placed %v, left %d: want east", groups, len(left))
+	}
+	// Once task 3's rows end, it holds no type.
+	s.mu.Lock()
+	for ru := range s.live {
+		if ru.taskIndex == "3" {
+			delete(s.live, ru)
+		}
+	}
+	s.mu.Unlock()
+	if _, held := s.heldTypes(nil)["3"]; held {
+		t.Error("task 3 still held after its rows ended")
+	}
+
+	// /episodes names each episode's cluster and its GPU type.
+	east.Follower = rowsFollower{Follower: east.Follower, rows: []episode.Row{{Episode: "ep-e", Stage: stages.Train}}}
+	west.Follower = rowsFollower{Follower: west.Follower, rows: []episode.Row{{Episode: "ep-w", Stage: stages.Eval}}}
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/episodes", nil))
+	for _, want := range []string{`"episode":"ep-e","cluster":"east","gpu_type":"h100"`, `"episode":"ep-w","cluster":"west","gpu_type":"a100"`} {
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("/episodes lacks %s:\n%s", want, w.Body)
+		}
+	}
+}

@@ -35,7 +35,7 @@ func TestPlace(t *testing.T) {
 		{"no rows", []clusterFacts{up("a", 1, 1, 0, 0, 0)}, 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := place(c.facts, c.n)
+			p := place(c.facts, make([]placeRow, c.n), nil)
 			count := map[string]int{}
 			var order []string
 			for _, i := range p.Cluster {
@@ -74,13 +74,100 @@ func TestPlace(t *testing.T) {
 // placing them one at a time.
 func TestPlaceEarlierRowsFirst(t *testing.T) {
 	facts := []clusterFacts{{Name: "a", Up: true, Known: true, GPUs: 3, FreeGPUs: 3, Run: 40 * time.Second, Wait: 5 * time.Second}, {Name: "b", Up: true, Known: true, GPUs: 2, FreeGPUs: 1, Pending: 2, Run: 15 * time.Second}}
-	all := place(facts, 12).Cluster
+	all := place(facts, make([]placeRow, 12), nil).Cluster
 	fs := append([]clusterFacts(nil), facts...)
 	for r := range 12 {
-		one := place(fs, 1).Cluster[0]
+		one := place(fs, make([]placeRow, 1), nil).Cluster[0]
 		if one != all[r] {
 			t.Fatalf("row %d: alone to %d, in the batch to %d", r, one, all[r])
 		}
 		fs[one].Pending++ // the row waits there like any other job
+	}
+}
+
+// TestPlaceGPUTypes: with clusters of several GPU types (serve.mix_gpu_types)
+// the rows of one task index go to clusters of one type: the type its
+// rows already placed hold, else the type of the cluster its first row
+// goes to; a row whose type has no cluster that can take it waits. Rows
+// without a task index go anywhere.
+func TestPlaceGPUTypes(t *testing.T) {
+	typed := func(name, gpuType string, free int) clusterFacts {
+		return clusterFacts{Name: name, Up: true, Known: true, GPUs: 4, FreeGPUs: free, Run: time.Minute, GPUType: gpuType}
+	}
+	tasks := func(ts ...string) []placeRow {
+		rows := make([]placeRow, len(ts))
+		for i, task := range ts {
+			rows[i].Task = task
+		}
+		return rows
+	}
+	for _, c := range []struct {
+		name  string
+		facts []clusterFacts
+		rows  []placeRow
+		held  map[string]string
+		want  string // each row's cluster, "-" for none
+	}{
+		{"without a task index the rows spread by room", []clusterFacts{typed("h", "h100", 2), typed("a", "a100", 2)}, tasks("", "", "", ""), nil, "h a h a"},
+		{"a task's rows follow its first, whatever the room elsewhere", []clusterFacts{typed("h", "h100", 2), typed("a", "a100", 2)}, tasks("7", "7", "7", "7"), nil, "h h h h"},
+		{"two tasks, each on one type", []clusterFacts{typed("h", "h100", 2), typed("a", "a100", 2)}, tasks("1", "2", "1", "2", "1", "2"), nil, "h a h a h a"},
+		{"a held type: the free GPUs of another type are not taken", []clusterFacts{typed("h", "h100", 0), typed("a", "a100", 4)}, tasks("3", "3"), map[string]string{"3": "h100"}, "h h"},
+		{"another cluster of the held type is", []clusterFacts{typed("h1", "h100", 0), typed("a", "a100", 4), typed("h2", "h100", 2)}, tasks("3", "3", "3"), map[string]string{"3": "h100"}, "h2 h2 h1"},
+		{"the held type down: the rows wait", []clusterFacts{{Name: "h", GPUType: "h100"}, typed("a", "a100", 4)}, tasks("3", "", "3"), map[string]string{"3": "h100"}, "- a -"},
+		{"an untyped gres is a type of its own", []clusterFacts{typed("h", "h100", 4), typed("u", "", 1)}, tasks("5", "5"), map[string]string{"5": ""}, "u u"},
+		{"a tried cluster is skipped for one of the same type", []clusterFacts{typed("h1", "h100", 4), typed("a", "a100", 4), typed("h2", "h100", 0)},
+			[]placeRow{{Task: "9", Tried: []bool{true, false, false}}}, map[string]string{"9": "h100"}, "h2"},
+		{"held for other tasks only", []clusterFacts{typed("h", "h100", 1), typed("a", "a100", 4)}, tasks("4"), map[string]string{"3": "h100"}, "a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := place(c.facts, c.rows, c.held)
+			got := make([]string, len(p.Cluster))
+			for i, ci := range p.Cluster {
+				got[i] = "-"
+				if ci >= 0 {
+					got[i] = c.facts[ci].Name
+				}
+			}
+			if g := strings.Join(got, " "); g != c.want {
+				t.Fatalf("placed %s, want %s (why: %q)", g, c.want, p.Why)
+			}
+			for i, f := range c.facts {
+				if !strings.HasPrefix(p.Why[i], f.Name+" ("+typeName(f.GPUType)+"): ") {
+					t.Errorf("why %q does not name %s and its GPU type", p.Why[i], f.Name)
+				}
+			}
+		})
+	}
+	// held is the caller's: place does not write into it.
+	held := map[string]string{"1": "h100"}
+	place([]clusterFacts{typed("h", "h100", 1), typed("a", "a100", 1)}, tasks("1", "2"), held)
+	if len(held) != 1 || held["1"] != "h100" {
+		t.Errorf("place wrote into held: %v", held)
+	}
+}
+
+// TestTaskOfKey: a row's task index, for placement, read from the row and,
+// for an episode re-attached after a restart, from its identity key.
+func TestTaskOfKey(t *testing.T) {
+	rw, rerr := parseRow([]byte(gymRow(12, 3, "")))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	key, rerr := idempotencyKey("", rw)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if taskOf(rw) != "12" || taskOfKey(key) != "12" {
+		t.Errorf("task of the row %q, of its key %q (%s): want 12", taskOf(rw), taskOfKey(key), key)
+	}
+	hk, _ := idempotencyKey("my-key", rw)
+	for _, k := range []string{hk, "", "g:", "g:x:1:abc", "h:g:1:2"} {
+		if got := taskOfKey(k); got != "" {
+			t.Errorf("taskOfKey(%q) = %q, want none", k, got)
+		}
+	}
+	plain, _ := parseRow([]byte(`{"responses_create_params": {"input": "solve"}}`))
+	if taskOf(plain) != "" {
+		t.Errorf("a row without _ng_task_index: task %q", taskOf(plain))
 	}
 }

@@ -276,6 +276,30 @@ func idempotencyKey(header string, rw *row) (string, *requestError) {
 	return fmt.Sprintf("g:%d:%d:%s", *rw.taskIndex, *rw.rolloutIndex, hex.EncodeToString(sum[:])), nil
 }
 
+// taskOf is the row's _ng_task_index as placement groups rows by it ("":
+// none).
+func taskOf(rw *row) string {
+	if rw.taskIndex == nil {
+		return ""
+	}
+	return strconv.FormatInt(*rw.taskIndex, 10)
+}
+
+// taskOfKey is the task index an identity key of a numbered row carries
+// ("g:TASK:ROLLOUT:HASH"), "" for any other key: what a re-attached
+// episode's row was, for placement.
+func taskOfKey(key string) string {
+	rest, ok := strings.CutPrefix(key, "g:")
+	if !ok {
+		return ""
+	}
+	task, _, _ := strings.Cut(rest, ":")
+	if _, err := strconv.ParseInt(task, 10, 64); err != nil {
+		return ""
+	}
+	return task
+}
+
 func abbreviate(s string) string {
 	if len(s) > 40 {
 		return s[:40] + "…"

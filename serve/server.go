@@ -25,6 +25,8 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/report"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -112,6 +114,13 @@ type run struct {
 	// submission of it could not reach (it is placed elsewhere).
 	cluster *cluster
 	tried   map[string]bool
+	// taskIndex is the row's _ng_task_index ("" without one): the rows of
+	// one task index run on one GPU type. holds: the run was placed (or
+	// re-attached), on a cluster of gpuType, and holds its task index to
+	// that type while it is in progress (placeBatch, heldTypes).
+	taskIndex string
+	holds     bool
+	gpuType   string
 	// ended: end ran (it runs once: shutdown and the engine, or the
 	// submitter, may both come to it).
 	ended bool
@@ -226,7 +235,9 @@ func (s *Server) Start() error {
 			continue
 		}
 		c.started()
-		r := &run{key: byEpisode[e.Episode], done: make(chan struct{}), started: true, episode: e.Episode, attached: true, cluster: c}
+		key := byEpisode[e.Episode]
+		r := &run{key: key, done: make(chan struct{}), started: true, episode: e.Episode, attached: true, cluster: c,
+			taskIndex: taskOfKey(key), holds: true, gpuType: c.gpuType()}
 		s.mu.Lock()
 		if r.key != "" {
 			s.runs[r.key] = r
@@ -410,6 +421,9 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *ledger.Entry, err 
 				// Unfinished but not followed (its start failed to load it):
 				// follow it now.
 				ru := &run{key: key, task: rw.task, done: make(chan struct{}), started: true, episode: ep}
+				if c := s.clusterOf(e); c != nil {
+					ru.taskIndex, ru.holds, ru.gpuType = taskOf(rw), true, c.gpuType()
+				}
 				s.runs[key] = ru
 				s.live[ru] = true
 				s.slots.force()
@@ -425,7 +439,7 @@ func (s *Server) claim(rw *row, key string) (ru *run, stored *ledger.Entry, err 
 			}
 		}
 	}
-	ru = &run{key: key, task: rw.task, done: make(chan struct{})}
+	ru = &run{key: key, task: rw.task, taskIndex: taskOf(rw), done: make(chan struct{})}
 	if key != "" {
 		s.runs[key] = ru
 	}
@@ -575,14 +589,18 @@ func (s *Server) submit(batch []*run) {
 	var exhausted []*run
 	var retry []*run
 	for _, ru := range left {
-		if len(ru.tried) >= len(s.clusters) {
+		if len(ru.tried) > 0 && s.exhausted(ru) {
 			exhausted = append(exhausted, ru)
 		} else {
 			retry = append(retry, ru)
 		}
 	}
 	for _, ru := range exhausted {
-		s.giveUp(ru, fmt.Errorf("submit: no cluster could be reached (tried %d)", len(ru.tried)))
+		why := ""
+		if len(ru.tried) < len(s.clusters) {
+			why = fmt.Sprintf(" of GPU type %s, which the other rows of its task index %s run on", typeName(ru.gpuType), ru.taskIndex)
+		}
+		s.giveUp(ru, fmt.Errorf("submit: no cluster%s could be reached (tried %d)", why, len(ru.tried)))
 	}
 	if len(retry) == 0 {
 		return
@@ -723,20 +741,32 @@ func (s *Server) end(ru *run, final *ledger.Entry, err error) {
 
 func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
 	rows, names := s.clusterRows()
+	types := map[string]string{}
+	for _, c := range s.clusters {
+		types[c.Name] = c.gpuType()
+	}
 	out := make([]rowJSON, 0, len(rows))
 	for i, r := range rows {
-		out = append(out, rowJSON{Episode: r.Episode, Cluster: names[i], Stage: string(r.Stage), JobID: r.JobID, State: r.State.String(),
-			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome})
+		row := rowJSON{Episode: r.Episode, Cluster: names[i], GPUType: types[names[i]], Stage: string(r.Stage), JobID: r.JobID, State: r.State.String(),
+			ElapsedSeconds: int64(r.Elapsed / time.Second), Outcome: r.Outcome}
+		row.GPU, row.TrainGPU = report.OutcomeGPUs(r.Outcome)
+		out = append(out, row)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Episode < out[j].Episode })
 	inFlight, queued := s.slots.counts()
 	_ = s.writeJSON(w, http.StatusOK, map[string]any{"episodes": out, "in_flight": inFlight, "queued": queued})
 }
 
-// rowJSON is an episode as status --json shows it.
+// rowJSON is an episode as status --json shows it, with the GPU: the
+// type of its cluster's gres (what it was placed on) and, once final, the
+// GPUs its records name (the eval job's, trusted; the train job's, as the
+// policy's code printed it).
 type rowJSON struct {
 	Episode        string         `json:"episode"`
 	Cluster        string         `json:"cluster,omitempty"`
+	GPUType        string         `json:"gpu_type,omitempty"`
+	GPU            *record.GPU    `json:"gpu,omitempty"`
+	TrainGPU       *record.GPU    `json:"train_gpu,omitempty"`
 	Stage          string         `json:"stage"`
 	JobID          string         `json:"job_id"`
 	State          string         `json:"state"`
