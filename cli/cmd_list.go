@@ -9,6 +9,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nemorl/nemorl-slurm/ledger"
+	rpt "github.com/nemorl/nemorl-slurm/report"
 )
 
 func listCommand(e *env) *ucli.Command {
@@ -45,15 +46,23 @@ func (e *env) list(c *ucli.Context) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	// A CLUSTER column once any episode was placed on a clusters: entry.
+	// A CLUSTER column once any episode was placed on a clusters: entry,
+	// a GPU column once any outcome names the GPU its jobs had.
 	clusters := slices.ContainsFunc(keep, func(en *ledger.Entry) bool { return en.Cluster != "" })
+	gpus := slices.ContainsFunc(keep, func(en *ledger.Entry) bool { ev, tr := rpt.OutcomeGPUs(en.Outcome); return ev != nil || tr != nil })
 	if clusters {
 		fmt.Fprint(tw, "CLUSTER\t")
+	}
+	if gpus {
+		fmt.Fprint(tw, "GPU\t")
 	}
 	fmt.Fprintln(tw, "EPISODE\tCREATED\tOUTCOME\tREWARD\tREASON\tLABELS")
 	for _, en := range keep {
 		if clusters {
 			fmt.Fprintf(tw, "%s\t", orDash(en.Cluster))
+		}
+		if gpus {
+			fmt.Fprintf(tw, "%s\t", rpt.GPUText(rpt.OutcomeGPUs(en.Outcome)))
 		}
 		kind, reward, reason := "unfinished", "-", "-"
 		if en.CancelRequested != "" && en.Outcome == nil {
@@ -81,6 +90,15 @@ func listJSON(en *ledger.Entry) map[string]any {
 	}
 	if en.Cluster != "" {
 		doc["cluster"] = en.Cluster
+	}
+	// The GPUs the records name: the eval job's (trusted), the train
+	// job's (what the policy's code printed).
+	ev, tr := rpt.OutcomeGPUs(en.Outcome)
+	if ev != nil {
+		doc["gpu"] = ev
+	}
+	if tr != nil {
+		doc["train_gpu"] = tr
 	}
 	return doc
 }

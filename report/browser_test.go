@@ -187,8 +187,8 @@ func TestReportInBrowser(t *testing.T) {
 			t.Errorf("chart %s: present %v, SVG %v, laid out %.0f×%.0f px (want at least 300×100)", c.ID, c.Present, c.SVG, c.Width, c.Height)
 		}
 	}
-	if r.Rows != len(es) || r.Rows != f.Episodes || r.Cells != 7 {
-		t.Errorf("the table has %d rows of %d cells, want one row per episode (%d) of 7", r.Rows, r.Cells, len(es))
+	if r.Rows != len(es) || r.Rows != f.Episodes || r.Cells != 8 {
+		t.Errorf("the table has %d rows of %d cells, want one row per episode (%d) of 8", r.Rows, r.Cells, len(es))
 	}
 	if len(r.Ascending) != len(es) || !rewardsSorted(r.Ascending, false) || r.AscendingSort != "ascending" {
 		t.Errorf("after a click on reward (aria-sort %q): not ascending: %v", r.AscendingSort, r.Ascending)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -49,6 +50,11 @@ type Figures struct {
 	// RewardOverTime is every rewarded episode (scored and policy
 	// failure) by creation time, with the running median.
 	RewardOverTime RewardSeries `json:"reward_over_time"`
+	// RewardByGPU is the scored episodes' rewards by the GPU model of
+	// their eval job (as its trusted record names it; the train job ran
+	// on the same cluster and gres), most episodes first, the episodes
+	// whose outcome names no GPU last.
+	RewardByGPU []GPURewards `json:"reward_by_gpu"`
 	// Stages are the author, train and eval jobs' queue waits and run
 	// times, in chain order.
 	Stages []StageTimes `json:"stages"`
@@ -103,6 +109,18 @@ type Bin struct {
 	Lo    float64 `json:"lo"`
 	Hi    float64 `json:"hi"`
 	Count int     `json:"count"`
+}
+
+// GPURewards are the rewards of the episodes whose eval job had one GPU
+// model.
+type GPURewards struct {
+	// GPU is the model (record.GPU.Name); "" for the episodes whose
+	// outcome names no GPU.
+	GPU string `json:"gpu"`
+	// Scored is the distribution of the scored episodes' rewards;
+	// PolicyFailures counts the policy failures (reward 0) apart.
+	Scored         Distribution `json:"scored"`
+	PolicyFailures int          `json:"policy_failures"`
 }
 
 // RewardSeries is the reward by creation time.
@@ -184,8 +202,12 @@ type Row struct {
 	Detail        string            `json:"detail,omitempty"`
 	Tampering     bool              `json:"tampering,omitempty"`
 	Reward        *float64          `json:"reward"`
-	Created       time.Time         `json:"created"`
-	WallTimeS     *float64          `json:"wall_time_s"`
+	// GPU is the eval job's GPU, TrainGPU the train job's, as their
+	// records name them (OutcomeGPUs); absent when the outcome names none.
+	GPU       *record.GPU `json:"gpu,omitempty"`
+	TrainGPU  *record.GPU `json:"train_gpu,omitempty"`
+	Created   time.Time   `json:"created"`
+	WallTimeS *float64    `json:"wall_time_s"`
 }
 
 // job is one stage job's times as the ledger keeps them.
@@ -275,7 +297,10 @@ var outcomeOrder = []string{string(rules.Scored), string(rules.PolicyFailure), s
 type interval struct{ from, to time.Time }
 
 // Build computes the figures of entries (in any order) at now.
-func Build(entries []*ledger.Entry, now time.Time) Figures {
+func Build(entries []*ledger.Entry, now time.Time) Figures { return build(entries, now, OutcomeGPUs) }
+
+// build is Build with the GPUs of an outcome read by gpus.
+func build(entries []*ledger.Entry, now time.Time, gpus func(*rules.Outcome) (eval, train *record.GPU)) Figures {
 	f := Figures{Generated: now, Episodes: len(entries), Rows: make([]Row, 0, len(entries)),
 		Reasons: []ReasonCount{}, Tampering: Tampering{Episodes: []string{}}, InFlight: InFlight{Steps: []Step{}}}
 	sorted := slices.Clone(entries)
@@ -292,6 +317,7 @@ func Build(entries []*ledger.Entry, now time.Time) Figures {
 	runBad := make([]int, len(stages.All))
 	outcomes := map[string]int{}
 	reasons := map[ReasonCount]int{}
+	byGPU := map[string]*gpuGroup{}
 	var events []event
 	for _, e := range sorted {
 		kind := outcomeOf(e)
@@ -306,13 +332,21 @@ func Build(entries []*ledger.Entry, now time.Time) Figures {
 		if o := e.Outcome; o != nil {
 			f.Finished++
 			row.FailureStage, row.FailureReason, row.Detail, row.Tampering = o.FailureStage, o.FailureReason, o.Detail, o.Tampering
+			row.GPU, row.TrainGPU = gpus(o)
+			g := byGPU[gpuLabel(row.GPU)]
+			if g == nil {
+				g = &gpuGroup{}
+				byGPU[gpuLabel(row.GPU)] = g
+			}
 			switch {
 			case o.Reward == nil:
 				f.Reward.Unrewarded++
 			case o.Outcome == rules.Scored:
 				scored = append(scored, *o.Reward)
+				g.scored = append(g.scored, *o.Reward)
 			case o.Outcome == rules.PolicyFailure:
 				f.Reward.PolicyFailures++
+				g.policyFailures++
 			}
 			if o.Reward != nil && (o.Outcome == rules.Scored || o.Outcome == rules.PolicyFailure) {
 				r := *o.Reward
@@ -383,6 +417,7 @@ func Build(entries []*ledger.Entry, now time.Time) Figures {
 		f.Rows = append(f.Rows, row)
 	}
 	f.Reward.Scored = distribution(scored, 0, 1)
+	f.RewardByGPU = gpuRewards(byGPU)
 	f.RewardOverTime.Window = MedianWindow
 	if f.RewardOverTime.Points == nil {
 		f.RewardOverTime.Points = []RewardPoint{}
@@ -418,6 +453,35 @@ func Build(entries []*ledger.Entry, now time.Time) Figures {
 	})
 	f.InFlight.Steps, f.InFlight.Max, f.InFlight.MaxAt = steps(events)
 	return f
+}
+
+// gpuGroup gathers the rewards of one GPU model.
+type gpuGroup struct {
+	scored         []float64
+	policyFailures int
+}
+
+// gpuRewards orders the groups that hold a reward: most scored episodes
+// first, then by model; the episodes whose outcome names no GPU last.
+func gpuRewards(groups map[string]*gpuGroup) []GPURewards {
+	out := []GPURewards{}
+	for name, g := range groups {
+		if len(g.scored) == 0 && g.policyFailures == 0 {
+			continue
+		}
+		out = append(out, GPURewards{GPU: name, Scored: distribution(g.scored, 0, 1), PolicyFailures: g.policyFailures})
+	}
+	slices.SortFunc(out, func(a, b GPURewards) int {
+		return cmp.Or(cmp.Compare(boolInt(a.GPU == ""), boolInt(b.GPU == "")), cmp.Compare(b.Scored.Count, a.Scored.Count), cmp.Compare(a.GPU, b.GPU))
+	})
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // event is +1 when an episode starts having a job running, -1 when it

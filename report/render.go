@@ -18,12 +18,13 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
 
+	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/rules"
 )
 
 // ChartIDs are the ids of the report's chart elements
 // (<figure id="chart-…">), in page order.
-var ChartIDs = []string{"chart-reward", "chart-reward-time", "chart-queue-wait", "chart-run-time", "chart-wall-time", "chart-outcomes", "chart-in-flight"}
+var ChartIDs = []string{"chart-reward", "chart-reward-time", "chart-reward-gpu", "chart-queue-wait", "chart-run-time", "chart-wall-time", "chart-outcomes", "chart-in-flight"}
 
 const (
 	chartW = 7 * vg.Inch
@@ -61,9 +62,9 @@ const noEpisodes = "No episodes: nothing in the ledger matches this selection."
 
 type pageRow struct {
 	Row
-	LabelText, Reason, RewardText, WallText, CreatedText string
-	RewardKey, WallKey                                   string
-	CreatedKey                                           int64
+	LabelText, Reason, RewardText, WallText, CreatedText, GPUText string
+	RewardKey, WallKey                                            string
+	CreatedKey                                                    int64
 }
 
 // RenderHTML writes the figures as one self-contained HTML page (inline
@@ -136,7 +137,23 @@ func newPageRow(r Row) pageRow {
 	if r.WallTimeS != nil {
 		pr.WallText, pr.WallKey = formatSeconds(*r.WallTimeS), strconv.FormatFloat(*r.WallTimeS, 'g', -1, 64)
 	}
+	pr.GPUText = GPUText(r.GPU, r.TrainGPU)
 	return pr
+}
+
+// GPUText is an episode's GPU cell (the report's table, list's): the eval
+// job's GPU, and the train job's where its record names another model;
+// "-" when neither is named.
+func GPUText(eval, train *record.GPU) string {
+	switch {
+	case eval == nil && train == nil:
+		return "-"
+	case eval == nil:
+		return "train: " + train.String()
+	case train != nil && train.Name != eval.Name:
+		return eval.String() + " (train: " + train.String() + ")"
+	}
+	return eval.String()
 }
 
 func labelText(m map[string]string) string {
@@ -185,6 +202,7 @@ func drawCharts(f *Figures) ([]chart, error) {
 	makers := []maker{
 		{"chart-reward", rewardChart},
 		{"chart-reward-time", rewardTimeChart},
+		{"chart-reward-gpu", gpuChart},
 		{"chart-queue-wait", func(f *Figures) (*plot.Plot, string, string, error) { return stageChart(f, true) }},
 		{"chart-run-time", func(f *Figures) (*plot.Plot, string, string, error) { return stageChart(f, false) }},
 		{"chart-wall-time", wallChart},
@@ -379,6 +397,73 @@ func rewardTimeChart(f *Figures) (*plot.Plot, string, string, error) {
 	if p.Y.Max <= 1 {
 		p.Y.Max = 1.3 // room for the legend above the rewards
 	}
+	return p, caption, "", nil
+}
+
+// maxGPUBoxes is how many GPU models the reward-by-GPU chart shows (the
+// rest are in the table and in report --json).
+const maxGPUBoxes = 8
+
+// noGPU names the episodes whose outcome names no GPU.
+const noGPU = "GPU not named"
+
+// gpuShort is a GPU model for an axis label: without the vendor's name
+// every model of the figure shares.
+func gpuShort(name string) string {
+	if name == "" {
+		return noGPU
+	}
+	if short, ok := strings.CutPrefix(name, "NVIDIA "); ok && short != "" {
+		return short
+	}
+	return name
+}
+
+func gpuChart(f *Figures) (*plot.Plot, string, string, error) {
+	groups := f.RewardByGPU
+	var parts []string
+	scored := 0
+	for _, g := range groups {
+		name := g.GPU
+		if name == "" {
+			name = noGPU
+		}
+		part := fmt.Sprintf("%s: %d scored (median %s)", name, g.Scored.Count, fmtP(g.Scored.Median, fmtReward))
+		if g.PolicyFailures > 0 {
+			part += fmt.Sprintf(", %d policy failures", g.PolicyFailures)
+		}
+		parts = append(parts, part)
+		scored += g.Scored.Count
+	}
+	caption := "Reward of the scored episodes by the GPU model of their eval job, as its record names it (train ran on the same cluster and GRES): an hour of training is not the same on every GPU."
+	if len(parts) > 0 {
+		caption += " " + strings.Join(parts, "; ") + "."
+	}
+	if len(groups) > maxGPUBoxes {
+		caption += fmt.Sprintf(" The %d models with the fewest episodes are left out of the chart.", len(groups)-maxGPUBoxes)
+		groups = groups[:maxGPUBoxes]
+	}
+	if scored == 0 {
+		return nil, caption, "no scored episodes", nil
+	}
+	p := newPlot("Reward by GPU model", "", "reward")
+	names := make([]string, len(groups))
+	for i, g := range groups {
+		names[i] = fmt.Sprintf("%s\n%d scored", gpuShort(g.GPU), g.Scored.Count)
+		if g.Scored.Count == 0 {
+			continue
+		}
+		b, err := plotter.NewBoxPlot(vg.Points(40), float64(i), plotter.Values(slices.Clone(g.Scored.Values)))
+		if err != nil {
+			return nil, "", "", err
+		}
+		b.FillColor = color.RGBA{R: 0xc6, G: 0xdb, B: 0xef, A: 0xff}
+		b.GlyphStyle.Radius = vg.Points(1.5)
+		p.Add(b)
+	}
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
+	p.Y.Min, p.Y.Max = 0, 1 // rewards are read against 0 to 1
 	return p, caption, "", nil
 }
 
@@ -638,10 +723,10 @@ const (
 {{- end}}
 </section>
 <table id="episodes">
-<thead><tr><th data-type="text">episode</th><th data-type="text">labels</th><th data-type="text">outcome</th><th data-type="text">failure reason</th><th data-type="num">reward</th><th data-type="num">created (UTC)</th><th data-type="num">wall time</th></tr></thead>
+<thead><tr><th data-type="text">episode</th><th data-type="text">labels</th><th data-type="text">outcome</th><th data-type="text">failure reason</th><th data-type="num">reward</th><th data-type="text">GPU</th><th data-type="num">created (UTC)</th><th data-type="num">wall time</th></tr></thead>
 <tbody>
 {{- range .Rows}}
-<tr{{if .Tampering}} class="tampering"{{end}}><td>{{.Episode}}{{if .Cluster}} <span class="cluster">on {{.Cluster}}</span>{{end}}</td><td>{{.LabelText}}</td><td>{{.Outcome}}{{if .Tampering}} (tampering){{end}}</td><td>{{.Reason}}{{if .Detail}}<div class="detail">{{.Detail}}</div>{{end}}</td><td class="num" data-v="{{.RewardKey}}">{{.RewardText}}</td><td class="num" data-v="{{.CreatedKey}}">{{.CreatedText}}</td><td class="num" data-v="{{.WallKey}}">{{.WallText}}</td></tr>
+<tr{{if .Tampering}} class="tampering"{{end}}><td>{{.Episode}}{{if .Cluster}} <span class="cluster">on {{.Cluster}}</span>{{end}}</td><td>{{.LabelText}}</td><td>{{.Outcome}}{{if .Tampering}} (tampering){{end}}</td><td>{{.Reason}}{{if .Detail}}<div class="detail">{{.Detail}}</div>{{end}}</td><td class="num" data-v="{{.RewardKey}}">{{.RewardText}}</td><td>{{.GPUText}}</td><td class="num" data-v="{{.CreatedKey}}">{{.CreatedText}}</td><td class="num" data-v="{{.WallKey}}">{{.WallText}}</td></tr>
 {{- end}}
 </tbody>
 </table>
