@@ -18,7 +18,9 @@
 //     and the highest results/grpo/step_N checkpoint;
 //  6. converts step_N/policy/weights (DCP) to bf16 model.safetensors with
 //     the bundle's export script (Plan.ExportArgv);
-//  7. prints exactly one NEMORL_ENV_TRAIN_RESULT= record (record.Train).
+//  7. prints exactly one NEMORL_ENV_TRAIN_RESULT= record (record.Train),
+//     naming the job's GPU as nvidia-smi reported it before step 1
+//     (record.QueryGPU for Plan.GPUs; none when it cannot be read).
 //
 // The reference is NeMo Gym's responses_api_agents/nemorl_env/
 // task_environment/{run.sh,launch_inner.py}; differences are documented
