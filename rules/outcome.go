@@ -3,6 +3,8 @@ package rules
 import (
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/record"
+
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -47,7 +49,13 @@ type Outcome struct {
 	AIME25AvgAt8 *float64 `json:"aime25_avg_at_8,omitempty"`
 	TrainReward  *float64 `json:"train_reward,omitempty"`
 	InnerSteps   *int     `json:"inner_steps,omitempty"`
-	Completed    int      `json:"completed"`
+	// GPU is the GPU the eval job had, from its record (read in the job by
+	// the trusted evaluator); TrainGPU the train job's, from the train
+	// record (what the policy's code printed: informational). Nil where the
+	// record names none.
+	GPU       *record.GPU `json:"gpu,omitempty"`
+	TrainGPU  *record.GPU `json:"train_gpu,omitempty"`
+	Completed int         `json:"completed"`
 	// Correct of Samples (30 problems × 8) is the score the reward is.
 	Correct          *int   `json:"correct,omitempty"`
 	Samples          int    `json:"samples,omitempty"`
@@ -147,10 +155,13 @@ func (v *Verdict) Apply(o *Outcome) {
 		o.Reward, o.MaskSample = nil, true
 	}
 	if tr := v.Train; tr != nil {
-		o.TrainReward, o.InnerSteps = ptr(tr.TrainReward), ptr(tr.InnerSteps)
+		o.TrainReward, o.InnerSteps, o.TrainGPU = ptr(tr.TrainReward), ptr(tr.InnerSteps), tr.GPU()
 		if !tr.Status.PolicyFailure() {
 			o.CheckpointSHA256 = tr.WeightsSHA256
 		}
+	}
+	if v.Eval != nil {
+		o.GPU = v.Eval.GPU()
 	}
 	if ev := v.Eval; v.Kind == Scored && ev != nil {
 		o.Reward = ptr(ev.Reward)
