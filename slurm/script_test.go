@@ -130,7 +130,7 @@ func TestSacctBatchScriptCaptures(t *testing.T) {
 		t.Error("no capture of a sacct that adds a newline (22.05-24.05)")
 	}
 	if !seen[false] {
-		t.Log("no capture of a sacct that adds none (24.11+): testdata/lab-24.11 is missing")
+		t.Error("no capture of a sacct that adds none (24.11+)")
 	}
 }
 

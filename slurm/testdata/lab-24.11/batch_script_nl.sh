@@ -1,0 +1,3 @@
+#!/bin/bash
+# nemorl capture: final newline
+true

@@ -1,0 +1,3 @@
+#!/bin/bash
+# nemorl capture: no final newline
+true
