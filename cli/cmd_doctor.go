@@ -17,6 +17,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/shell"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
 
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -105,17 +106,25 @@ func (e *env) doctor(c *ucli.Context) error {
 		add("ssh", "ok", "logged in to "+host.Name()+" (host key checked against "+l.KnownHosts+")", "")
 	}
 	defer host.Close()
-	run := func(argv ...string) (string, string, error) {
-		res, err := host.Run(ctx, remote.Command{Argv: argv, Idempotent: true})
+	output := func(res *remote.Result, err error) (string, string, error) {
 		if res == nil {
 			return "", "", err
 		}
 		return strings.TrimSpace(string(res.Stdout)), remote.TrimStderr(res.Stderr), err
 	}
+	run := func(argv ...string) (string, string, error) {
+		return output(host.Run(ctx, remote.Command{Argv: argv, Idempotent: true}))
+	}
+	// A Slurm command runs under its kind's deadline, as slurm.Client's
+	// do: one stopped there returns a *slurm.DeadlineError.
+	sl := &slurm.Client{Deadlines: doctorDeadlines}
+	slurmRun := func(k slurm.Kind, argv ...string) (string, string, error) {
+		return output(sl.RunVia(ctx, host, k, remote.Command{Argv: argv, Idempotent: true}))
+	}
 
-	checkSlurm(run, add)
+	checkSlurm(run, slurmRun, add)
 	cl := cfg.Cluster
-	checkPartition(run, cl, add)
+	checkPartition(slurmRun, cl, add)
 	checkWorkdir(run, cl, add)
 	rt := cfg.Runtime
 	checkImages(run, rt, c.Bool("skip-digests"), add)
@@ -149,18 +158,45 @@ func (e *env) doctor(c *ucli.Context) error {
 // doctorRun runs a command on the cluster: its trimmed stdout and stderr.
 type doctorRun func(argv ...string) (stdout, stderr string, err error)
 
+// doctorSlurmRun runs a Slurm command of kind k on the cluster under k's
+// deadline (doctorDeadlines): its trimmed stdout and stderr, and a
+// *slurm.DeadlineError for a command stopped there.
+type doctorSlurmRun func(k slurm.Kind, argv ...string) (stdout, stderr string, err error)
+
 // doctorAdd records one check.
 type doctorAdd func(name, status, detail, fix string)
 
+// doctorDeadlines bound each of doctor's Slurm commands, as a
+// slurm.Client's (zero fields: slurm.DefaultDeadlines). A variable for
+// the tests.
+var doctorDeadlines slurm.Deadlines
+
+// pastDeadlineFix is the fix of a check whose Slurm command gave no
+// answer within its deadline.
+const pastDeadlineFix = "run doctor again later; if it persists, ask the admins whether slurmctld (or slurmdbd) is overloaded or rate-limits you (SlurmctldParameters=rl_enable): episodes' Slurm commands stop at the same deadlines, their outcomes unknown"
+
+// pastDeadline is the detail of a check whose Slurm command was stopped
+// at its deadline (err matches *slurm.DeadlineError), and whether it was.
+func pastDeadline(err error) (string, bool) {
+	var de *slurm.DeadlineError
+	if !errors.As(err, &de) {
+		return "", false
+	}
+	return fmt.Sprintf("no answer within %gs (a throttled or overloaded controller?)", de.Deadline.Seconds()), true
+}
+
 // checkSlurm checks Slurm's commands and accounting.
-func checkSlurm(run doctorRun, add doctorAdd) {
+func checkSlurm(run doctorRun, slurmRun doctorSlurmRun, add doctorAdd) {
 	out, _, _ := run("sh", "-c", doctorSlurmCommands)
 	if out != "" {
 		add("slurm commands", "fail", "not on the PATH of a non-interactive login: "+strings.Join(strings.Fields(out), ", "), "load Slurm in ~/.bashrc for non-interactive shells (module load slurm), or run nemorl-slurm on a login node")
 	} else {
 		add("slurm commands", "ok", "sbatch, sacct, squeue, scancel, sinfo and sacctmgr found", "")
 	}
-	if _, stderr, err := run("sacct", "-n", "-X", "-P", "--starttime=now-1hours", "--format=JobIDRaw"); err != nil {
+	_, stderr, err := slurmRun(slurm.KindSacct, "sacct", "-n", "-X", "-P", "--starttime=now-1hours", "--format=JobIDRaw")
+	if late, ok := pastDeadline(err); ok {
+		add("accounting", "fail", "sacct: "+late, pastDeadlineFix)
+	} else if err != nil {
 		add("accounting", "fail", "sacct fails: "+orText(stderr, err), "episodes are watched with sacct: ask the admins to enable accounting (slurmdbd)")
 	} else {
 		add("accounting", "ok", "sacct answers", "")
@@ -168,13 +204,16 @@ func checkSlurm(run doctorRun, add doctorAdd) {
 }
 
 // checkPartition checks cluster.partition, its GRES, account and QOS.
-func checkPartition(run doctorRun, cl configs.Cluster, add doctorAdd) {
-	parts, stderr, err := run("sinfo", "-h", "-p", cl.Partition, "-o", "%P|%G|%a")
+func checkPartition(slurmRun doctorSlurmRun, cl configs.Cluster, add doctorAdd) {
+	parts, stderr, err := slurmRun(slurm.KindSinfo, "sinfo", "-h", "-p", cl.Partition, "-o", "%P|%G|%a")
+	late, isLate := pastDeadline(err)
 	switch {
+	case isLate:
+		add("partition", "fail", "sinfo: "+late, pastDeadlineFix)
 	case err != nil:
 		add("partition", "fail", "sinfo: "+orText(stderr, err), "check cluster.partition")
 	case parts == "":
-		all, _, _ := run("sinfo", "-h", "-o", "%P")
+		all, _, _ := slurmRun(slurm.KindSinfo, "sinfo", "-h", "-o", "%P")
 		add("partition", "fail", fmt.Sprintf("cluster.partition %q does not exist (partitions: %s)", cl.Partition, strings.Join(strings.Fields(all), ", ")), "set cluster.partition to one of them, one with H100s")
 	default:
 		add("partition", "ok", "partition "+cl.Partition+" exists", "")
@@ -193,8 +232,10 @@ func checkPartition(run doctorRun, cl configs.Cluster, add doctorAdd) {
 		}
 	}
 	if cl.Account != "" || cl.QOS != "" {
-		assoc, stderr, err := run("sh", "-c", doctorAssociations)
-		if err != nil {
+		assoc, stderr, err := slurmRun(slurm.KindSacct, "sh", "-c", doctorAssociations) // sacctmgr asks slurmdbd, as sacct does
+		if late, ok := pastDeadline(err); ok {
+			add("account", "warn", "sacctmgr: "+late, pastDeadlineFix)
+		} else if err != nil {
 			add("account", "warn", "sacctmgr: "+orText(stderr, err), "check cluster.account and qos with your admins")
 		} else {
 			if cl.Account != "" && !assocHas(assoc, 0, cl.Account) {

@@ -53,6 +53,13 @@ const (
 	stageExitFailed    = 92 // mkdir, mktemp or tar failed
 )
 
+// The statuses batchScript reports of an sbatch that timeout stopped at
+// its deadline: SIGTERM (124), or SIGKILL 5 s later (137, 128+9).
+const (
+	sbatchExitDeadline       = 124
+	sbatchExitDeadlineKilled = 137
+)
+
 // jobIDMarker stands for the job id in a manifest written before sbatch ran.
 const jobIDMarker = "@NEMORL_JOB_ID@"
 
@@ -206,7 +213,7 @@ func (sg *stager) removeTree(ctx context.Context, dir string) error {
 // batchScript stages episodes and submits their author jobs in one
 // command:
 //
-//	sh -c batchScript sh PARENT MODE GAP NCHECKS KEY=PATH… NEPS {EP NAME COMMENT SCRIPT}… [SBATCH ARGV…]
+//	sh -c batchScript sh PARENT MODE GAP DEADLINE NCHECKS KEY=PATH… NEPS {EP NAME COMMENT SCRIPT}… [SBATCH ARGV…]
 //
 // with the episodes' trees as one tar stream on stdin (EP/… for each, and
 // .next/EP: the manifest, on one line, with @NEMORL_JOB_ID@ where the
@@ -217,7 +224,10 @@ func (sg *stager) removeTree(ctx context.Context, dir string) error {
 // Then, when SBATCH ARGV (the options common to every episode) is given,
 // each episode's sbatch runs (four at a time; with a GAP other than "0",
 // one at a time and GAP seconds apart: cluster.submit_rate) with its job
-// name, comment and script, and its manifest gets the job id.
+// name, comment and script, and its manifest gets the job id. Each sbatch
+// runs under coreutils timeout, stopped at DEADLINE seconds (the client's
+// sbatch deadline; "0": none), its status then 124 or 137: outcome
+// unknown, a *slurm.DeadlineError (parseBatch).
 // It prints one line per event, tab-separated: "nemorl-batch EP staged",
 // "… exists", "… failed", "… sbatch RC", "… out LINE" (sbatch's output).
 // Every process costs (a login node under load, a sandbox): the script
@@ -397,9 +407,9 @@ const (
 )
 
 // batchCommand runs batchScript for ps, the authors' sbatch of a batchNew
-// paced by g (cluster.submit_rate; nil: no cap), and parses what it
-// printed.
-func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, g *pacer) (map[string]*batchResult, error) {
+// paced by g (cluster.submit_rate; nil: no cap), each under sbatchDeadline
+// (0: none), and parses what it printed.
+func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, g *pacer, sbatchDeadline time.Duration) (map[string]*batchResult, error) {
 	submit := mode == batchNew
 	if len(ps) == 0 {
 		return nil, nil
@@ -421,7 +431,11 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 		defer func() { g.ranUntil(time.Now()) }()
 		gap = strconv.FormatFloat(g.gap.Seconds(), 'f', 3, 64)
 	}
-	argv := []string{"sh", "-c", batchScript, "sh", parent, string(mode), gap}
+	deadline := "0"
+	if submit && sbatchDeadline > 0 {
+		deadline = strconv.FormatFloat(sbatchDeadline.Seconds(), 'f', 3, 64)
+	}
+	argv := []string{"sh", "-c", batchScript, "sh", parent, string(mode), gap, deadline}
 	if mode == batchNew {
 		checks := sg.preflightChecks()
 		keys := make([]string, 0, len(checks))
@@ -492,10 +506,15 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 			continue
 		}
 		if r.sbatchErr != nil {
+			sbatch := shell.Join(append(append(append([]string(nil), common...), "--job-name="+p.req.Name, "--comment="+p.req.Comment), p.req.ScriptPath))
 			var ce *remote.CommandError
-			if errors.As(r.sbatchErr, &ce) {
+			var de *slurm.DeadlineError
+			switch {
+			case errors.As(r.sbatchErr, &ce):
 				ce.Host = sg.host.Name()
-				ce.Command = shell.Join(append(append(append([]string(nil), common...), "--job-name="+p.req.Name, "--comment="+p.req.Comment), p.req.ScriptPath))
+				ce.Command = sbatch
+			case errors.As(r.sbatchErr, &de):
+				de.Command, de.Deadline = remote.Brief(sbatch), sbatchDeadline
 			}
 		}
 	}
@@ -553,6 +572,13 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 	for _, ep := range order {
 		a, r := sb[ep], out[ep]
 		text := []byte(strings.Join(a.lines, "\n"))
+		if a.rc == sbatchExitDeadline || a.rc == sbatchExitDeadlineKilled {
+			// Stopped at its deadline: the job may or may not have been
+			// made (remote.ErrOutcomeUnknown); its intent stays, and it
+			// is looked for by its comment tag before any new sbatch.
+			r.sbatchErr = &slurm.DeadlineError{Kind: slurm.KindSbatch, Command: "sbatch"}
+			continue
+		}
 		if a.rc != 0 {
 			r.sbatchErr = &remote.CommandError{Command: "sbatch", ExitStatus: a.rc, Stderr: remote.TrimStderr(text)}
 			continue
@@ -615,7 +641,7 @@ func (sg *stager) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.T
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
 func (sg *stager) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
-	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil)
+	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil, 0)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
 	}

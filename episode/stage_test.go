@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
@@ -198,7 +199,7 @@ func TestStageScriptAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A truncated stream: tar fails, nothing is renamed into place.
-	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", batchScript, "sh", work, "new", "0", "0", "1", "ep-cut", "n", "c", "/s"},
+	res, err := d.Host.Run(ctx, remote.Command{Argv: []string{"sh", "-c", batchScript, "sh", work, "new", "0", "0", "0", "1", "ep-cut", "n", "c", "/s"},
 		Stdin: strings.NewReader("not a gzipped tar stream")})
 	var ce *remote.CommandError
 	if !errors.As(err, &ce) || ce.ExitStatus != stageExitFailed {
@@ -219,6 +220,70 @@ func TestStageScriptAtomic(t *testing.T) {
 	e.Staged = false
 	if err := d.parts().stager.restage(ctx, e); err == nil || !strings.Contains(err.Error(), "not a complete episode directory") {
 		t.Errorf("restage over an incomplete directory: %v", err)
+	}
+}
+
+// An author's sbatch in a batch runs under the client's sbatch deadline
+// (coreutils timeout in batchScript): one stopped there is outcome unknown
+// for its episode (a *slurm.DeadlineError, remote.ErrOutcomeUnknown), not
+// a failure; its intent stays, so that the next try looks for the job by
+// its comment tag before any new sbatch.
+func TestSubmitBatchSbatchPastDeadline(t *testing.T) {
+	d, root := stageDriver(t)
+	counted := remote.NewCounted(d.Host)
+	d.Host = counted
+	d.Slurm = slurm.New(counted)
+	// Four episodes, one round of sbatch: the batch's own deadline
+	// (3 s + 4 × 0.25 s) is not reached first.
+	d.Slurm.Deadlines.Sbatch = 3 * time.Second
+	if err := os.WriteFile(filepath.Join(root, "bin", "sbatch"), []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	out := d.Submit(ctx, make([]Spec, 4))
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the batch took %s: its sbatch sleep 60 s, their deadline is 3 s", took)
+	}
+	for i, r := range out {
+		var de *slurm.DeadlineError
+		if !errors.As(r.Err, &de) || !errors.Is(r.Err, remote.ErrOutcomeUnknown) || de.Kind != slurm.KindSbatch || de.Deadline != 3*time.Second ||
+			!strings.HasPrefix(de.Command, "sbatch --parsable") || !strings.Contains(r.Err.Error(), "may or may not have been made") {
+			t.Fatalf("episode %d: %v, want the sbatch's own deadline (3s), outcome unknown", i, r.Err)
+		}
+		if slurm.SubmitNotCreated(r.Err) {
+			t.Errorf("episode %d: SubmitNotCreated(%v)", i, r.Err)
+		}
+		e, err := d.Ledger.Load(r.Entry.Episode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub := e.Jobs[stages.Author]; !e.Staged || sub == nil || sub.Intent.IsZero() || sub.JobID != "" {
+			t.Errorf("episode %d: staged %v, author %+v: want the intent kept, no job id", i, e.Staged, sub)
+		}
+	}
+	// The next try looks for the job before it submits again.
+	e, err := d.Ledger.Load(out[0].Entry.Episode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "sbatch"), []byte("#!/bin/sh\necho 4242\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := counted.Counts()
+	_ = d.parts().submitter.submit(ctx, e, stages.Author, "")
+	after := counted.Counts()
+	if after["run sacct"] == before["run sacct"] && after["run squeue"] == before["run squeue"] {
+		t.Errorf("the retry after an sbatch past its deadline looked for no job: %v → %v", before, after)
+	}
+
+	// batchScript's statuses of an sbatch stopped by timeout: 124
+	// (SIGTERM) and 137 (SIGKILL after -k).
+	for _, rc := range []string{"124", "137"} {
+		res, err := parseBatch([]byte("nemorl-batch\tep-1\tstaged\nnemorl-batch\tep-1\tsbatch\t" + rc + "\n"))
+		if err != nil || res["ep-1"] == nil || !errors.Is(res["ep-1"].sbatchErr, slurm.ErrDeadline) || !errors.Is(res["ep-1"].sbatchErr, remote.ErrOutcomeUnknown) {
+			t.Errorf("sbatch status %s: %+v, %v", rc, res["ep-1"], err)
+		}
 	}
 }
 

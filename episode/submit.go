@@ -266,7 +266,7 @@ func (sb *submitter) batchDeadline(n int) time.Duration {
 func (sb *submitter) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
 	d := sb.batchDeadline(len(ps))
 	bctx, cancel := context.WithTimeoutCause(ctx, d, errBatchDeadline)
-	res, err := sb.stager.batchCommand(bctx, ps, batchNew, sb.submitGate())
+	res, err := sb.stager.batchCommand(bctx, ps, batchNew, sb.submitGate(), sb.slurm.Deadline(slurm.KindSbatch))
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBatchDeadline) {
 		err = fmt.Errorf("%w (%v)", &slurm.DeadlineError{Kind: slurm.KindSbatch, Deadline: d,
 			Command: fmt.Sprintf("staging and sbatch of %d episodes on %s", len(ps), sb.host.Name())}, err)

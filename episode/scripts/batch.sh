@@ -1,15 +1,16 @@
 #!/bin/sh
 # Stages episodes and submits their author jobs in one command (Go:
 # batchScript, episode/stage.go, which documents it in full):
-#   sh -c "$batchScript" sh PARENT MODE GAP NCHECKS KEY=PATH... NEPS {EP NAME COMMENT SCRIPT}... [SBATCH ARGV...]
+#   sh -c "$batchScript" sh PARENT MODE GAP DEADLINE NCHECKS KEY=PATH... NEPS {EP NAME COMMENT SCRIPT}... [SBATCH ARGV...]
 # with the episodes' trees as one gzipped tar stream on stdin. Prints one
 # tab-separated line per event: "nemorl-batch EP staged|exists|failed",
-# "nemorl-batch EP sbatch RC", "nemorl-batch EP out LINE". Exit 90: a
-# preflight file is missing (named on stderr); 92: mkdir, mktemp or tar failed.
+# "nemorl-batch EP sbatch RC", "nemorl-batch EP out LINE" (RC 124 or 137:
+# sbatch stopped at its DEADLINE, seconds; 0: none). Exit 90: a preflight
+# file is missing (named on stderr); 92: mkdir, mktemp or tar failed.
 set -uf
 umask 077
-parent=$1 mode=$2 gap=$3 n=$4
-shift 4
+parent=$1 mode=$2 gap=$3 deadline=$4 n=$5
+shift 5
 while [ "$n" -gt 0 ]; do
 	k=${1%%=*} p=${1#*=}
 	shift
@@ -72,7 +73,10 @@ done
 [ $# -gt 0 ] || exit 0
 # sbatch four at a time (with a GAP other than 0: one at a time, GAP
 # seconds between starts, cluster.submit_rate), each writing its status
-# and output beside the trees; then the manifests and the report.
+# and output beside the trees; then the manifests and the report. Each
+# sbatch is stopped at DEADLINE (SIGTERM, SIGKILL 5 s later: timeout exits
+# 124 or 137), its outcome unknown; --foreground keeps it in the batch's
+# process group, which the batch's own deadline kills.
 mkdir -- "$tmp/.res" || exit 92
 j=0
 k=0
@@ -88,7 +92,7 @@ while [ $j -lt "$neps" ]; do
 	fi
 	(
 		# shellcheck disable=SC2154 # name, comment and script are set by the eval above
-		"$@" --job-name="$name" --comment="$comment" "$script" >"$tmp/.res/$ep" 2>&1 </dev/null
+		timeout --foreground -k 5 "$deadline" "$@" --job-name="$name" --comment="$comment" "$script" >"$tmp/.res/$ep" 2>&1 </dev/null
 		echo $? >"$tmp/.res/$ep.rc"
 	) &
 	k=$((k + 1))
