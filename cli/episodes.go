@@ -537,6 +537,7 @@ func (u *userNames) rename(ctx context.Context, lookup func(context.Context, []i
 func (e *env) newDriver(cfg *configs.Config, abs string, sum [32]byte, host remote.Host, lg *ledger.Ledger) *episode.Driver {
 	sl := slurm.New(host)
 	sl.Cluster = cfg.Cluster.Member
+	sl.Slow = func(s slurm.SlowCommand) { e.logf("%s", s) }
 	return &episode.Driver{
 		Config: cfg, ConfigPath: abs, ConfigSHA256: hex.EncodeToString(sum[:]),
 		Host: host, Slurm: sl, Ledger: lg, Version: Version,

@@ -45,6 +45,12 @@ type Client struct {
 	Cluster string
 	// Deadlines bound each kind of command (zero fields: DefaultDeadlines).
 	Deadlines Deadlines
+	// Slow, when set, is told of every command that took SlowAfter or
+	// more (zero: DefaultSlowAfter), and of every one stopped at its
+	// deadline: what a throttled controller looks like from here (under
+	// rl_enable the clients sleep and retry silently and exit 0).
+	Slow      func(SlowCommand)
+	SlowAfter time.Duration
 
 	mu           sync.Mutex
 	sacctVersion *Version // SacctVersion's answer, once asked

@@ -128,9 +128,52 @@ func (c *Client) RunVia(ctx context.Context, r remote.Runner, k Kind, cmd remote
 	d := c.Deadline(k)
 	dctx, cancel := context.WithTimeoutCause(ctx, d, errPastDeadline)
 	defer cancel()
+	start := time.Now()
 	res, err := r.Run(dctx, cmd)
+	took := time.Since(start)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(dctx), errPastDeadline) {
+		c.slow(SlowCommand{Kind: k, Command: cmd.Brief(), Took: took, Deadline: d, Stopped: true})
 		return nil, &DeadlineError{Kind: k, Command: cmd.Brief(), Deadline: d}
 	}
+	if took >= c.slowAfter() {
+		c.slow(SlowCommand{Kind: k, Command: cmd.Brief(), Took: took, Deadline: d})
+	}
 	return res, err
+}
+
+// DefaultSlowAfter is how long a Slurm command may take before the
+// Client's Slow hears of it: far above a healthy controller's tens to
+// hundreds of milliseconds, at the first back-off of a throttled one
+// (rl_enable's clients sleep 1 s, then 2 s, … per refusal).
+const DefaultSlowAfter = 2 * time.Second
+
+// SlowCommand is a Slurm command that took long (Client.Slow).
+type SlowCommand struct {
+	Kind     Kind
+	Command  string // cut by remote.Brief
+	Took     time.Duration
+	Deadline time.Duration
+	// Stopped: it reached its deadline and was stopped (outcome unknown).
+	Stopped bool
+}
+
+// String says it for a log line.
+func (s SlowCommand) String() string {
+	if s.Stopped {
+		return fmt.Sprintf("slurm: %s stopped at its deadline of %s (outcome unknown): a throttled or busy controller", s.Command, s.Deadline)
+	}
+	return fmt.Sprintf("slurm: %s took %.1f s (deadline %s): a throttled or busy controller", s.Command, s.Took.Seconds(), s.Deadline)
+}
+
+func (c *Client) slowAfter() time.Duration {
+	if c.SlowAfter > 0 {
+		return c.SlowAfter
+	}
+	return DefaultSlowAfter
+}
+
+func (c *Client) slow(s SlowCommand) {
+	if c.Slow != nil {
+		c.Slow(s)
+	}
 }

@@ -298,3 +298,55 @@ func TestDeadlineKillsLocalProcess(t *testing.T) {
 		}
 	}
 }
+
+// slowRunner answers every command through fakeRunner after delay.
+type slowRunner struct {
+	fakeRunner
+	delay time.Duration
+}
+
+func (s *slowRunner) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.fakeRunner.Run(ctx, cmd)
+}
+
+// TestSlowCommands: Client.Slow hears of each command that took SlowAfter
+// or more, with its duration, and of one stopped at its deadline; a quick
+// one is not reported.
+func TestSlowCommands(t *testing.T) {
+	var mu sync.Mutex
+	var got []SlowCommand
+	hear := func(s SlowCommand) { mu.Lock(); got = append(got, s); mu.Unlock() }
+
+	r := &slowRunner{delay: 30 * time.Millisecond}
+	r.handlers = map[string]func([]string) (string, string, int){"scancel": func([]string) (string, string, int) { return "", "", 0 }}
+	c := New(r)
+	c.Slow, c.SlowAfter = hear, 20*time.Millisecond
+	if err := c.Cancel(context.Background(), []string{"7"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Kind != KindScancel || got[0].Stopped || got[0].Took < 20*time.Millisecond ||
+		!strings.Contains(got[0].Command, "scancel") || !strings.Contains(got[0].String(), "took") {
+		t.Fatalf("slow scancel: %+v", got)
+	}
+
+	got = nil
+	c.SlowAfter = time.Second // the 30 ms command is quick now
+	if err := c.Cancel(context.Background(), []string{"7"}); err != nil || len(got) != 0 {
+		t.Fatalf("a quick scancel reported: %+v (%v)", got, err)
+	}
+
+	s := stalled("scancel")
+	c = New(s)
+	c.Deadlines, c.Slow = short, hear
+	if err := c.Cancel(context.Background(), []string{"7"}); !isDeadline(err) {
+		t.Fatalf("stalled scancel: %v", err)
+	}
+	if len(got) != 1 || !got[0].Stopped || got[0].Deadline != short.Scancel || !strings.Contains(got[0].String(), "stopped at its deadline") {
+		t.Fatalf("stopped scancel: %+v", got)
+	}
+}
