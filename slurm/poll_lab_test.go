@@ -2,7 +2,6 @@ package slurm
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +14,11 @@ import (
 // sacct only about the failed and the unknown, and take the hold from
 // squeue.
 func TestLabPoll(t *testing.T) {
-	l := needLab(t)
 	t.Parallel()
+	eachSlurm(t, testLabPoll)
+}
+
+func testLabPoll(t *testing.T, l *lab) {
 	c, cr := l.client(t)
 	tag := uniqueTag("poll")
 	held := submit(t, c, SubmitRequest{Wrap: "true", Comment: tag + ":held", Hold: true, Args: l.jobArgs(t)})
@@ -69,7 +71,7 @@ func TestLabPoll(t *testing.T) {
 	// Once slurmctld forgets the failed job (MinJobAge), only sacct knows it.
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		out, _ := exec.Command("squeue", "-h", "--states=all", "-j", failed, "-o", "%i").CombinedOutput()
+		out, _ := l.command(context.Background(), "squeue", "-h", "--states=all", "-j", failed, "-o", "%i").CombinedOutput()
 		if !strings.Contains(string(out), failed) {
 			break
 		}

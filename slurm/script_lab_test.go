@@ -15,8 +15,11 @@ import (
 // AccountingStoreFlags=job_script), and through BatchScript once
 // slurmctld has forgotten the job (MinJobAge=30 in the lab).
 func TestLabBatchScript(t *testing.T) {
-	l := needLab(t)
 	t.Parallel()
+	eachSlurm(t, testLabBatchScript)
+}
+
+func testLabBatchScript(t *testing.T, l *lab) {
 	c, cr := l.client(t)
 	dashes := strings.Repeat("-", 80)
 	body := "#!/bin/bash\n" +

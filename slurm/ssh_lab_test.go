@@ -13,15 +13,10 @@ import (
 	"github.com/nemorl/nemorl-slurm/remote"
 )
 
-// sshClient dials the lab's sshd as the lab user, with strict host keys,
-// and returns a Client over that one connection, counting its commands.
-func sshClient(t *testing.T, opts ...func(*remote.Options)) (*Client, *countingRunner, labtest.Lab) {
-	t.Helper()
-	needLab(t)
-	return sshClientAt(t, labtest.Env(t), opts...)
-}
-
-// sshClientAt is sshClient through lab's sshd (a private one: PrivateSSHD).
+// sshClientAt dials lab's sshd (cluster 1's, cluster 3's login:
+// labtest.Slurm.Lab; a private one: PrivateSSHD) as the lab user, with
+// strict host keys, and returns a Client over that one connection,
+// counting its commands.
 func sshClientAt(t *testing.T, lab labtest.Lab, opts ...func(*remote.Options)) (*Client, *countingRunner, labtest.Lab) {
 	t.Helper()
 	lab.WaitSSH(t, time.Minute)
@@ -45,10 +40,15 @@ func sshClientAt(t *testing.T, lab labtest.Lab, opts ...func(*remote.Options)) (
 }
 
 // TestSSHChain submits a 3-job afterok chain over one SSH connection as the
-// lab user; a Query of 300 ids is one sacct; cancelling the running parent
-// cancels the children (--kill-on-invalid-dep=yes).
+// lab user, on each Slurm's login (on 24.11 its RPCs rate limited); a
+// Query of 300 ids is one sacct; cancelling the running parent cancels the
+// children (--kill-on-invalid-dep=yes).
 func TestSSHChain(t *testing.T) {
-	c, cr, lab := sshClient(t)
+	eachSlurm(t, testSSHChain)
+}
+
+func testSSHChain(t *testing.T, l *lab) {
+	c, cr, lab := sshClientAt(t, l.slurm.Lab)
 	ctx := context.Background()
 	args := []string{"--time=5", "--output=/dev/null", "--partition=" + lab.Partition}
 	tag := uniqueTag("ssh-chain")

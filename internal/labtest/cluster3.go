@@ -184,15 +184,20 @@ func (l Lab) Cluster3(t testing.TB) Lab {
 }
 
 // Cluster3Vars are the variables ("NAME=value") that send this machine's
-// Slurm clients to cluster 3: its 24.11 clients first on PATH (22.05's
-// cannot talk to it) and its slurm.conf. Nil when lab.env has no cluster
-// 3. For remote.WithEnv; Cluster3Env is the whole environment.
+// Slurm clients to cluster 3: a PATH of its 24.11 clients and the system's
+// directories (22.05's clients cannot talk to it; short, as a command
+// line in an error message is cut at 400 bytes) and its slurm.conf. Nil
+// when lab.env has no cluster 3. For remote.WithEnv; Cluster3Env is the
+// whole environment.
 func (l Lab) Cluster3Vars() []string {
 	if !l.HasCluster3() {
 		return nil
 	}
-	return []string{"PATH=" + filepath.Join(l.Lab3.Prefix, "bin") + ":" + os.Getenv("PATH"), "SLURM_CONF=" + l.Lab3.Conf}
+	return []string{"PATH=" + filepath.Join(l.Lab3.Prefix, "bin") + ":" + systemPath, "SLURM_CONF=" + l.Lab3.Conf}
 }
+
+// systemPath is the PATH after cluster 3's clients in Cluster3Vars.
+const systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Cluster3Env is this process's environment with Cluster3Vars: for
 // exec.Cmd.Env, to run Slurm's clients here against cluster 3 (as root:

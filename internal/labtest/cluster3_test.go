@@ -45,9 +45,9 @@ func TestLoadCluster3(t *testing.T) {
 		c.RLBucket != 30 || c.RLRefill != 2 || c.LogDir != "/var/lib/nemorl-lab/log" || lab.SSHPort != 2222 || lab.Cluster != "nemorl-lab" {
 		t.Errorf("cluster 3: %+v", lab)
 	}
-	t.Setenv("PATH", "/usr/bin:/bin")
+	t.Setenv("PATH", "/somewhere:/usr/bin:/bin")
 	t.Setenv("SLURM_CONF", "/elsewhere")
-	want := []string{"PATH=/opt/nemorl-slurm-24.11/bin:/usr/bin:/bin", "SLURM_CONF=/etc/slurm-lab3/slurm.conf"}
+	want := []string{"PATH=/opt/nemorl-slurm-24.11/bin:" + systemPath, "SLURM_CONF=/etc/slurm-lab3/slurm.conf"}
 	if got := lab.Cluster3Vars(); !slices.Equal(got, want) {
 		t.Errorf("Cluster3Vars = %q, want %q", got, want)
 	}
