@@ -140,8 +140,11 @@ type labCLI struct {
 	sharedWorkdir string
 	// slurmEnv is the environment of Slurm's clients run here for x's
 	// cluster: nil for cluster 1 (this process's), cluster 2's when the
-	// episodes run there (onCluster2).
+	// episodes run there (onCluster2), cluster 3's (on).
 	slurmEnv []string
+	// slurm is x's Slurm when x was pointed at one (on); zero otherwise
+	// (cluster 1, or cluster 2 by onCluster2).
+	slurm labtest.Slurm
 }
 
 // newLabCLI is the lab and the built binary for a test, with configs/lab-none.yaml
@@ -590,11 +593,17 @@ var sacctQueries = [][]string{
 
 const sacctAllStates = "BF,CA,CD,DL,F,NF,OOM,PD,PR,R,RQ,RS,RV,S,TO"
 
-// sacctEpisode lists the jobs sacct knows for ep (by job name or comment).
-func sacctEpisode(ep string) ([]sacctJob, error) {
+// sacctEpisode lists the jobs sacct knows for ep (by job name or comment)
+// on cluster 1 and cluster 2.
+func sacctEpisode(ep string) ([]sacctJob, error) { return sacctEpisodeOn(labtest.Slurm{}, ep) }
+
+// sacctEpisodeOn is sacctEpisode with s's sacct (the zero Slurm: cluster
+// 1's, which shows cluster 2's jobs as well; cluster 3 has a slurmdbd of
+// its own).
+func sacctEpisodeOn(s labtest.Slurm, ep string) ([]sacctJob, error) {
 	byID := map[string]sacctJob{}
 	for _, args := range sacctQueries {
-		out, err := exec.Command("sacct", args...).Output()
+		out, err := s.Command("sacct", args...).Output()
 		if err != nil {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
@@ -685,9 +694,15 @@ func (w sacctWant) mismatch(ep string, jobs []sacctJob) string {
 // says, and fails t if it does not within sacctPatience.
 func waitSacct(t *testing.T, ep string, w sacctWant) []sacctJob {
 	t.Helper()
+	return waitSacctOn(t, labtest.Slurm{}, ep, w)
+}
+
+// waitSacctOn is waitSacct with s's sacct (sacctEpisodeOn).
+func waitSacctOn(t *testing.T, s labtest.Slurm, ep string, w sacctWant) []sacctJob {
+	t.Helper()
 	deadline := time.Now().Add(sacctPatience)
 	for {
-		jobs, err := sacctEpisode(ep)
+		jobs, err := sacctEpisodeOn(s, ep)
 		why := ""
 		if err != nil {
 			why = err.Error()

@@ -124,6 +124,9 @@ func (x *labCLI) onCluster2(t *testing.T, west labtest.Lab) {
 // cluster 1, lab/cluster2 on cluster 2).
 func (x *labCLI) fault(t *testing.T, verb string) {
 	t.Helper()
+	if x.slurm.Name != "" && x.slurmEnv != nil { // on(cluster 3)
+		t.Fatalf("fault %s: the lab's fault tools are cluster 1's (lab/daemon) and cluster 2's (lab/cluster2), not %s's", verb, x.slurm.Cluster)
+	}
 	if x.slurmEnv == nil { // cluster 1
 		args := map[string][]string{
 			"slurmctld-restart": {"restart", "slurmctld"},
@@ -147,7 +150,7 @@ func (x *labCLI) fault(t *testing.T, verb string) {
 
 // slurmCmd is a Slurm client run here against x's cluster.
 func (x *labCLI) slurmCmd(name string, args ...string) *exec.Cmd {
-	c := exec.Command(name, args...)
+	c := x.slurm.Command(name, args...) // cluster 3's own clients (on)
 	c.Env = x.slurmEnv
 	return c
 }

@@ -1,17 +1,14 @@
 package cli
 
 // serve against a controller that rate-limits its users: the lab's
-// optional cluster 3 (lab/cluster3: Slurm 24.11 with
+// cluster 3 (lab/cluster3: Slurm 24.11 with
 // SlurmctldParameters=rl_enable, bucket 30, refill 2/s; lab/README.md).
 
 import (
 	"bufio"
-	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,72 +18,36 @@ import (
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 )
 
-// lab3 is what $STATE/lab3.env says of cluster 3, or a skip: it is not
-// part of lab/up, make test or CI (it builds Slurm 24.11 from source), so
-// its absence is never a failure.
-func lab3(t *testing.T, lab labtest.Lab) map[string]string {
-	t.Helper()
-	p := filepath.Join(filepath.Dir(lab.File), "lab3.env")
-	f, err := os.Open(p)
-	if err != nil {
-		t.Skipf("cluster 3 (Slurm 24.11 with rl_enable) is not set up (%v): sudo lab/cluster3 up", err)
-	}
-	defer f.Close()
-	vars, err := labtest.Parse(f)
-	if err != nil {
-		t.Fatalf("%s: %v", p, err)
-	}
-	for _, port := range []string{vars["NEMORL_LAB3_SSH_PORT"], vars["NEMORL_LAB3_SLURMCTLD_PORT"]} {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), 2*time.Second)
-		if err != nil {
-			t.Skipf("cluster 3 is not running (%v): sudo lab/cluster3 up", err)
-		}
-		c.Close()
-	}
-	return vars
-}
-
-// TestServeRateLimitedLab: a burst of NEMORL_RL_ROWS rows (default 24; with
-// NEMORL_RL_SUBMIT_RATE, cluster.submit_rate set to it) to a
-// serve whose cluster throttles every user's RPCs. Slurm's client
-// commands back off by themselves there (they sleep and retry, print
-// nothing and exit 0; lab/README.md "Cluster 3"), so what the tool sees is
-// slow sbatch and squeue: every row must still be scored, once, and the
-// controller's log must show it told this user to back off.
+// TestServeRateLimitedLab: a burst of NEMORL_RL_ROWS rows (default 8; with
+// NEMORL_RL_SUBMIT_RATE, cluster.submit_rate set to it) to a serve whose
+// cluster, the lab's cluster 3, throttles every user's RPCs. Slurm's
+// client commands back off by themselves there (they sleep and retry,
+// print nothing and exit 0; lab/README.md "Cluster 3"), so what the tool
+// sees is slow sbatch and squeue: every row must still be scored, once,
+// and the controller's log must show it told the lab user to back off
+// while the rows ran. The test holds cluster 3 alone (LockCluster3): the
+// lab user's RPCs share one bucket, and those refused must be the burst's.
 func TestServeRateLimitedLab(t *testing.T) {
+	t.Parallel()
+	labtest.LockCluster3(t) // before newLabCLI's labtest.Env
 	x := newLabCLI(t)
 	requireStandIns(t)
-	v := lab3(t, x.lab)
-	n := 24
-	if s := os.Getenv("NEMORL_RL_ROWS"); s != "" {
+	s := x.lab.Slurm3(t)
+	n := 8
+	if v := os.Getenv("NEMORL_RL_ROWS"); v != "" {
 		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < 1 {
-			t.Fatalf("NEMORL_RL_ROWS=%q: want a number ≥ 1", s)
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("NEMORL_RL_ROWS=%q: want a number ≥ 1", v)
 		}
 	}
-	port, _ := strconv.Atoi(v["NEMORL_LAB3_SSH_PORT"])
-	pub, err := os.ReadFile(v["NEMORL_LAB3_HOST_KEY_PUB"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	// lab/up rewrites the lab's known_hosts without cluster 3's entry: pin
-	// its host key here.
-	f := strings.Fields(string(pub))
-	if len(f) < 2 {
-		t.Fatalf("%s: not a public key", v["NEMORL_LAB3_HOST_KEY_PUB"])
-	}
-	known := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(known, []byte(fmt.Sprintf("[127.0.0.1]:%d %s %s\n", port, f[0], f[1])), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	spec := clusterSpec{name: "rl", port: port, knownHosts: known}
+	spec := clusterSpec{name: "rl", port: s.Lab.SSHPort, knownHosts: s.Lab.KnownHosts}
 	if r := os.Getenv("NEMORL_RL_SUBMIT_RATE"); r != "" { // cluster.submit_rate: the tool paces its sbatch
 		spec.extra = append(spec.extra, "submit_rate: "+r)
 	}
 	cfg := x.clustersConfigOf(t, 64, spec)
 
 	// The controller's log from here on: one line per RPC it refused.
-	ctldLog := filepath.Join(v["NEMORL_LAB3_LOGDIR"], "slurmctld-lab3.log")
+	ctldLog := s.CtldLog
 	from := fileSize(t, ctldLog)
 	u, err := user.Lookup(x.lab.User)
 	if err != nil {
