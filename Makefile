@@ -18,7 +18,7 @@ help: ## list the targets
 build: ## build bin/nemorl-slurm
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nemorl-slurm
 
-test: lab-up shellcheck ## install and start the lab, then shellcheck, gofmt, vet and every test with -race (lab tests required)
+test: lab-up shellcheck ## install and start the lab (clusters 1-3), then shellcheck, gofmt, vet and every test with -race (lab tests required)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -56,7 +56,8 @@ shellcheck: ## shellcheck every shell file: *.sh, sh/bash shebangs, the golden r
 	    printf '%s\0' "$$f"; \
 	  done | xargs -0 -r sh -c 'shellcheck -x -- "$$@" && echo "shellcheck: $$# files, no findings"' sh
 
-demo: build lab-up ## bring the lab up and run one full episode over SSH in real containers (stand-in stages)
+demo: build ## bring the lab up (clusters 1 and 2: lab/up) and run one full episode over SSH in real containers (stand-in stages)
+	lab/up
 	@set -e; cfg=$${NEMORL_LAB_DIR:-/var/lib/nemorl-lab}/lab.yaml; \
 	  lab/gpu-node on; cp configs/lab.yaml $$cfg; \
 	  $(BIN) images lock --config $$cfg >&2; \
@@ -69,8 +70,11 @@ demo: build lab-up ## bring the lab up and run one full episode over SSH in real
 	  done; printf '%s\n' "$$rows"; \
 	  $(BIN) result --json $$ep | grep -m1 '"isolation"'
 
-lab-up: ## install (apt-get) and start the local Slurm lab; idempotent, needs root
-	lab/up
+lab-up: ## install (apt-get) and start the local Slurm lab, cluster 3 (Slurm 24.11) included; idempotent, needs root
+	@# --cluster3: Slurm 24.11 (rl_enable) as well, built once beside
+	@# Apptainer's build; a failed build or start fails lab-up, and so
+	@# make test (lab/README.md, "Cluster 3").
+	lab/up --cluster3
 
 lab-down: ## stop the lab
 	lab/down

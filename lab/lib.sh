@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced: the scripts that source it use the variables it sets.
 # shellcheck disable=SC2034
-# Shared definitions for lab/up, lab/down, lab/status, lab/sshd and lab/daemon.
+# Shared definitions for lab/up, lab/down, lab/status, lab/sshd, lab/daemon
+# and lab/cluster3.
 # Sourced, never executed. Callers run with `set -euo pipefail`.
 
 LAB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -55,6 +56,15 @@ SSHD_LOG="$LOGDIR/sshd.log"
 CLIENT_KEY="$KEYDIR/nemorl_ed25519"
 KNOWN_HOSTS="$STATE/known_hosts"
 LAB_ENV="$STATE/lab.env"
+
+# Cluster 3 (lab/cluster3): what lab/up, lab/down and lab/status need of it
+# (the rest is lab/cluster3's own).
+LAB3_SSH_PORT=2225
+SSHD3_HOST_KEY="$SSHDIR/ssh_host_ed25519_key-lab3"
+LAB3_ENV="$STATE/lab3.env"
+# Its build's dependencies, from this machine's release (lab/up --cluster3
+# installs them with its own packages: no apt-get runs beside the builds).
+LAB3_BUILD_DEPS=(build-essential pkg-config python3 libmunge-dev libmariadb-dev libmariadb-dev-compat)
 
 MUNGE_PID=/run/munge/munged.pid
 MUNGE_LOG="$LOGDIR/munged.log"
