@@ -33,6 +33,9 @@ type Options struct {
 	// MaxDecoded bounds the bytes decoded from binary sections (0:
 	// DefaultMaxDecoded); a patch beyond it is refused.
 	MaxDecoded int64
+	// MaxOpaque bounds the added bytes that read as nothing the check
+	// reads (0: DefaultMaxOpaque); a patch beyond it is refused.
+	MaxOpaque int64
 }
 
 // fileHeader is what the extended header of one file's diff says.
@@ -187,75 +190,76 @@ func isZeroID(id string) bool { return id != "" && strings.Trim(id, "0") == "" }
 var errNoBase = errors.New("no pristine copy of the file it applies to")
 
 // decodeSection rebuilds what git apply would write for a binary section:
-// the forward hunk's result (decoded, and for a delta applied to its
+// the forward hunk's result (and, for a delta, the bytes it inserts) (decoded, and for a delta applied to its
 // base), checked against the index line's blob ids; the reverse hunk must
 // decode too. budget bounds the bytes decoded.
-func decodeSection(sec *binSection, o Options, budget int64) (out []byte, used int64, err error) {
+func decodeSection(sec *binSection, o Options, budget int64) (out, inserted []byte, used int64, err error) {
 	if sec.err != "" {
-		return nil, 0, errors.New(sec.err)
+		return nil, nil, 0, errors.New(sec.err)
 	}
 	if len(sec.hunks) == 0 {
-		return nil, 0, errors.New("no literal or delta hunk")
+		return nil, nil, 0, errors.New("no literal or delta hunk")
 	}
 	f := sec.file
 	if !(isFullID(f.newID) || isZeroID(f.newID)) || !(isFullID(f.oldID) || isZeroID(f.oldID)) {
-		return nil, 0, fmt.Errorf("its index line %q does not give full blob ids, as git apply requires of a binary patch", f.oldID+".."+f.newID)
+		return nil, nil, 0, fmt.Errorf("its index line %q does not give full blob ids, as git apply requires of a binary patch", f.oldID+".."+f.newID)
 	}
 	fwd := sec.hunks[0]
 	h, err := decodeBinaryHunk(fwd.delta, fwd.size, fwd.body, budget)
 	if err != nil {
-		return nil, 0, fmt.Errorf("its %s hunk at line %d: %w", hunkKind(fwd.delta), fwd.line, err)
+		return nil, nil, 0, fmt.Errorf("its %s hunk at line %d: %w", hunkKind(fwd.delta), fwd.line, err)
 	}
 	used = int64(len(h.Data))
 	var base []byte
 	newFile := f.newFile || isZeroID(f.oldID)
 	if !newFile {
 		if f.oldPath == "" {
-			return nil, used, errors.New("the diff header names no file it applies to")
+			return nil, nil, used, errors.New("the diff header names no file it applies to")
 		}
 		if fwd.delta {
 			if o.Pristine == nil {
-				return nil, used, fmt.Errorf("a delta against %s: %w", f.oldPath, errNoBase)
+				return nil, nil, used, fmt.Errorf("a delta against %s: %w", f.oldPath, errNoBase)
 			}
 			b, err := o.Pristine(f.oldPath)
 			if err != nil {
-				return nil, used, fmt.Errorf("a delta against %s: %w (%v)", f.oldPath, errNoBase, err)
+				return nil, nil, used, fmt.Errorf("a delta against %s: %w (%v)", f.oldPath, errNoBase, err)
 			}
 			if id := gitBlobID(b); id != f.oldID {
-				return nil, used, fmt.Errorf("a delta against %s, whose pristine blob is %s, not the %s its index line names", f.oldPath, id, f.oldID)
+				return nil, nil, used, fmt.Errorf("a delta against %s, whose pristine blob is %s, not the %s its index line names", f.oldPath, id, f.oldID)
 			}
 			base = b
 		}
 	}
 	out = h.Data
 	if fwd.delta {
+		inserted, _, _ = deltaInserts(h.Data, int64(len(base)), budget-used)
 		out, err = applyGitDelta(base, h.Data, budget-used)
 		if err != nil {
-			return nil, used, fmt.Errorf("its delta hunk at line %d: %w", fwd.line, err)
+			return nil, nil, used, fmt.Errorf("its delta hunk at line %d: %w", fwd.line, err)
 		}
 		used += int64(len(out))
 	}
 	if isZeroID(f.newID) {
 		if len(out) != 0 {
-			return nil, used, fmt.Errorf("it deletes the file but its forward hunk holds %d bytes", len(out))
+			return nil, nil, used, fmt.Errorf("it deletes the file but its forward hunk holds %d bytes", len(out))
 		}
 	} else if id := gitBlobID(out); id != f.newID {
-		return nil, used, fmt.Errorf("its result has blob id %s, not the %s its index line names", id, f.newID)
+		return nil, nil, used, fmt.Errorf("its result has blob id %s, not the %s its index line names", id, f.newID)
 	}
 	if len(sec.hunks) > 1 {
 		rev := sec.hunks[1]
 		rh, err := decodeBinaryHunk(rev.delta, rev.size, rev.body, budget-used)
 		if err != nil {
-			return nil, used, fmt.Errorf("its reverse %s hunk at line %d: %w", hunkKind(rev.delta), rev.line, err)
+			return nil, nil, used, fmt.Errorf("its reverse %s hunk at line %d: %w", hunkKind(rev.delta), rev.line, err)
 		}
 		used += int64(len(rh.Data))
 		if rev.delta {
 			if _, err := applyGitDelta(out, rh.Data, budget-used); err != nil {
-				return nil, used, fmt.Errorf("its reverse delta hunk at line %d: %w", rev.line, err)
+				return nil, nil, used, fmt.Errorf("its reverse delta hunk at line %d: %w", rev.line, err)
 			}
 		}
 	}
-	return out, used, nil
+	return out, inserted, used, nil
 }
 
 func hunkKind(delta bool) string {

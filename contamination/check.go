@@ -20,6 +20,7 @@ const (
 	KindPair      Kind = "pair"      // part of a statement with its answer nearby
 	KindName      Kind = "name"      // the eval set named (a dataset name or id)
 	KindBinary    Kind = "binary"    // a binary section the checker cannot decode or rebuild: refused
+	KindOpaque    Kind = "opaque"    // more added data than Options.MaxOpaque that reads as nothing: refused
 )
 
 // Finding is one piece of evidence of contamination.
@@ -42,6 +43,9 @@ type Report struct {
 	BinarySections int   `json:"binary_sections,omitempty"`
 	DecodedBytes   int64 `json:"decoded_bytes,omitempty"`
 	DecodedLines   int   `json:"decoded_lines,omitempty"`
+	// OpaqueBytes is the added data that read as nothing the check
+	// reads (opaque.go); above Options.MaxOpaque the patch is refused.
+	OpaqueBytes int64 `json:"opaque_bytes,omitempty"`
 	// the parameters used, for the record
 	N         int     `json:"ngram"`
 	Threshold float64 `json:"threshold"`
@@ -114,6 +118,7 @@ type scores struct {
 	AnswersFound   int       // best window: distinct eligible answers
 	AnswersElig    int       // eligible answers
 	ColumnAnswers  int       // best column window: distinct eligible answers
+	Opaque         int64     // opaque bytes (opaque.go)
 }
 
 // ---- preparation -------------------------------------------------------
@@ -411,12 +416,15 @@ type checker struct {
 	lineHas  map[int][]uint64 // recent lines: the problems with matched text on them
 	binLines map[int]string   // patch lines whose text was decoded: from what
 	refused  []Finding        // binary sections refused
+	// round three
+	pristineText bool // the text being read is the pristine tree's (a copy or rename)
 }
 
 const bloomBits = 1 << 20
 
 func check(patch []byte, problems []Problem, pr params, o Options) (Report, scores) {
 	rep := Report{N: pr.N, Threshold: pr.Threshold}
+	var sc scores
 	c := &checker{pr: pr, byAns: map[int][]int32{}, ansIdx: map[int]int{}, lineHas: map[int][]uint64{}}
 	pp := prepareCached(problems, pr)
 	c.index, c.bloom = pp.index, pp.bloom
@@ -452,14 +460,22 @@ func check(patch []byte, problems []Problem, pr params, o Options) (Report, scor
 		rep.AddedLines++
 		fd.line(lineNo, text, 0)
 	}, fd.section, fd.copied)
-	fd.flushB64(0)
+	fd.flushRuns(0)
 	c.finish()
+	maxOpaque := o.MaxOpaque
+	if maxOpaque <= 0 {
+		maxOpaque = DefaultMaxOpaque
+	}
+	opq := fd.opaqueFinding(maxOpaque)
+	sc.Opaque = fd.opq.total
 
-	var sc scores
 	sc.AnswersElig = len(c.ansIdx)
 	sc.AnswersFound = c.best
 	sc.ColumnAnswers = c.cols.best
 	rep.Findings = append(rep.Findings, c.refused...)
+	if opq != nil {
+		rep.Findings = append(rep.Findings, *opq)
+	}
 	if f := c.nameFinding(); f != nil {
 		rep.Findings = append(rep.Findings, *f)
 	}

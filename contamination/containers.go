@@ -30,10 +30,6 @@ import (
 // maxUnpackDepth bounds nested decoding (base64 of a tar.gz of a zip...).
 const maxUnpackDepth = 4
 
-// minBase64 is the shortest base64 run that is decoded: shorter runs are
-// identifiers, hashes and words.
-const minBase64 = 64
-
 var errUnreadable = errors.New("an archive format the checker does not read")
 
 type magic struct {
@@ -124,15 +120,22 @@ func unpack(kind string, b []byte, budget int64) ([]part, error) {
 		if err != nil {
 			return nil, err
 		}
+		registerZipMethods(zr)
 		var parts []part
 		for _, f := range zr.File {
 			if f.FileInfo().IsDir() {
 				continue
 			}
+			if f.Flags&0x1 != 0 {
+				return parts, fmt.Errorf("member %q is encrypted: %w", f.Name, errUnreadable)
+			}
 			if int64(f.UncompressedSize64) > budget {
 				return nil, fmt.Errorf("member %q: %w", f.Name, errBudget)
 			}
 			rc, err := f.Open()
+			if errors.Is(err, zip.ErrAlgorithm) {
+				return parts, fmt.Errorf("member %q is compressed with method %d: %w", f.Name, f.Method, errUnreadable)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("member %q: %w", f.Name, err)
 			}
@@ -178,50 +181,6 @@ func unpack(kind string, b []byte, budget int64) ([]part, error) {
 	return []part{{data: data}}, err
 }
 
-// isB64 tells the characters of standard and URL-safe base64.
-func isB64(c byte) bool {
-	return isASCIILetter(c) || isDigit(c) || c == '+' || c == '/' || c == '-' || c == '_'
-}
-
-// b64Runs calls f for each run of at least min base64 characters in l
-// (its '=' padding included).
-func b64Runs(l []byte, min int, f func(run []byte, atEnd, atStart bool)) {
-	for i := 0; i < len(l); {
-		if !isB64(l[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(l) && isB64(l[j]) {
-			j++
-		}
-		k := j
-		for k < len(l) && k-j < 2 && l[k] == '=' {
-			k++
-		}
-		if j-i >= min {
-			f(l[i:k], onlyQuoting(l[k:]), onlyQuoting(l[:i]))
-		}
-		i = k
-		if i == j {
-			i++
-		}
-	}
-}
-
-// onlyQuoting tells whether b holds nothing but the quotes, commas,
-// brackets, spaces and backslashes that wrap a string across lines.
-func onlyQuoting(b []byte) bool {
-	for _, c := range b {
-		switch c {
-		case ' ', '\t', '"', '\'', ',', '\\', '(', ')', '[', ']', '+', ';':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // decodeB64 decodes a base64 blob in standard or URL-safe form, padded or
 // not; ok is false when it is not base64.
 func decodeB64(s []byte) ([]byte, bool) {
@@ -237,3 +196,28 @@ func decodeB64(s []byte) ([]byte, bool) {
 	}
 	return out[:n], true
 }
+
+// registerZipMethods lets a zip reader read the members compressed with
+// bzip2 (method 12), zstd (93) and xz (95) besides store and deflate; a
+// member of any other method (LZMA, PPMd, ...) is refused as unreadable.
+func registerZipMethods(zr *zip.Reader) {
+	zr.RegisterDecompressor(12, func(r io.Reader) io.ReadCloser { return io.NopCloser(bzip2.NewReader(r)) })
+	zr.RegisterDecompressor(93, func(r io.Reader) io.ReadCloser {
+		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(64<<20))
+		if err != nil {
+			return io.NopCloser(errReader{err})
+		}
+		return d.IOReadCloser()
+	})
+	zr.RegisterDecompressor(95, func(r io.Reader) io.ReadCloser {
+		x, err := xz.NewReader(r)
+		if err != nil {
+			return io.NopCloser(errReader{err})
+		}
+		return io.NopCloser(x)
+	})
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

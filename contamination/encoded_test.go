@@ -151,14 +151,24 @@ func TestEncodedOrdinary(t *testing.T) {
 	for name, patch := range map[string][]byte{
 		"gz code":          binarySectionPatch("a/code.py.gz", gz(code)),
 		"zip code":         binarySectionPatch("a/code.zip", zipOf("code.py", code)),
-		"noise":            binarySectionPatch("a/noise.bin", noise),
-		"base64 noise":     []byte(addedFile("a/img.py", wrap76(base64.StdEncoding.EncodeToString(noise)))),
 		"base64 gz code":   []byte(addedFile("a/x.py", []string{`X = "` + base64.StdEncoding.EncodeToString(gz(code)) + `"`})),
-		"base64 hashes":    []byte(addedFile("a/h.txt", hashes)),
+		"a few hashes":     []byte(addedFile("a/h.txt", hashes[:10])),
 		"long identifiers": []byte(addedFile("a/id.go", []string{strings.Repeat("abcdefghij", 30), strings.Repeat("Zq9", 50)})),
 	} {
 		if rep := Check(patch, ps); rep.Contaminated {
 			t.Errorf("%s: flagged: %+v", name, rep.Findings)
+		}
+	}
+	// round three: random bytes read as nothing, so beyond
+	// DefaultMaxOpaque they are refused (readable or refused), as opaque
+	for name, patch := range map[string][]byte{
+		"noise":         binarySectionPatch("a/noise.bin", noise),
+		"base64 noise":  []byte(addedFile("a/img.py", wrap76(base64.StdEncoding.EncodeToString(noise)))),
+		"base64 hashes": []byte(addedFile("a/h.txt", hashes)),
+	} {
+		rep := Check(patch, ps)
+		if f := findingOf(rep, KindOpaque); f == nil || len(rep.Findings) != 1 {
+			t.Errorf("%s: want one opaque refusal: %+v", name, rep.Findings)
 		}
 	}
 }

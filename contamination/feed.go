@@ -1,6 +1,7 @@
 package contamination
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -8,26 +9,30 @@ import (
 
 // feed turns the patch's added text, and everything decoded from it, into
 // the lexer's token stream: text lines as they are; binary sections
-// decoded; containers unpacked; base64 blobs decoded (a blob may run over
-// several lines, as wrapped strings do). Every decoded byte counts against
-// max; what cannot be decoded within it is refused.
+// decoded; containers unpacked; encoded runs and integer arrays decoded (a
+// run may be assembled over several lines, as wrapped strings are). Every
+// decoded byte counts against max; what cannot be decoded within it is
+// refused; what decodes to nothing readable is opaque (opaque.go).
 type feed struct {
-	c   *checker
-	lx  *lexer
-	rep *Report
-	o   Options
-	max int64
-	b64 [maxUnpackDepth + 1]b64Acc
-}
-
-// b64Acc collects a base64 blob that runs over lines.
-type b64Acc struct {
-	buf  []byte
-	line int
+	c    *checker
+	lx   *lexer
+	rep  *Report
+	o    Options
+	max  int64
+	runs [maxUnpackDepth + 1]runAcc
+	ints [maxUnpackDepth + 1]intAcc
+	b85  [maxUnpackDepth + 1]runAcc
+	qp   [maxUnpackDepth + 1]runAcc
+	opq  opaqueState
+	// noCount > 0 while a second reading of counted text (percent or
+	// quoted-printable decoded) or pristine text is read: nothing opaque
+	// is counted in it
+	noCount int
 }
 
 // line lexes one line of text at patch line lineNo (depth: how many
-// decodings produced it), then decodes its base64 blobs.
+// decodings produced it), then decodes its encoded runs, arrays and
+// escapes.
 func (f *feed) line(lineNo int, text []byte, depth int) {
 	c := f.c
 	c.line = lineNo
@@ -38,56 +43,250 @@ func (f *feed) line(lineNo int, text []byte, depth int) {
 	if depth >= maxUnpackDepth {
 		return
 	}
-	acc := &f.b64[depth]
-	continued := false
-	b64Runs(text, 16, func(run []byte, atEnd, atStart bool) {
-		switch {
-		case len(acc.buf) > 0 && atStart && !continued:
-			// the blob goes on from the line before
-			acc.buf = append(acc.buf, run...)
-			continued = true
-			if !atEnd {
-				f.flushB64(depth)
-			}
-		default:
-			if len(acc.buf) > 0 {
-				f.flushB64(depth)
-			}
-			if atEnd {
-				acc.buf = append(acc.buf[:0], run...)
-				acc.line = lineNo
-				continued = true
-			} else if len(run) >= minBase64 {
-				f.blob(lineNo, run, depth)
+	scanRuns(text, &f.runs[depth], lineNo, func(run []byte, at int) { f.run(at, run, depth) })
+	scanInts(text, &f.ints[depth], lineNo, func(vals []int64, at int) { f.array(at, vals, depth) })
+	f.lineB85(lineNo, text, depth)
+	f.escapes(lineNo, text, depth)
+}
+
+// flushRuns ends the runs and arrays pending at depth.
+func (f *feed) flushRuns(depth int) {
+	if depth > maxUnpackDepth {
+		return
+	}
+	if r := &f.runs[depth]; len(r.buf) >= minRun {
+		buf := append([]byte(nil), r.buf...)
+		r.buf, r.open = r.buf[:0], false
+		f.run(r.line, buf, depth)
+	} else {
+		r.buf, r.open = r.buf[:0], false
+	}
+	if a := &f.ints[depth]; len(a.vals) >= minArray {
+		vals := append([]int64(nil), a.vals...)
+		a.vals, a.open = a.vals[:0], false
+		f.array(a.line, vals, depth)
+	} else {
+		a.vals, a.open = a.vals[:0], false
+	}
+	if r := &f.b85[depth]; len(r.buf) >= minRun {
+		buf := append([]byte(nil), r.buf...)
+		r.buf = r.buf[:0]
+		f.base85(r.line, buf, depth)
+	} else {
+		r.buf = r.buf[:0]
+	}
+	if q := &f.qp[depth]; len(q.buf) > 0 {
+		buf := append([]byte(nil), q.buf...)
+		q.buf = q.buf[:0]
+		f.reading(q.line, unescapeHex(buf, '=', false), "quoted-printable text", depth)
+	}
+}
+
+// flushB64 is flushRuns (the name of round two).
+func (f *feed) flushB64(depth int) { f.flushRuns(depth) }
+
+// run decodes one assembled run of a base16/32/64 alphabet found at patch
+// line lineNo: the first decoding that reads as text or a container is
+// read; when none does and the run looks encoded, its decoded size is
+// opaque.
+func (f *feed) run(lineNo int, s []byte, depth int) {
+	class := runClass(s)
+	type dec struct {
+		name string
+		b    []byte
+	}
+	var decs []dec
+	if isHexRun(s) {
+		decs = append(decs, dec{"hex", decodeHex(s)})
+	}
+	if isB32Run(s) {
+		if b, ok := decodeB32(s); ok {
+			decs = append(decs, dec{"base32", b})
+		}
+	}
+	if b, ok := decodeB64(s); ok {
+		decs = append(decs, dec{"base64", b})
+	}
+	for _, d := range decs {
+		if len(d.b) == 0 || !f.readable(d.b) {
+			continue
+		}
+		if !f.spend(lineNo, int64(len(d.b)), d.name+" text") {
+			return
+		}
+		f.content(lineNo, d.b, fmt.Sprintf("%s text at line %d", d.name, lineNo), depth+1, true)
+		return
+	}
+	if class != "" && class != "base85" {
+		size := int64(len(s)) * 3 / 4
+		for _, d := range decs {
+			if d.name == class {
+				size = int64(len(d.b))
 			}
 		}
-	})
-	if !continued && len(acc.buf) > 0 {
-		f.flushB64(depth)
+		f.addOpaque(lineNo, size, fmt.Sprintf("%s text at line %d that decodes to neither text nor a container the check reads", class, lineNo))
 	}
 }
 
-// flushB64 decodes the pending blob of depth.
-func (f *feed) flushB64(depth int) {
-	acc := &f.b64[depth]
-	if len(acc.buf) >= minBase64 {
-		f.blob(acc.line, acc.buf, depth)
+// lineB85 collects the base85 runs of a line: a line that is one such run
+// (wrapped, quoted or not) goes on from the line before.
+func (f *feed) lineB85(lineNo int, text []byte, depth int) {
+	acc := &f.b85[depth]
+	t := trimQuotes(bytes.TrimSpace(text))
+	whole := len(t) >= 16 && bytes.IndexFunc(t, func(r rune) bool { return !isB85Char(byte(r)) || r >= 0x80 }) < 0
+	if whole && (len(acc.buf) > 0 || hasB85Symbol(t)) {
+		if len(acc.buf) == 0 {
+			acc.line = lineNo
+		}
+		if len(acc.buf)+len(t) <= maxRunBytes {
+			acc.buf = append(acc.buf, t...)
+			return
+		}
+	}
+	if len(acc.buf) >= minRun {
+		buf := append([]byte(nil), acc.buf...)
+		acc.buf = acc.buf[:0]
+		f.base85(acc.line, buf, depth)
 	}
 	acc.buf = acc.buf[:0]
+	if !whole {
+		b85Runs(text, func(run []byte) { f.base85(lineNo, run, depth) })
+	}
 }
 
-// blob decodes one base64 blob found at patch line lineNo; what is not
-// base64 is left alone (it was read as text already).
-func (f *feed) blob(lineNo int, s []byte, depth int) {
-	data, ok := decodeB64(s)
-	if !ok || len(data) == 0 {
-		return
+// trimQuotes strips the string quotes (and a comma after them) around a
+// line that is one string literal.
+func trimQuotes(t []byte) []byte {
+	if len(t) < 2 || t[0] != '"' && t[0] != '\'' {
+		return t
 	}
-	if !f.spend(lineNo, int64(len(data)), "base64 text") {
-		return
+	u := bytes.TrimSuffix(t, []byte(","))
+	if len(u) >= 2 && u[len(u)-1] == t[0] {
+		return u[1 : len(u)-1]
 	}
-	f.content(lineNo, data, fmt.Sprintf("base64 text at line %d", lineNo), depth+1)
+	return t
 }
+
+func hasB85Symbol(t []byte) bool {
+	return bytes.IndexFunc(t, func(r rune) bool { return r < 0x80 && !isB64(byte(r)) && r != '=' }) >= 0
+}
+
+// base85 decodes a run in one of the base85 alphabets.
+func (f *feed) base85(lineNo int, s []byte, depth int) {
+	var first []byte
+	for _, a := range []struct {
+		name string
+		dec  func([]byte) ([]byte, bool)
+	}{
+		{"Ascii85", decodeA85},
+		{"base85", func(b []byte) ([]byte, bool) { return decode85(b, &b85Dec) }},
+		{"Z85", func(b []byte) ([]byte, bool) { return decode85(b, &z85Dec) }},
+	} {
+		b, ok := a.dec(s)
+		if !ok {
+			continue
+		}
+		if first == nil {
+			first = b
+		}
+		if !f.readable(b) {
+			continue
+		}
+		if !f.spend(lineNo, int64(len(b)), a.name+" text") {
+			return
+		}
+		f.content(lineNo, b, fmt.Sprintf("%s text at line %d", a.name, lineNo), depth+1, true)
+		return
+	}
+	if runClass(s) == "base85" {
+		size := int64(len(s)) * 4 / 5
+		if first != nil {
+			size = int64(len(first))
+		}
+		f.addOpaque(lineNo, size, fmt.Sprintf("base85 text at line %d that decodes to neither text nor a container the check reads", lineNo))
+	}
+}
+
+// array reads an integer array as bytes, code points or words: the first
+// reading that is text or a container is read; when none is and the array
+// looks like data, it is opaque at its width.
+func (f *feed) array(lineNo int, vals []int64, depth int) {
+	done := false
+	arrayReadings(vals, func(b []byte, how string) bool {
+		if !f.readable(b) {
+			return false
+		}
+		if f.spend(lineNo, int64(len(b)), "an integer array") {
+			f.content(lineNo, b, fmt.Sprintf("an integer array at line %d read as %s", lineNo, how), depth+1, true)
+		}
+		done = true
+		return true
+	})
+	if !done && arrayLooksData(vals) {
+		f.addOpaque(lineNo, int64(len(vals))*arrayWidth(vals), fmt.Sprintf("an integer array of %d values at line %d that reads as neither text nor a container", len(vals), lineNo))
+	}
+}
+
+// escapes reads a line written in percent-encoding or quoted-printable
+// (at least 4 escapes) a second time, decoded; quoted-printable's soft
+// line breaks ("=" at the end) join lines.
+func (f *feed) escapes(lineNo int, text []byte, depth int) {
+	if n := countEscapes(text, '%'); n >= 4 && n*15 >= len(text) {
+		f.reading(lineNo, unescapeHex(text, '%', true), "percent-encoded text", depth)
+	}
+	q := &f.qp[depth]
+	if n := countEscapes(text, '='); n >= 4 && n*15 >= len(text) || len(q.buf) > 0 {
+		if len(q.buf) == 0 {
+			q.line = lineNo
+		}
+		if t := bytes.TrimRight(text, " \t"); len(t) > 0 && t[len(t)-1] == '=' && len(q.buf)+len(t) < maxRunBytes {
+			q.buf = append(q.buf, t[:len(t)-1]...)
+			return
+		}
+		q.buf = append(q.buf, text...)
+		buf := unescapeHex(q.buf, '=', false)
+		q.buf = q.buf[:0]
+		f.reading(q.line, buf, "quoted-printable text", depth)
+	}
+}
+
+// reading reads a decoded form of added text as added text.
+func (f *feed) reading(lineNo int, b []byte, what string, depth int) {
+	if !f.spend(lineNo, int64(len(b)), what) {
+		return
+	}
+	f.noCount++
+	f.content(lineNo, b, fmt.Sprintf("%s at line %d", what, lineNo), depth+1, false)
+	f.noCount--
+}
+
+// readable tells whether decoded bytes are worth reading: a container,
+// UTF-16/32 text, text, or a raw deflate or LZMA stream of such.
+func (f *feed) readable(b []byte) bool {
+	if sniff(b) != "" || wideKind(b) != "" {
+		return true
+	}
+	head := b[:min(len(b), opaqueBlock)]
+	if isText(head) && unreadable(b) == 0 {
+		return true
+	}
+	if i, _ := magicAt(b); i >= 0 {
+		return true
+	}
+	if out, ok := inflateRaw(b, min(f.max-f.rep.DecodedBytes, 1<<16)); ok && (isText(out) || sniff(out) != "") {
+		return true
+	}
+	if isLZMAAlone(b) {
+		if out, ok := unLZMA(b, min(f.max-f.rep.DecodedBytes, 1<<16)); ok && (isText(out) || sniff(out) != "") {
+			return true
+		}
+	}
+	return false
+}
+
+// blob decodes one base64 blob found at patch line lineNo (round two's
+// entry point; runs are read by run).
+func (f *feed) blob(lineNo int, s []byte, depth int) { f.run(lineNo, s, depth) }
 
 // spend counts n decoded bytes; past the bound it refuses and says false.
 func (f *feed) spend(lineNo int, n int64, what string) bool {
@@ -114,19 +313,29 @@ func (f *feed) refuse(lineNo int, detail string) {
 // section decodes a binary section and reads what it decodes to.
 func (f *feed) section(sec *binSection) {
 	f.rep.BinarySections++
-	out, used, err := decodeSection(sec, f.o, f.max-f.rep.DecodedBytes)
+	out, inserted, used, err := decodeSection(sec, f.o, f.max-f.rep.DecodedBytes)
 	f.rep.DecodedBytes += used
 	if err != nil {
 		f.refuse(sec.line, fmt.Sprintf("the GIT binary patch of %s at line %d of the patch cannot be checked, so it is refused: %v",
 			strconv.QuoteToASCII(sec.name()), sec.line, err))
 		return
 	}
-	f.content(sec.hunks[0].line, out, "the GIT binary patch of "+strconv.QuoteToASCII(sec.name()), 1)
+	what := "the GIT binary patch of " + strconv.QuoteToASCII(sec.name())
+	if len(sec.hunks) > 0 && sec.hunks[0].delta && len(inserted) > 0 {
+		// a delta: what it copies from the pristine file is not new
+		f.addOpaque(sec.hunks[0].line, unreadable(inserted), what+" (bytes its delta inserts)")
+		f.content(sec.hunks[0].line, out, what, 1, false)
+		return
+	}
+	f.content(sec.hunks[0].line, out, what, 1, true)
 }
 
-// content reads decoded bytes: a container is unpacked and its parts read
-// in turn; anything else is read as lines of text.
-func (f *feed) content(at int, data []byte, origin string, depth int) {
+// content reads decoded bytes: a container is unpacked and its parts
+// read in turn; UTF-16/32 is transcoded; text is read as lines; bytes that
+// are none of these are searched for a container behind a header, tried
+// as raw deflate and LZMA-alone, and otherwise, when count is set, their
+// unreadable blocks are opaque (and they are still lexed as they are).
+func (f *feed) content(at int, data []byte, origin string, depth int, count bool) {
 	c := f.c
 	if len(c.binLines) < 1<<16 {
 		if c.binLines == nil {
@@ -134,38 +343,91 @@ func (f *feed) content(at int, data []byte, origin string, depth int) {
 		}
 		c.binLines[at] = origin // the innermost decoding names it
 	}
-	if kind := sniff(data); kind != "" && depth <= maxUnpackDepth {
-		parts, err := unpack(kind, data, f.max-f.rep.DecodedBytes)
-		got := 0
-		for _, p := range parts {
-			got += len(p.data)
-		}
-		switch {
-		case errors.Is(err, errBudget) || errors.Is(err, errUnreadable):
-			f.refuse(at, fmt.Sprintf("%s at line %d of the patch is %s data the check cannot read (%v), so the patch is refused", origin, at, kind, err))
-			return
-		case err != nil && got == 0:
-			// nothing came out: read the bytes as they are (two bytes are
-			// a weak magic for zlib; so is a damaged header)
-		default:
-			for _, p := range parts {
-				f.rep.DecodedBytes += int64(len(p.data))
-				what := origin + " (" + kind + ")"
-				if p.name != "" {
-					what = origin + " (" + kind + " member " + strconv.QuoteToASCII(p.name) + ")"
-				}
-				f.content(at, p.data, what, depth+1)
+	if depth <= maxUnpackDepth {
+		if kind := sniff(data); kind != "" {
+			if f.unpackParts(at, data, kind, origin, depth, count) {
+				return
 			}
+		}
+		if kind := wideKind(data); kind != "" {
+			f.content(at, fromWide(data, kind), origin+" ("+kind+")", depth+1, count)
 			return
+		}
+		if bad := unreadable(data); bad > 0 {
+			if f.rawStreams(at, data, origin, depth, count) {
+				return
+			}
+			if count {
+				f.addOpaque(at, bad, origin+", which is neither text nor a container the check reads")
+			}
 		}
 	}
 	forEachLine(data, func(l []byte) {
 		f.rep.DecodedLines++
 		f.line(at, l, depth)
 	})
-	if depth <= maxUnpackDepth {
-		f.flushB64(min(depth, maxUnpackDepth))
+	f.flushRuns(min(depth, maxUnpackDepth))
+}
+
+// unpackParts unpacks a container and reads its parts; false when nothing
+// came out (the bytes are then read as they are).
+func (f *feed) unpackParts(at int, data []byte, kind, origin string, depth int, count bool) bool {
+	parts, err := unpack(kind, data, f.max-f.rep.DecodedBytes)
+	got := 0
+	for _, p := range parts {
+		got += len(p.data)
 	}
+	switch {
+	case errors.Is(err, errBudget) || errors.Is(err, errUnreadable):
+		f.refuse(at, fmt.Sprintf("%s at line %d of the patch is %s data the check cannot read (%v), so the patch is refused", origin, at, kind, err))
+		return true
+	case err != nil && got == 0:
+		// nothing came out: read the bytes as they are (two bytes are
+		// a weak magic for zlib; so is a damaged header)
+		return false
+	}
+	for _, p := range parts {
+		f.rep.DecodedBytes += int64(len(p.data))
+		what := origin + " (" + kind + ")"
+		if p.name != "" {
+			what = origin + " (" + kind + " member " + strconv.QuoteToASCII(p.name) + ")"
+		}
+		f.content(at, p.data, what, depth+1, count)
+	}
+	return true
+}
+
+// rawStreams reads bytes that are not text as a container behind a
+// header, a raw deflate stream or an LZMA-alone stream: true when one of
+// them read.
+func (f *feed) rawStreams(at int, data []byte, origin string, depth int, count bool) bool {
+	if i, kind := magicAt(data); i > 0 {
+		if count {
+			f.addOpaque(at, unreadable(data[:i]), origin+" before its "+kind+" data")
+		}
+		f.content(at, data[i:], fmt.Sprintf("%s (%s at byte %d)", origin, kind, i), depth+1, count)
+		return true
+	}
+	budget := f.max - f.rep.DecodedBytes
+	try := func(out []byte, what string) bool {
+		if !(isText(out[:min(len(out), opaqueBlock)]) || sniff(out) != "") {
+			return false
+		}
+		if !f.spend(at, int64(len(out)), origin) {
+			return true
+		}
+		f.content(at, out, origin+" ("+what+")", depth+1, count)
+		return true
+	}
+	if out, ok := inflateRaw(data, budget); ok && try(out, "raw deflate") {
+		return true
+	}
+	if isLZMAAlone(data) {
+		if out, ok := unLZMA(data, budget); ok && try(out, "LZMA") {
+			return true
+		}
+	}
+	return false
 }
 
 // copied reads the source of a copy or rename as added text: git apply
@@ -190,5 +452,9 @@ func (f *feed) copied(h fileHeader) {
 	if !f.spend(h.copyLine, int64(len(b)), "the "+h.copyKind+" of "+strconv.QuoteToASCII(src)) {
 		return
 	}
-	f.content(h.copyLine, b, fmt.Sprintf("the %s of %s to %s", h.copyKind, strconv.QuoteToASCII(src), strconv.QuoteToASCII(h.newPath)), 1)
+	f.c.pristineText = true
+	f.noCount++
+	f.content(h.copyLine, b, fmt.Sprintf("the %s of %s to %s", h.copyKind, strconv.QuoteToASCII(src), strconv.QuoteToASCII(h.newPath)), 1, false)
+	f.noCount--
+	f.c.pristineText = false
 }

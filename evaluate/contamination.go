@@ -81,15 +81,23 @@ func Evidence(rep contamination.Report) string {
 		return ""
 	}
 	var b strings.Builder
-	refusedOnly := true
+	refusedOnly, opaqueOnly := true, true
 	for _, f := range rep.Findings {
-		if f.Kind != contamination.KindBinary {
+		if f.Kind != contamination.KindBinary && f.Kind != contamination.KindOpaque {
 			refusedOnly = false
 		}
+		if f.Kind != contamination.KindOpaque {
+			opaqueOnly = false
+		}
 	}
-	if refusedOnly {
+	switch {
+	case opaqueOnly:
+		// readable or refused: data the check cannot read is no proof of
+		// contamination, but a patch has no need to carry it
+		b.WriteString("the patch carries data the check cannot read: ")
+	case refusedOnly:
 		b.WriteString("the patch cannot be checked for the eval problems: ")
-	} else {
+	default:
 		b.WriteString("the eval problems are in the patch: ")
 	}
 	for i, f := range rep.Findings {
