@@ -145,6 +145,7 @@ type prob struct {
 	grams  int // distinct n-grams used (the denominator of Overlap)
 	rare   int // how many of them are neither generic nor shared
 	answer int
+	grams2 int // distinctive short n-grams (pool.go)
 }
 
 // pstate is one Check call's state for one problem.
@@ -165,9 +166,10 @@ type pstate struct {
 
 // prepared is what Check derives from the problems (cached).
 type prepared struct {
-	probs []*prob
-	index []nindex
-	bloom []uint64
+	probs  []*prob
+	index  []nindex
+	index2 []nindex // the distinctive short n-grams (pool.go)
+	bloom  []uint64
 }
 
 var prepCache struct {
@@ -195,7 +197,8 @@ func prepareCached(problems []Problem, pr params) *prepared {
 	prepCache.Unlock()
 	probs, index := prepare(problems, pr)
 	pp := &prepared{probs: probs, index: index, bloom: make([]uint64, bloomBits/64)}
-	for _, ix := range index {
+	pp.index2 = []nindex{prepareShort(probs)}
+	for _, ix := range append(append([]nindex(nil), index...), pp.index2...) {
 		for k := range ix.m {
 			b := k & (bloomBits - 1)
 			pp.bloom[b>>6] |= 1 << (b & 63)
@@ -369,6 +372,40 @@ func prepare(problems []Problem, pr params) ([]*prob, []nindex) {
 	return probs, out
 }
 
+// newChecker is one reading's checker over the prepared problems: full
+// ones keep the answers windows, columns and names; the others (the
+// alternative readings of readings.go) the statements only.
+func newChecker(pp *prepared, pr params, nProblems int, full bool) *checker {
+	c := &checker{pr: pr, byAns: map[int][]int32{}, ansIdx: map[int]int{}, lineHas: map[int][]uint64{}, noNames: !full}
+	c.index, c.bloom, c.index2 = pp.index, pp.bloom, pp.index2
+	for pi, p := range pp.probs {
+		c.probs = append(c.probs, &pstate{prob: p, pi: int32(pi), lastAnswer: math.MinInt32,
+			cl: cluster{bits: make([]uint64, (p.grams+63)/64)}})
+	}
+	c.keys = make([]uint64, len(c.index))
+	if !full {
+		return c
+	}
+	for pi, p := range c.probs {
+		if p.answer >= 0 {
+			c.byAns[p.answer] = append(c.byAns[p.answer], int32(pi))
+			if p.answer >= pr.AnswersMinValue {
+				if _, ok := c.ansIdx[p.answer]; !ok {
+					c.ansIdx[p.answer] = len(c.ansIdx)
+				}
+			}
+		}
+	}
+	if len(c.ansIdx) >= pr.AnswersMinCount {
+		c.ansK = int(math.Ceil(pr.AnswersFrac * float64(len(c.ansIdx))))
+		c.counts = make([]int, len(c.ansIdx))
+		w := 2 * nProblems
+		c.win = make([]numSlot, w)
+		c.cols = columns{m: map[string]*column{}, w: w, na: len(c.ansIdx)}
+	}
+	return c
+}
+
 // ---- streaming ---------------------------------------------------------
 
 const ringSize = 32
@@ -417,7 +454,11 @@ type checker struct {
 	binLines map[int]string   // patch lines whose text was decoded: from what
 	refused  []Finding        // binary sections refused
 	// round three
-	pristineText bool // the text being read is the pristine tree's (a copy or rename)
+	pristineText bool     // the text being read is the pristine tree's (a copy or rename)
+	noNames      bool     // an alternative reading: no name rule
+	pool         *pool    // coverage pooled over the whole patch (shared by the readings)
+	index2       []nindex // the short distinctive n-grams, pooled only
+	words        numWords // number words being read
 }
 
 const bloomBits = 1 << 20
@@ -425,41 +466,21 @@ const bloomBits = 1 << 20
 func check(patch []byte, problems []Problem, pr params, o Options) (Report, scores) {
 	rep := Report{N: pr.N, Threshold: pr.Threshold}
 	var sc scores
-	c := &checker{pr: pr, byAns: map[int][]int32{}, ansIdx: map[int]int{}, lineHas: map[int][]uint64{}}
 	pp := prepareCached(problems, pr)
-	c.index, c.bloom = pp.index, pp.bloom
-	for pi, p := range pp.probs {
-		c.probs = append(c.probs, &pstate{prob: p, pi: int32(pi), lastAnswer: math.MinInt32,
-			cl: cluster{bits: make([]uint64, (p.grams+63)/64)}})
-	}
-	c.keys = make([]uint64, len(c.index))
-	for pi, p := range c.probs {
-		if p.answer >= 0 {
-			c.byAns[p.answer] = append(c.byAns[p.answer], int32(pi))
-			if p.answer >= pr.AnswersMinValue {
-				if _, ok := c.ansIdx[p.answer]; !ok {
-					c.ansIdx[p.answer] = len(c.ansIdx)
-				}
-			}
-		}
-	}
-	if len(c.ansIdx) >= pr.AnswersMinCount {
-		c.ansK = int(math.Ceil(pr.AnswersFrac * float64(len(c.ansIdx))))
-		c.counts = make([]int, len(c.ansIdx))
-		w := 2 * len(problems)
-		c.win = make([]numSlot, w)
-		c.cols = columns{m: map[string]*column{}, w: w, na: len(c.ansIdx)}
-	}
+	pl := newPool(pp)
+	c := newChecker(pp, pr, len(problems), true)
+	c.pool = pl
 
 	maxDecoded := o.MaxDecoded
 	if maxDecoded <= 0 {
 		maxDecoded = DefaultMaxDecoded
 	}
 	fd := &feed{c: c, lx: newLexer(c.token), rep: &rep, o: o, max: maxDecoded}
+	fd.rd = newReadings(pp, pr, len(problems), pl)
 	forEachAdded(patch, func(lineNo int, text []byte) {
 		rep.AddedLines++
 		fd.line(lineNo, text, 0)
-	}, fd.section, fd.copied)
+	}, fd.section, fd.copied, fd.file)
 	fd.flushRuns(0)
 	c.finish()
 	maxOpaque := o.MaxOpaque
@@ -524,6 +545,20 @@ func check(patch []byte, problems []Problem, pr params, o Options) (Report, scor
 			})
 		}
 	}
+	// round three: the alternative readings and the pool, for the
+	// problems no reading of a single place flagged
+	found := map[string]bool{}
+	for _, f := range rep.Findings {
+		if f.Problem != "" {
+			found[f.Problem] = true
+		}
+		if f.Kind == KindAnswers {
+			found["answers"] = true
+		}
+	}
+	alt := fd.rd.finish(found, c.where)
+	rep.Findings = append(rep.Findings, alt...)
+	rep.Findings = append(rep.Findings, pl.findings(pp, pr, found, c.whereLines)...)
 	rep.Contaminated = len(rep.Findings) > 0
 	return rep, sc
 }
@@ -570,7 +605,7 @@ func lineRange(lines []int) string {
 
 // forEachAdded calls f for each added line of a unified diff, and bin for
 // each "GIT binary patch" section (read, not decoded).
-func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *binSection), copied func(h fileHeader)) {
+func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *binSection), copied func(h fileHeader), file func(h fileHeader, lineNo int)) {
 	const (
 		outside = iota
 		hunk    // counts known and not yet exhausted
@@ -584,6 +619,13 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *b
 	lineNo := 0
 	var hdr fileHeader
 	var sec *binSection
+	announced := false
+	announce := func(lineNo int) {
+		if !announced && file != nil {
+			announced = true
+			file(hdr, lineNo)
+		}
+	}
 	emit := func() {
 		if sec != nil {
 			bin(sec)
@@ -636,12 +678,15 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *b
 		if bytes.HasPrefix(l, []byte("diff ")) {
 			state = outside
 			if hdr.copyKind != "" {
+				announce(lineNo - 1)
 				copied(hdr)
 			}
 			headerLine(l, lineNo, &hdr)
+			announced = false
 			continue
 		}
 		if bytes.HasPrefix(l, []byte("@@ ")) {
+			announce(lineNo)
 			o, n, ok := hunkCounts(l)
 			if ok {
 				state, oldLeft, newLeft = hunk, o, n
@@ -689,11 +734,16 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *b
 			state = outside
 		}
 		if bytes.HasPrefix(l, []byte("GIT binary patch")) {
+			announce(lineNo)
 			sec = &binSection{line: lineNo, file: hdr}
 			state = binStart
 			continue
 		}
 		if state == outside {
+			if bytes.HasPrefix(l, []byte("--- ")) && announced {
+				// a traditional patch's next file
+				hdr, announced = fileHeader{}, false
+			}
 			headerLine(l, lineNo, &hdr)
 		}
 	}
@@ -702,6 +752,7 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *b
 	}
 	emit()
 	if hdr.copyKind != "" {
+		announce(lineNo)
 		copied(hdr)
 	}
 }
@@ -745,8 +796,26 @@ func (c *checker) token(tok []byte, h uint64, num int) {
 	c.covered[c.pos&63] = false
 	c.pos++
 	cur := c.pos - 1
-	if len(tok) >= 2 && len(tok) <= 16 {
+	if len(tok) >= 2 && len(tok) <= 16 && !c.noNames {
 		c.nameToken()
+	}
+	if c.win != nil && len(tok) >= 3 && isASCIILetter(tok[0]) || c.words.active {
+		var prev []byte
+		if c.pos >= 2 {
+			ps := &c.ring[(c.pos-2)&(ringSize-1)]
+			prev = ps.b[:ps.n]
+		}
+		if v, key, ok := c.words.step(tok, prev); ok && v >= c.pr.AnswersMinValue && c.win != nil {
+			// a number written as words, which ended before this token
+			c.number(v, cur)
+			if c.cols.m != nil {
+				a := -1
+				if i, ok := c.ansIdx[v]; ok {
+					a = i
+				}
+				c.columnNumber(a, key, maxPositions)
+			}
+		}
 	}
 	for ii := range c.index {
 		ix := &c.index[ii]
@@ -766,6 +835,29 @@ func (c *checker) token(tok []byte, h uint64, num int) {
 		for _, r := range ix.m[key] {
 			if c.verify(r, n) {
 				c.event(r, n, cur)
+			}
+		}
+	}
+	if c.pool != nil {
+		for ii := range c.index2 {
+			ix := &c.index2[ii]
+			n := ix.n
+			if c.pos < int64(n) {
+				continue
+			}
+			var ths [ringSize]uint64
+			for k := 0; k < n; k++ {
+				ths[k] = c.ring[(c.pos-int64(n)+int64(k))&(ringSize-1)].h
+			}
+			key := ngramKey(ths[:n])
+			b := key & (bloomBits - 1)
+			if c.bloom[b>>6]&(1<<(b&63)) == 0 {
+				continue
+			}
+			for _, r := range ix.m[key] {
+				if c.verify(r, n) {
+					c.pool.add2(r, c.line)
+				}
 			}
 		}
 	}
@@ -848,6 +940,9 @@ func (c *checker) event(r ref, n int, cur int64) {
 	}
 	cl.lastPos = cur
 	cl.lastLine = c.line
+	if c.pool != nil {
+		c.pool.add(r, c.line)
+	}
 	for k := 0; k < n; k++ {
 		c.covered[(c.pos-int64(n)+int64(k))&63] = true
 		l := c.ring[(c.pos-int64(n)+int64(k))&(ringSize-1)].line
@@ -1100,6 +1195,14 @@ func (c *checker) answerAt(p *pstate, line int) {
 }
 
 func (c *checker) finish() {
+	if v, key, ok := c.words.end(); ok && v >= c.pr.AnswersMinValue && c.win != nil {
+		c.number(v, c.pos-1)
+		if a, ok := c.ansIdx[v]; ok {
+			c.columnNumber(a, key, maxPositions)
+		} else {
+			c.columnNumber(-1, key, maxPositions)
+		}
+	}
 	c.resolve(c.pos, true)
 	for _, p := range c.probs {
 		if p.cl.active {

@@ -28,6 +28,10 @@ type feed struct {
 	// quoted-printable decoded) or pristine text is read: nothing opaque
 	// is counted in it
 	noCount int
+	rd      *readings // the alternative readings (readings.go)
+	lits    [maxUnpackDepth + 1]runAcc
+	hdr     fileHeader // the file whose lines are being read
+	hdrLine int
 }
 
 // line lexes one line of text at patch line lineNo (depth: how many
@@ -40,6 +44,9 @@ func (f *feed) line(lineNo int, text []byte, depth int) {
 	c.ordinal = 0
 	c.pruneCands()
 	f.lx.text(text)
+	if f.rd != nil && f.noCount == 0 {
+		f.rd.line(lineNo, text)
+	}
 	if depth >= maxUnpackDepth {
 		return
 	}
@@ -47,6 +54,93 @@ func (f *feed) line(lineNo int, text []byte, depth int) {
 	scanInts(text, &f.ints[depth], lineNo, func(vals []int64, at int) { f.array(at, vals, depth) })
 	f.lineB85(lineNo, text, depth)
 	f.escapes(lineNo, text, depth)
+	if f.noCount == 0 {
+		f.literals(lineNo, text, depth)
+	}
+}
+
+// literals reads string literals concatenated over a line or lines
+// ("Fi" "nd th" "e sum", "Fi" + "nd") a second time, their contents
+// joined: words split between short literals are words again.
+func (f *feed) literals(lineNo int, text []byte, depth int) {
+	acc := &f.lits[depth]
+	parts, ok := literalParts(text)
+	if ok && (len(parts) >= 2 || len(acc.buf) > 0 && len(parts) == 1) {
+		if len(acc.buf) == 0 {
+			acc.line = lineNo
+		}
+		for _, p := range parts {
+			if len(acc.buf)+len(p) < maxRunBytes {
+				acc.buf = append(acc.buf, p...)
+			}
+		}
+		acc.open = true
+		return
+	}
+	f.flushLiterals(depth)
+	if ok && len(parts) == 1 {
+		acc.buf = append(acc.buf[:0], parts[0]...)
+		acc.line = lineNo
+	}
+}
+
+func (f *feed) flushLiterals(depth int) {
+	acc := &f.lits[depth]
+	if acc.open && len(acc.buf) > 0 {
+		buf := append([]byte(nil), acc.buf...)
+		acc.buf, acc.open = acc.buf[:0], false
+		f.reading(acc.line, buf, "concatenated string literals", depth)
+		return
+	}
+	acc.buf, acc.open = acc.buf[:0], false
+}
+
+// literalParts splits a line that is string literals and the glue of
+// their concatenation (spaces, '+', '(', ')', ',', a leading "NAME =")
+// into the literals' contents; ok is false for any other line.
+func literalParts(l []byte) ([][]byte, bool) {
+	i := 0
+	// a leading assignment: NAME = ( or NAME:
+	if j := bytes.IndexAny(l, "\"'"); j > 0 {
+		pre := bytes.TrimSpace(l[:j])
+		pre = bytes.TrimRight(pre, "( ")
+		pre = bytes.TrimSuffix(pre, []byte("="))
+		pre = bytes.TrimSuffix(pre, []byte(":"))
+		pre = bytes.TrimSpace(pre)
+		if len(pre) > 0 && bytes.IndexFunc(pre, func(r rune) bool {
+			return !(r == '_' || r == '.' || r < 0x80 && (isASCIILetter(byte(r)) || isDigit(byte(r))))
+		}) >= 0 {
+			if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("+")) {
+				return nil, false
+			}
+		}
+		i = j
+	}
+	var parts [][]byte
+	for i < len(l) {
+		c := l[i]
+		switch c {
+		case ' ', '\t', '+', '(', ')', ',', '\\':
+			i++
+			continue
+		case '"', '\'':
+			j := i + 1
+			for j < len(l) && l[j] != c {
+				if l[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= len(l) {
+				return nil, false
+			}
+			parts = append(parts, l[i+1:j])
+			i = j + 1
+			continue
+		}
+		return nil, false
+	}
+	return parts, len(parts) > 0
 }
 
 // flushRuns ends the runs and arrays pending at depth.
@@ -75,6 +169,7 @@ func (f *feed) flushRuns(depth int) {
 	} else {
 		r.buf = r.buf[:0]
 	}
+	f.flushLiterals(depth)
 	if q := &f.qp[depth]; len(q.buf) > 0 {
 		buf := append([]byte(nil), q.buf...)
 		q.buf = q.buf[:0]
@@ -457,4 +552,13 @@ func (f *feed) copied(h fileHeader) {
 	f.content(h.copyLine, b, fmt.Sprintf("the %s of %s to %s", h.copyKind, strconv.QuoteToASCII(src), strconv.QuoteToASCII(h.newPath)), 1, false)
 	f.noCount--
 	f.c.pristineText = false
+}
+
+// file is told of each file of the patch as its content begins: the path
+// of a new (or renamed, or copied) file is read as added text of its own.
+func (f *feed) file(h fileHeader, lineNo int) {
+	f.hdr, f.hdrLine = h, lineNo
+	if f.rd != nil && h.newPath != "" && (h.newFile || h.oldPath == "" || h.copyKind != "" || h.oldPath != h.newPath) {
+		f.rd.path(lineNo, h.newPath)
+	}
 }

@@ -42,6 +42,8 @@ type lexer struct {
 	script  bool            // the current token is superscript or subscript characters ("3⁶" is "3 6")
 	fold    map[rune]string // compatibility decompositions seen (NFKD, marks dropped)
 	pre     []byte          // foldText's buffer
+	pre2    []byte          // prefold's buffer
+	skel    map[rune]byte   // confusable skeletons seen
 }
 
 const (
@@ -329,25 +331,38 @@ func (lx *lexer) foldText(s []byte) []byte {
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		raw := s[i : i+size]
+		at := i
 		i += size
 		if r == utf8.RuneError && size == 1 {
 			out = append(out, raw...)
 			continue
 		}
-		if unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me) {
+		if ignorable(r) {
+			continue
+		}
+		if d := digitValue(r); d >= 0 {
+			out = append(out, byte('0'+d))
 			continue
 		}
 		if _, ok := scriptChar(r); ok {
 			out = append(out, raw...)
 			continue
 		}
-		if _, ok := symbols[r]; ok {
+		inWord := unicode.IsLetter(r) && (letterNeighbour(s, at, true) || letterNeighbour(s, i, false))
+		if _, ok := symbols[r]; ok && !inWord && !lookalikeGreek[r] {
 			out = append(out, raw...)
 			continue
 		}
 		if f := lx.compat(r); f != "" && isASCIIWord(f) {
 			out = append(out, f...)
 			continue
+		}
+		if unicode.IsLetter(r) {
+			if v := lx.skeleton(r); v != 0 {
+				// a look-alike letter of another script (TR39)
+				out = append(out, v)
+				continue
+			}
 		}
 		out = append(out, raw...)
 	}
@@ -366,7 +381,7 @@ func isASCIIWord(s string) bool {
 
 // text lexes s (one patch line, or a whole statement).
 func (lx *lexer) text(s []byte) {
-	s = lx.foldText(s)
+	s = lx.foldText(lx.prefold(s))
 	i := 0
 	for i < len(s) {
 		c := s[i]
@@ -401,6 +416,17 @@ func (lx *lexer) text(s []byte) {
 			lx.letterBytes([]byte{c | 0x20})
 			i++
 		case isDigit(c):
+			if c == '0' && lx.kind == 0 && !lx.prevLet && i+2 < len(s) && s[i+1]|0x20 == 'x' && hexVal(s[i+2]) >= 0 {
+				// a hex literal ("0x46") reads as its value
+				if k, v, ok := hexLiteral(s, i+2); ok {
+					for _, d := range []byte(itoa10(v)) {
+						lx.digit(d)
+					}
+					lx.flush(false)
+					i = k
+					continue
+				}
+			}
 			lx.digit(c)
 			i++
 		case c == '\\':
@@ -608,7 +634,7 @@ func (lx *lexer) runeText(r rune) {
 		}
 		return
 	}
-	if unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me) {
+	if ignorable(r) {
 		// invisible format characters (zero-width space and joiners, soft
 		// hyphen, BOM) and combining marks are nothing: "Fi\u200bnd" and
 		// "F\u0303ind" are "find"
@@ -628,6 +654,16 @@ func (lx *lexer) runeText(r rune) {
 			lx.runeText(fr)
 		}
 		return
+	}
+	if d := digitValue(r); d >= 0 {
+		lx.digit(byte('0' + d))
+		return
+	}
+	if unicode.IsLetter(r) {
+		if v := lx.skeleton(r); v != 0 {
+			lx.letterBytes([]byte{v})
+			return
+		}
 	}
 	if unicode.IsLetter(r) || unicode.IsDigit(r) {
 		var b [utf8.UTFMax]byte
@@ -731,3 +767,37 @@ func tokenize(s string) (toks []string, nums []int) {
 	lx.text([]byte(s))
 	return toks, nums
 }
+
+// hexLiteral reads the hex digits of a literal at s[i:] (after "0x"): its
+// end and value, when it has at most 5 digits and no letter or digit
+// follows.
+func hexLiteral(s []byte, i int) (int, int, bool) {
+	v, k := 0, i
+	for k < len(s) && hexVal(s[k]) >= 0 && k-i <= 5 {
+		v = v<<4 | hexVal(s[k])
+		k++
+	}
+	if k-i > 5 || k < len(s) && (isASCIILetter(s[k]) || isDigit(s[k]) || s[k] == '_') {
+		return i, 0, false
+	}
+	return k, v, true
+}
+
+func itoa10(v int) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [12]byte
+	n := len(b)
+	for v > 0 {
+		n--
+		b[n] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[n:])
+}
+
+// lookalikeGreek are the Greek letters that mathematics rarely uses as
+// symbols and that look like Latin ones: standing alone they read as
+// their Latin skeleton ("ν" is "v"), not as their names.
+var lookalikeGreek = map[rune]bool{'ο': true, 'ι': true, 'ν': true, 'κ': true, 'ρ': true, 'τ': true, 'υ': true, 'χ': true}
