@@ -446,7 +446,6 @@ type checker struct {
 	bestLine []int
 	// round two
 	text     []byte           // the added line being lexed, for excerpts
-	names    nameState        // the eval set named
 	cols     columns          // answers per column
 	ordinal  int              // standalone numbers so far in this line
 	covered  [64]bool         // token positions inside a matched n-gram (a ring)
@@ -480,7 +479,7 @@ func check(patch []byte, problems []Problem, pr params, o Options) (Report, scor
 	forEachAdded(patch, func(lineNo int, text []byte) {
 		rep.AddedLines++
 		fd.line(lineNo, text, 0)
-	}, fd.section, fd.copied, fd.file)
+	}, fd.section, fd.copied, fd.file, fd.other)
 	fd.flushRuns(0)
 	c.finish()
 	maxOpaque := o.MaxOpaque
@@ -497,7 +496,7 @@ func check(patch []byte, problems []Problem, pr params, o Options) (Report, scor
 	if opq != nil {
 		rep.Findings = append(rep.Findings, *opq)
 	}
-	if f := c.nameFinding(); f != nil {
+	if f := fd.nr.finding(o); f != nil {
 		rep.Findings = append(rep.Findings, *f)
 	}
 	switch {
@@ -605,7 +604,7 @@ func lineRange(lines []int) string {
 
 // forEachAdded calls f for each added line of a unified diff, and bin for
 // each "GIT binary patch" section (read, not decoded).
-func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *binSection), copied func(h fileHeader), file func(h fileHeader, lineNo int)) {
+func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *binSection), copied func(h fileHeader), file func(h fileHeader, lineNo int), other func(lineNo int, text []byte, removed bool)) {
 	const (
 		outside = iota
 		hunk    // counts known and not yet exhausted
@@ -712,10 +711,16 @@ func forEachAdded(patch []byte, f func(lineNo int, text []byte), bin func(sec *b
 				continue
 			case '-':
 				oldLeft--
+				if other != nil {
+					other(lineNo, l[1:], true)
+				}
 				continue
 			case ' ':
 				oldLeft--
 				newLeft--
+				if other != nil {
+					other(lineNo, l[1:], false)
+				}
 				continue
 			case '\\':
 				continue
@@ -796,9 +801,6 @@ func (c *checker) token(tok []byte, h uint64, num int) {
 	c.covered[c.pos&63] = false
 	c.pos++
 	cur := c.pos - 1
-	if len(tok) >= 2 && len(tok) <= 16 && !c.noNames {
-		c.nameToken()
-	}
 	if c.win != nil && len(tok) >= 3 && isASCIILetter(tok[0]) || c.words.active {
 		var prev []byte
 		if c.pos >= 2 {

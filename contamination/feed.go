@@ -32,6 +32,7 @@ type feed struct {
 	lits    [maxUnpackDepth + 1]runAcc
 	hdr     fileHeader // the file whose lines are being read
 	hdrLine int
+	nr      nameRule // the eval set named (names.go)
 }
 
 // line lexes one line of text at patch line lineNo (depth: how many
@@ -44,6 +45,9 @@ func (f *feed) line(lineNo int, text []byte, depth int) {
 	c.ordinal = 0
 	c.pruneCands()
 	f.lx.text(text)
+	if f.noCount == 0 || f.nr.inCopy != "" {
+		f.nr.added(text, lineNo, c.where(lineNo))
+	}
 	if f.rd != nil && f.noCount == 0 {
 		f.rd.line(lineNo, text)
 	}
@@ -548,9 +552,12 @@ func (f *feed) copied(h fileHeader) {
 		return
 	}
 	f.c.pristineText = true
+	f.nr.setFile(h)
+	f.nr.inCopy = fmt.Sprintf("the %s of %s", h.copyKind, strconv.QuoteToASCII(src))
 	f.noCount++
 	f.content(h.copyLine, b, fmt.Sprintf("the %s of %s to %s", h.copyKind, strconv.QuoteToASCII(src), strconv.QuoteToASCII(h.newPath)), 1, false)
 	f.noCount--
+	f.nr.inCopy = ""
 	f.c.pristineText = false
 }
 
@@ -558,7 +565,14 @@ func (f *feed) copied(h fileHeader) {
 // of a new (or renamed, or copied) file is read as added text of its own.
 func (f *feed) file(h fileHeader, lineNo int) {
 	f.hdr, f.hdrLine = h, lineNo
+	f.nr.setFile(h)
 	if f.rd != nil && h.newPath != "" && (h.newFile || h.oldPath == "" || h.copyKind != "" || h.oldPath != h.newPath) {
 		f.rd.path(lineNo, h.newPath)
 	}
+}
+
+// other is told of the context and removed lines of hunks (the name rule's
+// blocks and its pristine text).
+func (f *feed) other(lineNo int, text []byte, removed bool) {
+	f.nr.other(text, lineNo, removed)
 }

@@ -19,8 +19,9 @@ import (
 
 // gitWork is a scratch git work tree driven by the real git.
 type gitWork struct {
-	t   *testing.T
-	dir string
+	t      *testing.T
+	dir    string
+	copies *bool // diff detects copies (round three)
 }
 
 func newGitWork(t *testing.T) *gitWork {
@@ -253,9 +254,7 @@ func TestEvalSetNamed(t *testing.T) {
 		`ds = load_dataset('MathArena/aime_2025')`,
 		`HF_ID = "yentinglin/aime_2025"`,
 		`name: math-ai/aime25`,
-		`# evaluate on AIME 2025 I and II`,
 		`path: data/aime-25.jsonl`,
-		`The 2025 AIME II problems`,
 		`"dataset": "AIME_2025_I"`,
 		`TRAIN = "AIME'25"`,
 		`    "AIME2025": partial(AIMEDataset, variant="2025"),`,
@@ -264,7 +263,6 @@ func TestEvalSetNamed(t *testing.T) {
 		`ds = load_dataset("MathArena/aime_2025_I")`,
 		`jsonl_fpath: benchmarks/aime25/data/aime25_benchmark.jsonl`,
 		`x = AIMEDataset(variant="2025")`,
-		`# problems of the American Invitational Mathematics Examination 2025`,
 		"  dataset_name: nemo_rl.data.datasets.response_datasets.aime.AIMEDataset\n  split: test\n  repeat: 16\n  variant: \"2025\"",
 	} {
 		block := strings.Split(l, "\n") // the year on the block's last line
@@ -275,6 +273,13 @@ func TestEvalSetNamed(t *testing.T) {
 			continue
 		}
 		at, last := patchLine(len(block)), block[len(block)-1]
+		if len(block) > 1 {
+			// round three: the block rule names both lines of the block
+			if len(f.Lines) != 2 || f.Lines[0] != patchLine(1) || f.Lines[1] != at || !strings.Contains(f.Detail, "one config block") {
+				t.Errorf("%q: finding %+v", l, f)
+			}
+			continue
+		}
 		if len(f.Lines) != 1 || f.Lines[0] != at || !strings.Contains(f.Detail, fmt.Sprintf("added line %d", at)) || !strings.Contains(f.Detail, strconv.QuoteToASCII(last)) {
 			t.Errorf("%q: finding %+v", l, f)
 		}
@@ -284,6 +289,10 @@ func TestEvalSetNamed(t *testing.T) {
 		"year: 2025", "the 2025 release of NeMo RL", "we aimed 2025 units", "AIMEDataset(variant=\"2024\")",
 		"HuggingFaceH4/aime_2024", "BytedTsinghua-SIA/AIME-2024",
 		"AIME 2024 accuracy was 25 percent", "aime24: 25 problems",
+		// round three: comments and prose name nothing a loader reads
+		"# evaluate on AIME 2025 I and II", "The 2025 AIME II problems",
+		"# problems of the American Invitational Mathematics Examination 2025",
+		"# AIME 2025 is held out for evaluation", "dataset_name: AIME2024  # not AIME2025: held out",
 	} {
 		if rep := Check([]byte(addedFile("x.yaml", []string{l})), ps); rep.Contaminated {
 			t.Errorf("%q: flagged: %+v", l, rep.Findings)
