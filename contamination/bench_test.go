@@ -2,6 +2,7 @@ package contamination
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -81,16 +82,19 @@ func binarySectionPatch(name string, content []byte) []byte {
 }
 
 var benchBin struct {
-	once               sync.Once
-	noise, text, b64   []byte
-	noiseLen, textSize int
+	once                  sync.Once
+	noise, text, b64, hex []byte
+	noiseLen, textSize    int
 }
 
 // BenchmarkCheck32MiBBinary: the check of patches whose bulk is one GIT
 // binary patch section: "noise", a 32 MiB section of incompressible bytes
-// (what a binary file costs: base85 + zlib decoded, then lexed); "text",
-// the 32 MiB ordinary patch of BenchmarkCheck32MiB (up to the decoding
-// bound) compressed into one literal, its three problems found in it.
+// (what a binary file costs: base85 + zlib decoded, then lexed; refused as
+// opaque since round three); "text", the 32 MiB ordinary patch of
+// BenchmarkCheck32MiB (up to the decoding bound) compressed into one
+// literal, its three problems found in it; and the patch's text as one
+// 32 MiB run of "base64" (wrapped at 76 columns) or of "hex" (64 digits a
+// line), decoded and its problems found.
 func BenchmarkCheck32MiBBinary(b *testing.B) {
 	benchBin.once.Do(func() {
 		r := rand.New(rand.NewPCG(32, 33))
@@ -118,6 +122,17 @@ func BenchmarkCheck32MiBBinary(b *testing.B) {
 			enc = enc[k:]
 		}
 		benchBin.b64 = []byte(w.String())
+		// round three: the text as hex, 64 digits a line, filling 32 MiB
+		hx := hex.EncodeToString(text[:(32<<20)/65*64/2])
+		w.Reset()
+		w.WriteString("diff --git a/NeMo-RL/hex.txt b/NeMo-RL/hex.txt\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/NeMo-RL/hex.txt\n")
+		fmt.Fprintf(&w, "@@ -0,0 +1,%d @@\n", (len(hx)+63)/64)
+		for len(hx) > 0 {
+			k := min(64, len(hx))
+			w.WriteString("+" + hx[:k] + "\n")
+			hx = hx[k:]
+		}
+		benchBin.hex = []byte(w.String())
 	})
 	ps := standInProblems()
 	Check(nil, ps)
@@ -125,7 +140,7 @@ func BenchmarkCheck32MiBBinary(b *testing.B) {
 		name     string
 		patch    []byte
 		findings int
-	}{{"noise", benchBin.noise, 0}, {"text", benchBin.text, 3}, {"base64", benchBin.b64, -1}} {
+	}{{"noise", benchBin.noise, 1}, {"text", benchBin.text, 3}, {"base64", benchBin.b64, -1}, {"hex", benchBin.hex, -1}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.patch)))
 			b.ReportAllocs()
@@ -135,11 +150,15 @@ func BenchmarkCheck32MiBBinary(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(rep.DecodedBytes)/(1<<20), "decoded-MiB")
-			if c.findings < 0 { // base64: no binary section; the problems in its first 24 MiB
-				if rep.BinarySections != 0 || len(rep.Findings) == 0 || rep.DecodedBytes < 20<<20 {
+			if c.findings < 0 { // base64, hex: no binary section; the problems in the text they encode
+				if rep.BinarySections != 0 || len(rep.Findings) == 0 || rep.DecodedBytes < 15<<20 || findingOf(rep, KindStatement) == nil {
 					b.Fatalf("%s: %d bytes decoded, findings %+v", c.name, rep.DecodedBytes, rep.Findings)
 				}
 				return
+			}
+			if c.name == "noise" && findingOf(rep, KindOpaque) == nil {
+				// round three: 25 MiB of bytes that read as nothing are refused
+				b.Fatalf("noise: not refused as opaque: %+v", rep.Findings)
 			}
 			if rep.BinarySections != 1 || len(rep.Findings) != c.findings {
 				b.Fatalf("%s: %d sections, %d bytes decoded, findings %+v", c.name, rep.BinarySections, rep.DecodedBytes, rep.Findings)

@@ -377,7 +377,10 @@ func prepare(problems []Problem, pr params) ([]*prob, []nindex) {
 // alternative readings of readings.go) the statements only.
 func newChecker(pp *prepared, pr params, nProblems int, full bool) *checker {
 	c := &checker{pr: pr, byAns: map[int][]int32{}, ansIdx: map[int]int{}, lineHas: map[int][]uint64{}, noNames: !full}
-	c.index, c.bloom, c.index2 = pp.index, pp.bloom, pp.index2
+	c.index, c.bloom = pp.index, pp.bloom
+	if full {
+		c.index2 = pp.index2 // the alternative readings pool 10-grams only
+	}
 	for pi, p := range pp.probs {
 		c.probs = append(c.probs, &pstate{prob: p, pi: int32(pi), lastAnswer: math.MinInt32,
 			cl: cluster{bits: make([]uint64, (p.grams+63)/64)}})

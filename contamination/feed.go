@@ -22,6 +22,10 @@ type feed struct {
 	runs [maxUnpackDepth + 1]runAcc
 	ints [maxUnpackDepth + 1]intAcc
 	b85  [maxUnpackDepth + 1]runAcc
+	b85q []byte // the base85 run with its lines' quotes taken off
+	// readBytes are the bytes of second readings (percent, quoted-
+	// printable, joined literals) read so far
+	readBytes int64
 	qp   [maxUnpackDepth + 1]runAcc
 	opq  opaqueState
 	// noCount > 0 while a second reading of counted text (percent or
@@ -168,6 +172,9 @@ func (f *feed) flushRuns(depth int) {
 	}
 	if r := &f.b85[depth]; len(r.buf) >= minRun {
 		buf := append([]byte(nil), r.buf...)
+		if r.open {
+			buf = append(buf[:0], f.b85q...)
+		}
 		r.buf = r.buf[:0]
 		f.base85(r.line, buf, depth)
 	} else {
@@ -231,19 +238,31 @@ func (f *feed) run(lineNo int, s []byte, depth int) {
 // (wrapped, quoted or not) goes on from the line before.
 func (f *feed) lineB85(lineNo int, text []byte, depth int) {
 	acc := &f.b85[depth]
-	t := trimQuotes(bytes.TrimSpace(text))
+	raw := bytes.TrimSpace(text)
+	t := trimQuotes(raw)
 	whole := len(t) >= 16 && bytes.IndexFunc(t, func(r rune) bool { return !isB85Char(byte(r)) || r >= 0x80 }) < 0
 	if whole && (len(acc.buf) > 0 || hasB85Symbol(t)) {
 		if len(acc.buf) == 0 {
 			acc.line = lineNo
+			acc.open = true // every line a quoted string so far
+			acc.lastLen = 0
 		}
-		if len(acc.buf)+len(t) <= maxRunBytes {
-			acc.buf = append(acc.buf, t...)
+		if len(t) == len(raw) {
+			acc.open = false
+		}
+		if len(acc.buf)+len(raw) <= maxRunBytes {
+			// both forms are kept: the quotes may be the data's own
+			acc.buf = append(acc.buf, raw...)
+			f.b85q = append(f.b85q[:min(len(f.b85q), acc.lastLen)], t...)
+			acc.lastLen = len(f.b85q)
 			return
 		}
 	}
 	if len(acc.buf) >= minRun {
 		buf := append([]byte(nil), acc.buf...)
+		if acc.open {
+			buf = append(buf[:0], f.b85q...)
+		}
 		acc.buf = acc.buf[:0]
 		f.base85(acc.line, buf, depth)
 	}
@@ -349,11 +368,14 @@ func (f *feed) escapes(lineNo int, text []byte, depth int) {
 	}
 }
 
-// reading reads a decoded form of added text as added text.
+// reading reads a decoded form of added text as added text. Second
+// readings of text already read have a budget of their own (max bytes in
+// all): past it they are skipped, not refused.
 func (f *feed) reading(lineNo int, b []byte, what string, depth int) {
-	if !f.spend(lineNo, int64(len(b)), what) {
+	if f.readBytes+int64(len(b)) > f.max {
 		return
 	}
+	f.readBytes += int64(len(b))
 	f.noCount++
 	f.content(lineNo, b, fmt.Sprintf("%s at line %d", what, lineNo), depth+1, false)
 	f.noCount--

@@ -183,11 +183,12 @@ type fprStats struct {
 	maxOpaque    int64 // the most opaque bytes of a patch not refused
 	maxOpaqueAt  string
 	strictOpaque bool // this source's patches must not be refused either
+	opts         Options
 }
 
 func (st *fprStats) add(t *testing.T, name string, patch []byte, problems []Problem, evaluator bool, strict ...bool) {
 	strictOpaque := st.strictOpaque || len(strict) > 0 && strict[0]
-	rep, sc := check(patch, problems, defaults, Options{})
+	rep, sc := check(patch, problems, defaults, st.opts)
 	st.n++
 	var fp []Finding
 	for _, f := range rep.Findings {

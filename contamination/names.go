@@ -403,6 +403,10 @@ func (n *nameRule) added(l []byte, lineNo int, where string) {
 	if n.kind == kindDocs || len(n.cands) >= maxNameCands {
 		return
 	}
+	if !containsAIME(l) && !bytes.Contains(l, []byte("2025")) && !bytes.Contains(l, []byte(evalDataDir)) {
+		n.blockLine(l, lineNo, true, where)
+		return
+	}
 	code := stripComment(l, n.kind)
 	named := false
 	for _, m := range findNames(code) {
@@ -429,7 +433,6 @@ func (n *nameRule) blockLine(l []byte, lineNo int, added bool, where string) {
 	if ind < 0 {
 		return // blank lines keep blocks open
 	}
-	code := stripComment(l, n.kind)
 	// a line less indented than an open half closes it
 	if n.aime.open && ind < n.aime.indent {
 		n.aime.open = false
@@ -437,6 +440,10 @@ func (n *nameRule) blockLine(l []byte, lineNo int, added bool, where string) {
 	if n.year.open && ind < n.year.indent {
 		n.year.open = false
 	}
+	if !containsAIME(l) && !bytes.Contains(l, []byte("2025")) {
+		return
+	}
+	code := stripComment(l, n.kind)
 	bare := false
 	for _, m := range findNames(code) {
 		if m.bare && !prose(code, m.start, m.end) {
@@ -602,4 +609,15 @@ func excerpt(b []byte) string {
 		b, cut = b[:max], "..."
 	}
 	return strconv.QuoteToASCII(string(b)) + cut
+}
+
+// containsAIME tells whether l holds "aime" in any case, without
+// allocating.
+func containsAIME(l []byte) bool {
+	for i := 0; i+4 <= len(l); i++ {
+		if l[i]|0x20 == 'a' && l[i+1]|0x20 == 'i' && l[i+2]|0x20 == 'm' && l[i+3]|0x20 == 'e' {
+			return true
+		}
+	}
+	return false
 }

@@ -41,7 +41,11 @@ func TestRealFalsePositives(t *testing.T) {
 	ps := realProblems(t)
 	st := runCorpus(t, ps, 120e9)
 	if dir := os.Getenv("NEMORL_CONTAM_EXTRA_NEG"); dir != "" {
-		extra := &fprStats{}
+		// the files are a pristine tree's (NeMo RL's own sources): each is
+		// read as a patch that writes it whole, with the file as its own
+		// pristine copy, as the eval job has the tree
+		self := Options{Pristine: func(p string) ([]byte, error) { return os.ReadFile("/" + p) }}
+		extra := &fprStats{opts: self}
 		var files []string
 		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
@@ -57,7 +61,9 @@ func TestRealFalsePositives(t *testing.T) {
 			}
 			name := strings.TrimPrefix(p, "/")
 			extra.add(t, p, filePatch(name, data), ps, false)
+			st.opts = self
 			st.add(t, p, filePatch(name, data), ps, false)
+			st.opts = Options{}
 		}
 		extra.log(t, "source extra-negatives")
 	}
