@@ -26,8 +26,8 @@ type feed struct {
 	// readBytes are the bytes of second readings (percent, quoted-
 	// printable, joined literals) read so far
 	readBytes int64
-	qp   [maxUnpackDepth + 1]runAcc
-	opq  opaqueState
+	qp        [maxUnpackDepth + 1]runAcc
+	opq       opaqueState
 	// noCount > 0 while a second reading of counted text (percent or
 	// quoted-printable decoded) or pristine text is read: nothing opaque
 	// is counted in it
