@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode"
+	"unicode/utf8"
 )
 
 // feed turns the patch's added text, and everything decoded from it, into
@@ -78,11 +80,13 @@ func (f *feed) literals(lineNo int, text []byte, depth int) {
 			acc.line = lineNo
 		}
 		for _, p := range parts {
+			if len(acc.buf) > 0 && len(p) > 0 && letterEnd(acc.buf) && letterStart(p) {
+				acc.open = true // a word split between two literals
+			}
 			if len(acc.buf)+len(p) < maxRunBytes {
 				acc.buf = append(acc.buf, p...)
 			}
 		}
-		acc.open = true
 		return
 	}
 	f.flushLiterals(depth)
@@ -92,6 +96,8 @@ func (f *feed) literals(lineNo int, text []byte, depth int) {
 	}
 }
 
+// flushLiterals reads the joined literals when a word was split between
+// two of them (acc.open); otherwise the plain reading had it all.
 func (f *feed) flushLiterals(depth int) {
 	acc := &f.lits[depth]
 	if acc.open && len(acc.buf) > 0 {
@@ -101,6 +107,16 @@ func (f *feed) flushLiterals(depth int) {
 		return
 	}
 	acc.buf, acc.open = acc.buf[:0], false
+}
+
+func letterEnd(b []byte) bool {
+	r, _ := utf8.DecodeLastRune(b)
+	return unicode.IsLetter(r)
+}
+
+func letterStart(b []byte) bool {
+	r, _ := utf8.DecodeRune(b)
+	return unicode.IsLetter(r)
 }
 
 // literalParts splits a line that is string literals and the glue of
