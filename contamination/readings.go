@@ -33,8 +33,13 @@ type readings struct {
 	blockLines           []int
 	blockBytes           int
 	last                 int
+	quiet                int // lines in a row that are no run of words
 	buf                  []byte
 }
+
+// maxAltGap is how many lines that are not words a run of text goes on
+// over (a formula, a short last line of a paragraph).
+const maxAltGap = 3
 
 func newReadings(pp *prepared, pr params, nProblems int, pl *pool) *readings {
 	mk := func(name string, full bool) *altReading {
@@ -55,11 +60,20 @@ func (a *altReading) line(lineNo int, text []byte) {
 	a.lx.text(text)
 }
 
-// line reads one added line in every alternative reading.
+// line reads one added line in every alternative reading: a run of text
+// starts at a line of words (hasLetters) and goes on over the lines that
+// follow it, up to maxAltGap lines in a row that are not.
 func (rd *readings) line(lineNo int, text []byte) {
-	if !hasLetters(text) {
-		rd.flushBlock()
-		return
+	consecutive := lineNo == rd.last || lineNo == rd.last+1
+	if hasLetters(text) {
+		rd.quiet = 0
+	} else {
+		rd.quiet++
+		if rd.last < 0 || !consecutive || rd.quiet > maxAltGap {
+			rd.flushBlock()
+			rd.last = -1
+			return
+		}
 	}
 	rd.buf = append(rd.buf[:0], text...)
 	for i, c := range rd.buf {
@@ -71,7 +85,7 @@ func (rd *readings) line(lineNo int, text []byte) {
 		}
 	}
 	rd.rot13.line(lineNo, rd.buf)
-	if lineNo != rd.last && lineNo != rd.last+1 || rd.blockBytes+len(text) > maxReverseBlock {
+	if !consecutive || rd.blockBytes+len(text) > maxReverseBlock {
 		rd.flushBlock()
 	}
 	rd.block = append(rd.block, text...)
@@ -81,18 +95,31 @@ func (rd *readings) line(lineNo int, text []byte) {
 	rd.last = lineNo
 }
 
+// hasLetters tells a run of words: a line of at least minAltLetters
+// letters and minAltSpaces spaces (a line of an encoded blob has no
+// spaces; a line of a reflowed or one-line statement has both).
 func hasLetters(b []byte) bool {
-	n := 0
+	if len(b) < minAltLetters {
+		return false
+	}
+	n, sp := 0, 0
 	for _, c := range b {
-		if isASCIILetter(c) || c >= 0x80 {
+		switch {
+		case c == ' ':
+			sp++
+		case isASCIILetter(c) || c >= 0x80:
 			n++
-			if n >= 8 {
-				return true
-			}
 		}
 	}
-	return false
+	return n >= minAltLetters && sp >= minAltSpaces
 }
+
+// minAltLetters is the letters a line needs to be read again through
+// ROT13, backwards and in reverse word order.
+const (
+	minAltLetters = 24
+	minAltSpaces  = 3
+)
 
 // flushBlock reads the collected block backwards.
 func (rd *readings) flushBlock() {
