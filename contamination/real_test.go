@@ -77,3 +77,11 @@ func TestRealFalsePositives(t *testing.T) {
 	}
 	t.Logf("real set FPR %d/%d", len(st.flagged), st.n)
 }
+
+// TestRealRoundThree: round three's encodings, foldings and readings of
+// the real set (every statement found).
+func TestRealRoundThree(t *testing.T) {
+	ps := realProblems(t)
+	roundThreeEncodings(t, ps)
+	roundThreeText(t, ps)
+}

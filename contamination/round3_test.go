@@ -119,8 +119,9 @@ func pyLiterals(s string, size, k int) []string {
 
 // TestRoundThreeEncodings: the problems in every encoding the red team
 // used are read, each finding naming its decoding chain.
-func TestRoundThreeEncodings(t *testing.T) {
-	ps := standInProblems()
+func TestRoundThreeEncodings(t *testing.T) { roundThreeEncodings(t, standInProblems()) }
+
+func roundThreeEncodings(t *testing.T, ps []Problem) {
 	data := problemsJSONL(ps)
 	text := strings.Join(func() []string {
 		var s []string
