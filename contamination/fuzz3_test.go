@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"testing"
+	"unicode/utf8"
 )
 
 // Fuzz targets of round three's parsers and decoders: none panics, each
@@ -111,6 +112,85 @@ func FuzzScanRuns(f *testing.F) {
 		}
 		if runs > len(text)/minRun+1 || arrays > len(text)/minArray+1 {
 			t.Fatalf("%d runs, %d arrays from %d bytes", runs, arrays, len(text))
+		}
+	})
+}
+
+// FuzzNameRule: the name rule's parsers on any line: matches lie inside
+// the line, comments only shorten it, a year value points at "2025",
+// and the rule's state stays bounded whatever the lines.
+func FuzzNameRule(f *testing.F) {
+	for _, s := range []string{
+		`    "AIME2025": partial(AIMEDataset, variant="2025"),  # the eval set`,
+		"  dataset_name: nemo_rl.data.datasets.response_datasets.aime.AIMEDataset",
+		`print("never train on AIME 2025")`, "x = 2025_aime // c", "variant == \"2025\"",
+		"- dataset_name: AIME'25", "data_path: /opt/nemorl/eval/aime25.jsonl",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, l []byte) {
+		for _, m := range findNames(l) {
+			if m.start < 0 || m.end > len(l) || m.start > m.end || m.key == "" {
+				t.Fatalf("match %+v of a line of %d", m, len(l))
+			}
+			_ = prose(l, m.start, m.end)
+		}
+		for _, k := range []fileKind{kindData, kindHash, kindSlash} {
+			if c := stripComment(l, k); len(c) > len(l) || !bytes.HasPrefix(l, c) {
+				t.Fatalf("stripComment made %q of %q", c, l)
+			}
+		}
+		if i := yearValue(l); i >= 0 && string(l[i:i+4]) != "2025" {
+			t.Fatalf("yearValue %d in %q", i, l)
+		}
+		parts, ok := literalParts(l)
+		if !ok && parts != nil {
+			t.Fatal("parts of a line that is no literals")
+		}
+		for _, p := range parts {
+			if len(p) > len(l) {
+				t.Fatal("a part longer than the line")
+			}
+		}
+		var n nameRule
+		n.setFile(fileHeader{newPath: "c.yaml"})
+		for i := 0; i < 200; i++ {
+			n.added(l, i+1, "")
+			n.other(l, i+1, i%2 == 0)
+		}
+		if len(n.cands) > maxNameCands {
+			t.Fatalf("%d candidates", len(n.cands))
+		}
+		_ = n.finding(Options{})
+	})
+}
+
+// FuzzFold: the folds and the alternative readings on any text: the
+// lexer never panics on what they make, and reversing twice is the
+// identity on valid UTF-8.
+func FuzzFold(f *testing.F) {
+	for _, s := range []string{"Fі<b>nd</b> thе ѕum", `F\N{LATIN SMALL LETTER I}nd`, "٧٠ 0x46 seventy two hundred and four", "a<b$ and $c>d", "\u3164\ufe0f\u200b"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		lx := newLexer(func(tok []byte, _ uint64, num int) {
+			if len(tok) == 0 || len(tok) > maxTokBytes || num < noNumber {
+				t.Fatalf("token %q num %d", tok, num)
+			}
+		})
+		lx.text(b)
+		if p := lx.prefold(b); len(p) > 4*len(b)+8 {
+			t.Fatalf("prefold grew %d to %d", len(b), len(p))
+		}
+		if r := reverseRunes(nil, reverseRunes(nil, b)); utf8.Valid(b) && !bytes.Equal(r, b) {
+			t.Fatalf("reversed twice: %q of %q", r, b)
+		}
+		_ = reverseWords(nil, b)
+		var nw numWords
+		for _, w := range bytes.Fields(b) {
+			if v, _, ok := nw.step(bytes.ToLower(w), nil); ok && (v < 0 || v > 999) {
+				t.Fatalf("number word %d", v)
+			}
 		}
 	})
 }

@@ -158,7 +158,7 @@ type nameMatch struct {
 // findNames finds the AIME tokens of l and the years glued to them.
 func findNames(l []byte) []nameMatch {
 	var out []nameMatch
-	low := bytes.ToLower(l)
+	low := asciiLower(l)
 	for from := 0; ; {
 		i := bytes.Index(low[from:], []byte("aime"))
 		if i < 0 {
@@ -377,9 +377,8 @@ func (n *nameRule) setFile(h fileHeader) {
 
 // other reads a context or removed line of the current file.
 func (n *nameRule) other(l []byte, lineNo int, removed bool) {
-	low := bytes.ToLower(l)
 	if removed {
-		if bytes.Contains(low, []byte("aime")) || bytes.Contains(low, []byte("2025")) {
+		if containsAIME(l) || bytes.Contains(l, []byte("2025")) {
 			if n.removed == nil {
 				n.removed, n.removedGl = map[string]*known{}, newKnown()
 			}
@@ -561,7 +560,7 @@ func (n *nameRule) finding(o Options) *Finding {
 					if b, err := o.Pristine(c.file); err == nil {
 						k = newKnown()
 						forEachLine(b, func(l []byte) {
-							if bytes.Contains(bytes.ToLower(l), []byte("aime")) || bytes.Contains(l, []byte("2025")) || bytes.ContainsAny(l, "\"'") {
+							if containsAIME(l) || bytes.Contains(l, []byte("2025")) || bytes.ContainsAny(l, "\"'") {
 								k.addLine(l)
 							}
 						})
@@ -620,4 +619,17 @@ func containsAIME(l []byte) bool {
 		}
 	}
 	return false
+}
+
+// asciiLower is l with its ASCII letters in lower case, the same length
+// (bytes.ToLower rewrites invalid UTF-8, which would move the indices).
+func asciiLower(l []byte) []byte {
+	out := make([]byte, len(l))
+	for i, c := range l {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return out
 }
