@@ -94,11 +94,11 @@ func Evidence(rep contamination.Report) string {
 	case opaqueOnly:
 		// readable or refused: data the check cannot read is no proof of
 		// contamination, but a patch has no need to carry it
-		b.WriteString("the patch carries data the check cannot read: ")
+		b.WriteString(record.EvidenceOpaque)
 	case refusedOnly:
-		b.WriteString("the patch cannot be checked for the eval problems: ")
+		b.WriteString(record.EvidenceUncheckable)
 	default:
-		b.WriteString("the eval problems are in the patch: ")
+		b.WriteString(record.EvidenceFound + ": ")
 	}
 	for i, f := range rep.Findings {
 		part := f.Detail
@@ -119,7 +119,7 @@ func Evidence(rep contamination.Report) string {
 		return r
 	}, b.String())
 	if s == "" || len(rep.Findings) == 0 {
-		s = "the eval problems are in the patch"
+		s = record.EvidenceFound
 	}
 	return s
 }

@@ -13,6 +13,18 @@ const EmptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 // MaxURLBytes bounds wandb_url.
 const MaxURLBytes = 2048
 
+// The eval record's contamination evidence starts with one of these,
+// written by the trusted evaluator (evaluate.Evidence) and read by the
+// rules: the eval problems found (EvidenceFound), or a patch refused
+// because the check cannot read what it carries (EvidenceOpaque: data
+// the check cannot read; EvidenceUncheckable: an archive or binary it
+// cannot open).
+const (
+	EvidenceFound       = "the eval problems are in the patch"
+	EvidenceOpaque      = "the patch carries data the check cannot read: "
+	EvidenceUncheckable = "the patch cannot be checked for the eval problems: "
+)
+
 // MaxEvidenceBytes bounds the eval record's contamination evidence.
 const MaxEvidenceBytes = 4096
 

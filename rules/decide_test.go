@@ -300,6 +300,16 @@ func TestTableRows(t *testing.T) {
 			policy(stages.Eval, ReasonContaminated, true)},
 		{"eval-contaminated", "the patch holds the eval problems, no isolation", false, func(f *Facts) { setOut(f, stages.Eval, contaminatedEval("3"), nil) },
 			policy(stages.Eval, ReasonContaminated, true)},
+		{"eval-contaminated", "the patch carries data the check cannot read", true, func(f *Facts) {
+			ev := contaminatedEval("3")
+			ev.Contamination = record.EvidenceOpaque + "2,048 bytes of base64 that decode to nothing readable in NeMo-RL/x.py lines 3-40"
+			setOut(f, stages.Eval, ev, nil)
+		}, policy(stages.Eval, ReasonUnreadablePatch, false)},
+		{"eval-contaminated", "the patch holds an archive the check cannot open", true, func(f *Facts) {
+			ev := contaminatedEval("3")
+			ev.Contamination = record.EvidenceUncheckable + "NeMo-RL/data.7z: a 7z archive"
+			setOut(f, stages.Eval, ev, nil)
+		}, policy(stages.Eval, ReasonUnreadablePatch, false)},
 		{"scored", "honest", true, func(f *Facts) {}, w{Scored, "", "", false}},
 		{"scored", "honest, no isolation", false, func(f *Facts) {}, w{Scored, "", "", false}},
 	}

@@ -39,6 +39,12 @@ const (
 	// problems (statements, answers as a list, problem-answer pairs) in
 	// the added lines of the author's patch: training on the test set.
 	ReasonContaminated = "contaminated"
+	// ReasonUnreadablePatch: eval's contamination check refused the
+	// author's patch for what it cannot read (binary files, archives it
+	// cannot open, encoded or compressed data over its bound): a patch to
+	// a training stack has no need to carry it, and the author's prompt
+	// says so ("readable or refused", docs/integrity.md).
+	ReasonUnreadablePatch = "unreadable_patch"
 
 	// The cluster's or the operator's (no reward, masked).
 	ReasonDeadline             = "deadline"               // run --deadline passed: the jobs were cancelled
@@ -80,7 +86,7 @@ var Vocabulary = func() map[string][]Kind {
 	m := map[string][]Kind{
 		ReasonNoPatch: {p}, ReasonPatchRejected: {p}, ReasonTrainFailed: {p}, ReasonAuthorFailed: {p},
 		ReasonTrainTimeout: {p}, ReasonTrainOutOfMemory: {p}, ReasonBadPatch: {p}, ReasonBadWeights: {p},
-		ReasonForeignCancel: {p}, ReasonPlantedOutput: {p}, ReasonJobHeld: {p}, ReasonJobModified: {p}, ReasonOutputTooLarge: {p}, ReasonContaminated: {p},
+		ReasonForeignCancel: {p}, ReasonPlantedOutput: {p}, ReasonJobHeld: {p}, ReasonJobModified: {p}, ReasonOutputTooLarge: {p}, ReasonContaminated: {p}, ReasonUnreadablePatch: {p},
 
 		ReasonDeadline: {i}, ReasonInterrupted: {i}, ReasonCancelled: {i}, ReasonConnectionLost: {i},
 		ReasonJobLost: {i}, ReasonTimesUnknown: {i}, ReasonSubmitRefused: {i}, ReasonIsolationBreach: {i},

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/record"
@@ -585,7 +586,14 @@ var table = []Rule{
 		if ev == nil || !ev.Contaminated {
 			return r
 		}
-		vd := fail(PolicyFailure, stages.Eval, ReasonContaminated, "eval's contamination check: "+ev.Contamination).tampered()
+		var vd *Verdict
+		if strings.HasPrefix(ev.Contamination, record.EvidenceOpaque) || strings.HasPrefix(ev.Contamination, record.EvidenceUncheckable) {
+			// Refused for what the check cannot read: no proof of
+			// tampering, the policy's failure all the same.
+			vd = fail(PolicyFailure, stages.Eval, ReasonUnreadablePatch, "eval's contamination check: "+ev.Contamination)
+		} else {
+			vd = fail(PolicyFailure, stages.Eval, ReasonContaminated, "eval's contamination check: "+ev.Contamination).tampered()
+		}
 		vd.Train = v.trainRecord(&r)
 		return r.with(vd)
 	}},

@@ -7,6 +7,7 @@ import (
 	"text/template"
 
 	"github.com/nemorl/nemorl-slurm/configs"
+	"github.com/nemorl/nemorl-slurm/contamination"
 )
 
 //go:embed prompt.tmpl
@@ -24,6 +25,7 @@ func DefaultPrompt(cfg *configs.Config) ([]byte, error) {
 		"InnerDeadline":   configs.InnerDeadlineSeconds(cfg.Stages.Train.TrainSeconds),
 		"ResearchMinutes": cfg.Stages.Author.ResearchSeconds / 60,
 		"MaxTurns":        cfg.Stages.Author.MaxTurns,
+		"MaxOpaqueBytes":  contamination.DefaultMaxOpaque,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("template prompt.tmpl: %w", err)
