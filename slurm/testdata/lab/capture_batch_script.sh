@@ -16,6 +16,7 @@ printf '#!/bin/bash\n# nemorl capture: final newline\ntrue\n' >"$work/nl.sh"
 printf '#!/bin/bash\n# nemorl capture: no final newline\ntrue' >"$work/nonl.sh"
 nl=$(sbatch --parsable --output="$work/%j.out" --job-name=cap-script-nl "$work/nl.sh")
 nonl=$(sbatch --parsable --output="$work/%j.out" --job-name=cap-script-nonl "$work/nonl.sh")
+# shellcheck disable=SC2016 # the job's own shell expands it
 none=$(srun --job-name=cap-script-none sh -c 'echo $SLURM_JOB_ID')
 for _ in $(seq 60); do # slurmdbd learns of the allocation a moment later
     [ -n "$(sacct --noheader -X --jobs="$none" --format=JobIDRaw)" ] && break
@@ -24,7 +25,7 @@ done
 # sacct says NONE for a few seconds after a job starts: wait for the scripts.
 for _ in $(seq 120); do
     if ! sacct --batch-script --jobs="$nl" | grep -qx NONE && ! sacct --batch-script --jobs="$nonl" | grep -qx NONE &&
-        [ -n "$(sacct --noheader -X --jobs="$nonl" --format=End | grep -v Unknown)" ]; then break; fi
+        sacct --noheader -X --jobs="$nonl" --format=End | grep -qv Unknown; then break; fi
     sleep 1
 done
 cp "$work/nl.sh" "$here/batch_script_nl.sh"
