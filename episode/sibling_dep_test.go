@@ -318,11 +318,13 @@ func TestSubmitDeadline(t *testing.T) {
 // sbatch) still running at its deadline is stopped, its sbatch killed with
 // it, and each episode's outcome is unknown: looked for by its comment
 // tag, kept in the ledger with its intent for resume, never submitted
-// again blindly.
+// again blindly. The sbatch here ignores TERM, so that its own deadline
+// (batch.sh's timeout, which sends TERM and KILLs only 5 s later: see
+// TestSubmitBatchSbatchPastDeadline) does not end it first.
 func TestSubmitBatchDeadline(t *testing.T) {
 	d, root := stageDriver(t)
 	pidFile := filepath.Join(root, "sbatch.pid")
-	slow := "#!/bin/sh\necho $$ >\"" + pidFile + "\"\nexec sleep 60\n"
+	slow := "#!/bin/sh\ntrap '' TERM\necho $$ >\"" + pidFile + "\"\nexec sleep 60\n"
 	if err := os.WriteFile(filepath.Join(root, "bin", "sbatch"), []byte(slow), 0o755); err != nil {
 		t.Fatal(err)
 	}
