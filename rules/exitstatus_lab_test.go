@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -112,7 +113,7 @@ func TestLabExitStatusTable(t *testing.T) {
 			for i, c := range cases {
 				row := rows[i]
 				exit := stages.ScriptExit(stage, c.status)
-				if row.ExitCode.Signal != 0 || !slicesContain(stages.SacctReadings(exit), row.ExitCode.Code) {
+				if row.ExitCode.Signal != 0 || !slices.Contains(stages.SacctReadings(exit), row.ExitCode.Code) {
 					log, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", stage, i)))
 					t.Errorf("%s payload %q: sacct says %s %s, want an exit of %d read as one of %v\n%s", stage, c.how, row.State.Raw, row.ExitCode.Raw, exit, stages.SacctReadings(exit), log)
 					continue
@@ -135,15 +136,6 @@ func TestLabExitStatusTable(t *testing.T) {
 			t.Logf("Slurm %s, %s: %d payload ends, job %s\n%s", s.Version, stage, len(cases), id, strings.Join(table, "\n"))
 		}
 	})
-}
-
-func slicesContain(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // renderExitCase renders lab-none.yaml's episode into work, its stage's
