@@ -823,47 +823,11 @@ func (c *checker) token(tok []byte, h uint64, num int) {
 		}
 	}
 	for ii := range c.index {
-		ix := &c.index[ii]
-		n := ix.n
-		if c.pos < int64(n) {
-			continue
-		}
-		var ths [ringSize]uint64
-		for k := 0; k < n; k++ {
-			ths[k] = c.ring[(c.pos-int64(n)+int64(k))&(ringSize-1)].h
-		}
-		key := ngramKey(ths[:n])
-		b := key & (bloomBits - 1)
-		if c.bloom[b>>6]&(1<<(b&63)) == 0 {
-			continue
-		}
-		for _, r := range ix.m[key] {
-			if c.verify(r, n) {
-				c.event(r, n, cur)
-			}
-		}
+		c.lookup(&c.index[ii], func(r ref, n int) { c.event(r, n, cur) })
 	}
 	if c.pool != nil {
 		for ii := range c.index2 {
-			ix := &c.index2[ii]
-			n := ix.n
-			if c.pos < int64(n) {
-				continue
-			}
-			var ths [ringSize]uint64
-			for k := 0; k < n; k++ {
-				ths[k] = c.ring[(c.pos-int64(n)+int64(k))&(ringSize-1)].h
-			}
-			key := ngramKey(ths[:n])
-			b := key & (bloomBits - 1)
-			if c.bloom[b>>6]&(1<<(b&63)) == 0 {
-				continue
-			}
-			for _, r := range ix.m[key] {
-				if c.verify(r, n) {
-					c.pool.add2(r, c.line)
-				}
-			}
+			c.lookup(&c.index2[ii], func(r ref, n int) { c.pool.add2(r, c.line) })
 		}
 	}
 	if num >= 0 {
@@ -1222,4 +1186,27 @@ func appendLine(lines []int, l int) []int {
 		return lines
 	}
 	return append(lines, l)
+}
+
+// lookup calls hit for every verified reference of ix's n-gram that ends
+// at the current position (the Bloom filter first, then the index).
+func (c *checker) lookup(ix *nindex, hit func(r ref, n int)) {
+	n := ix.n
+	if c.pos < int64(n) {
+		return
+	}
+	var ths [ringSize]uint64
+	for k := 0; k < n; k++ {
+		ths[k] = c.ring[(c.pos-int64(n)+int64(k))&(ringSize-1)].h
+	}
+	key := ngramKey(ths[:n])
+	b := key & (bloomBits - 1)
+	if c.bloom[b>>6]&(1<<(b&63)) == 0 {
+		return
+	}
+	for _, r := range ix.m[key] {
+		if c.verify(r, n) {
+			hit(r, n)
+		}
+	}
 }
