@@ -68,19 +68,9 @@ func (e *env) render(c *ucli.Context) error {
 	if err := ensureEmptyDir(out); err != nil {
 		return err
 	}
-	var files []string
-	for _, f := range tree.Files {
-		p := filepath.Join(out, filepath.FromSlash(f.Path))
-		if f.IsDir() {
-			if err := os.MkdirAll(p, f.Mode.Perm()); err != nil {
-				return fmt.Errorf("render: %w", err)
-			}
-			continue
-		}
-		if err := os.WriteFile(p, f.Data, f.Mode.Perm()); err != nil {
-			return fmt.Errorf("render: %w", err)
-		}
-		files = append(files, f.Path)
+	files, err := tree.Write(out)
+	if err != nil {
+		return fmt.Errorf("render: %w", err)
 	}
 	if globalBool(c, "json") {
 		return e.writeJSON(map[string]any{

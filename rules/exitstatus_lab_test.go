@@ -169,16 +169,8 @@ func renderExitCase(t *testing.T, work string, stage stages.Stage, how string) s
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range tr.Files {
-		p := filepath.Join(tr.Dir, filepath.FromSlash(f.Path))
-		if f.IsDir() {
-			err = os.MkdirAll(p, f.Mode.Perm())
-		} else if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-			err = os.WriteFile(p, f.Data, f.Mode.Perm())
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	if _, err := tr.Write(tr.Dir); err != nil {
+		t.Fatal(err)
 	}
 	staged := map[stages.Stage][2]string{stages.Author: {"author/secrets.env", "NEMORL_POLICY_API_KEY=test-key\n"}, stages.Train: {"author/change.diff", "d\n"}}
 	if err := os.WriteFile(filepath.Join(tr.Dir, staged[stage][0]), []byte(staged[stage][1]), 0o600); err != nil {

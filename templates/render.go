@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -79,6 +81,28 @@ func (t *Tree) Lookup(rel string) (File, bool) {
 		}
 	}
 	return File{}, false
+}
+
+// Write writes the tree's directories and files under dir (render --out,
+// and tests that run the scripts where the tree says: dir = Dir) and
+// returns the files' paths relative to dir. Directories come first in
+// Files, so each file's directory exists when it is written.
+func (t *Tree) Write(dir string) ([]string, error) {
+	var files []string
+	for _, f := range t.Files {
+		p := filepath.Join(dir, filepath.FromSlash(f.Path))
+		if f.IsDir() {
+			if err := os.MkdirAll(p, f.Mode.Perm()); err != nil {
+				return files, fmt.Errorf("write %s: %w", p, err)
+			}
+			continue
+		}
+		if err := os.WriteFile(p, f.Data, f.Mode.Perm()); err != nil {
+			return files, fmt.Errorf("write %s: %w", p, err)
+		}
+		files = append(files, f.Path)
+	}
+	return files, nil
 }
 
 // Input is what Render needs besides the config.

@@ -293,17 +293,8 @@ func TestBadEpisodeID(t *testing.T) {
 // writeTree writes a rendered tree under its own Dir (a temp dir in tests).
 func writeTree(t *testing.T, tr *Tree) {
 	t.Helper()
-	for _, f := range tr.Files {
-		p := filepath.Join(tr.Dir, filepath.FromSlash(f.Path))
-		if f.IsDir() {
-			if err := os.MkdirAll(p, f.Mode.Perm()); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.WriteFile(p, f.Data, f.Mode.Perm()); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := tr.Write(tr.Dir); err != nil {
+		t.Fatal(err)
 	}
 }
 
