@@ -453,13 +453,9 @@ func gpuChart(f *Figures) (*plot.Plot, string, string, error) {
 		if g.Scored.Count == 0 {
 			continue
 		}
-		b, err := plotter.NewBoxPlot(vg.Points(40), float64(i), plotter.Values(slices.Clone(g.Scored.Values)))
-		if err != nil {
+		if err := addBox(p, i, plotter.Values(slices.Clone(g.Scored.Values))); err != nil {
 			return nil, "", "", err
 		}
-		b.FillColor = color.RGBA{R: 0xc6, G: 0xdb, B: 0xef, A: 0xff}
-		b.GlyphStyle.Radius = vg.Points(1.5)
-		p.Add(b)
 	}
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
@@ -524,13 +520,9 @@ func stageChart(f *Figures, queue bool) (*plot.Plot, string, string, error) {
 		for j, v := range d.Values {
 			vs[j] = v / scale
 		}
-		b, err := plotter.NewBoxPlot(vg.Points(40), float64(i), vs)
-		if err != nil {
+		if err := addBox(p, i, vs); err != nil {
 			return nil, "", "", err
 		}
-		b.FillColor = color.RGBA{R: 0xc6, G: 0xdb, B: 0xef, A: 0xff}
-		b.GlyphStyle.Radius = vg.Points(1.5)
-		p.Add(b)
 	}
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
@@ -738,3 +730,15 @@ var pageTemplate = func() *template.Template {
 	template.Must(t.New("figures").Parse(figuresText))
 	return t
 }()
+
+// addBox adds the report's box plot of vs at x position i to p.
+func addBox(p *plot.Plot, i int, vs plotter.Values) error {
+	b, err := plotter.NewBoxPlot(vg.Points(40), float64(i), vs)
+	if err != nil {
+		return err
+	}
+	b.FillColor = color.RGBA{R: 0xc6, G: 0xdb, B: 0xef, A: 0xff}
+	b.GlyphStyle.Radius = vg.Points(1.5)
+	p.Add(b)
+	return nil
+}

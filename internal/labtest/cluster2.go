@@ -94,13 +94,7 @@ func (l Lab) Cluster2Env() []string {
 	if !l.HasCluster2() {
 		return nil
 	}
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SLURM_CONF=") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, "SLURM_CONF="+l.Lab2Conf)
+	return withVars([]string{"SLURM_CONF=" + l.Lab2Conf})
 }
 
 // StopCluster2 stops cluster 2's slurmctld (lab/cluster2 stop: SIGTERM, a
