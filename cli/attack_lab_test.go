@@ -490,36 +490,49 @@ func (x *labCLI) testContamination(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := x.base
-			for stage, args := range map[string][]string{"author": c.author, "train": c.train, "eval": {"--check-contamination", bin}} {
-				old := "command: [" + labStandIns + "/" + stage + "]"
-				cfg = strings.Replace(cfg, old, "command: ["+strings.Join(append([]string{labStandIns + "/" + stage}, args...), ", ")+"]", 1)
-			}
-			p := filepath.Join(t.TempDir(), "lab-none.yaml")
-			if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			state, ep := t.TempDir(), attackEpisode(t, "contam")
-			r := x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK)
-			o := outcomeOf(t, r)
-			if c.kind == "scored" {
-				if o.Outcome != "scored" || o.Reward == nil {
-					t.Fatalf("outcome %s (%s): %s, want scored", o.Outcome, o.FailureReason, o.Detail)
-				}
-			} else {
-				wantFailure(t, o, c.kind, c.reason, "eval")
-				if !o.Tampering || !strings.Contains(o.Detail, c.detail) {
-					t.Errorf("tampering %v, detail %q: want tampering and %q", o.Tampering, o.Detail, c.detail)
-				}
-			}
-			wantJobs(t, o, map[string]string{"author": "COMPLETED", "train": "COMPLETED", "eval": "COMPLETED"})
-			reward := "null"
-			if o.Reward != nil {
-				reward = strconv.FormatFloat(*o.Reward, 'g', -1, 64)
-			}
-			t.Logf("%s: %s/%s reward %s: %.300s", c.name, o.Outcome, o.FailureReason, reward, o.Detail)
+			x.contaminationCase(t, map[string][]string{"author": c.author, "train": c.train, "eval": {"--check-contamination", bin}},
+				"contam", c.name, c.kind, c.reason, c.detail)
 		})
 	}
+}
+
+// contaminationCase runs one episode of the lab-none config with the stage
+// stand-ins' extra arguments args (by stage) and checks its outcome: kind
+// "scored" with a reward, or kind/reason at eval, with tampering, its
+// detail holding detail (reason unreadable_patch: without tampering).
+func (x *labCLI) contaminationCase(t *testing.T, args map[string][]string, tag, name, kind, reason, detail string) {
+	t.Helper()
+	cfg := x.base
+	for stage, a := range args {
+		old := "command: [" + labStandIns + "/" + stage + "]"
+		if strings.Count(cfg, old) != 1 {
+			t.Fatalf("configs/lab-none.yaml: no single %q", old)
+		}
+		cfg = strings.Replace(cfg, old, "command: ["+strings.Join(append([]string{labStandIns + "/" + stage}, a...), ", ")+"]", 1)
+	}
+	p := filepath.Join(t.TempDir(), "lab-none.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state, ep := t.TempDir(), attackEpisode(t, tag)
+	r := x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK)
+	o := outcomeOf(t, r)
+	if kind == "scored" {
+		if o.Outcome != "scored" || o.Reward == nil {
+			t.Fatalf("outcome %s (%s): %s, want scored", o.Outcome, o.FailureReason, o.Detail)
+		}
+	} else {
+		wantFailure(t, o, kind, reason, "eval")
+		if o.Tampering != (reason != "unreadable_patch") || !strings.Contains(o.Detail, detail) {
+			t.Errorf("tampering %v, detail %q: want tampering (but for unreadable_patch) and %q", o.Tampering, o.Detail, detail)
+		}
+	}
+	wantJobs(t, o, map[string]string{"author": "COMPLETED", "train": "COMPLETED", "eval": "COMPLETED"})
+	reward := "null"
+	if o.Reward != nil {
+		reward = strconv.FormatFloat(*o.Reward, 'g', -1, 64)
+	}
+	t.Logf("%s: %s/%s reward %s: %.300s", name, o.Outcome, o.FailureReason, reward, o.Detail)
 }
 
 // testSecretsGoneAfterCancel: an episode cancelled before its author job

@@ -4,8 +4,6 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -53,37 +51,7 @@ func TestContaminationRoundThreeLab(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := x.base
-			for stage, args := range map[string][]string{"author": c.author, "eval": {"--check-contamination", bin}} {
-				old := "command: [" + labStandIns + "/" + stage + "]"
-				if strings.Count(cfg, old) != 1 {
-					t.Fatalf("configs/lab-none.yaml: no single %q", old)
-				}
-				cfg = strings.Replace(cfg, old, "command: ["+strings.Join(append([]string{labStandIns + "/" + stage}, args...), ", ")+"]", 1)
-			}
-			p := filepath.Join(t.TempDir(), "lab-none.yaml")
-			if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			state, ep := t.TempDir(), attackEpisode(t, "contam3")
-			r := x.run(t, state, episodeTimeout, "run", "--config", p, "--json", "--episode", ep).want(t, ExitOK)
-			o := outcomeOf(t, r)
-			if c.kind == "scored" {
-				if o.Outcome != "scored" || o.Reward == nil {
-					t.Fatalf("outcome %s (%s): %s, want scored", o.Outcome, o.FailureReason, o.Detail)
-				}
-			} else {
-				wantFailure(t, o, c.kind, c.reason, "eval")
-				if !o.Tampering || !strings.Contains(o.Detail, c.detail) {
-					t.Errorf("tampering %v, detail %q: want tampering and %q", o.Tampering, o.Detail, c.detail)
-				}
-			}
-			wantJobs(t, o, map[string]string{"author": "COMPLETED", "train": "COMPLETED", "eval": "COMPLETED"})
-			reward := "null"
-			if o.Reward != nil {
-				reward = strconv.FormatFloat(*o.Reward, 'g', -1, 64)
-			}
-			t.Logf("%s: %s/%s reward %s: %.300s", c.name, o.Outcome, o.FailureReason, reward, o.Detail)
+			x.contaminationCase(t, map[string][]string{"author": c.author, "eval": {"--check-contamination", bin}}, "contam3", c.name, c.kind, c.reason, c.detail)
 		})
 	}
 }
