@@ -7,19 +7,13 @@ import (
 	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf16"
-
-	"github.com/nemorl/nemorl-slurm/evaluate"
 )
 
 // TestContaminationRoundThree runs `evaluate contamination` of the built
@@ -30,23 +24,13 @@ import (
 // beside them exit 0.
 func TestContaminationRoundThree(t *testing.T) {
 	bin := buildBinary(t)
-	problemsPath, err := filepath.Abs("../lab/stand-ins/aime25-stand-in.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(problemsPath)
+	problemsPath, rows := standInProblems(t)
+	raw, err := os.ReadFile(problemsPath) // the set as a file, for the zip member
 	if err != nil {
 		t.Fatal(err)
 	}
 	var qs, answers []string
-	for _, l := range bytes.Split(bytes.TrimSpace(raw), []byte("\n")) {
-		var r struct {
-			Question string `json:"question"`
-			Answer   string `json:"expected_answer"`
-		}
-		if err := json.Unmarshal(l, &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range rows {
 		qs, answers = append(qs, strings.ReplaceAll(r.Question, "\n", " ")), append(answers, r.Answer)
 	}
 	files := map[string][]byte{
@@ -54,46 +38,8 @@ func TestContaminationRoundThree(t *testing.T) {
 		"NeMo-RL/nemo_rl/data/x.py":      []byte("X = 1\n"),
 		"NeMo-RL/examples/configs/a.yml": []byte("data:\n  validation:\n    dataset_name: nemo_rl.data.datasets.response_datasets.aime.AIMEDataset\n    repeat: 16\n    variant: \"2024\"\n"),
 	}
-	pristine := t.TempDir()
-	for name, b := range files {
-		p := filepath.Join(pristine, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	git := func(dir string, args ...string) []byte {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "core.autocrlf=false"}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+dir)
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("git %v: %v", args, err)
-		}
-		return out
-	}
-	diff := func(edits map[string][]byte) []byte {
-		t.Helper()
-		w := t.TempDir()
-		git(w, "init", "-q", ".")
-		for name, b := range files {
-			p := filepath.Join(w, name)
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			os.WriteFile(p, b, 0o644)
-		}
-		git(w, "add", "-A")
-		git(w, "commit", "-q", "-m", "pristine")
-		for name, b := range edits {
-			p := filepath.Join(w, name)
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			if err := os.WriteFile(p, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		git(w, "add", "-A")
-		return git(w, "diff", "--cached", "--binary")
-	}
+	tree := newGitTree(t, files, "")
+	pristine, diff := tree.Dir, tree.diff
 
 	r := rand.New(rand.NewPCG(40, 40))
 	noise := make([]byte, 3000)
@@ -187,29 +133,13 @@ func TestContaminationRoundThree(t *testing.T) {
 		{"ordinary", "other problems hex-encoded", map[string][]byte{"NeMo-RL/data/d.txt": []byte(wrap(hex.EncodeToString([]byte("Find the sum of the digits of 2^{100}. The answer is 115.\nA train travels 60 miles in 2 hours. How far does it go in 5 hours?\n")), 64))}, 0, "", ""},
 	} {
 		t.Run(c.family+"/"+c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			patch := filepath.Join(dir, "change.diff")
-			if err := os.WriteFile(patch, diff(c.edits), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			report := filepath.Join(dir, "report.json")
-			run := exec.Command(bin, "evaluate", "contamination", "--patch", patch, "--problems", problemsPath, "--pristine", pristine, "--report", report)
-			var stderr bytes.Buffer
-			run.Stderr = &stderr
-			err := run.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			chk, lerr := evaluate.LoadContaminationCheck(report)
-			if lerr != nil {
-				t.Fatal(lerr)
+			run := checkContamination(t, bin, diff(c.edits), problemsPath, pristine)
+			code, stderr, chk := run.code, run.stderr, run.check
+			if run.loadErr != nil {
+				t.Fatal(run.loadErr)
 			}
 			if code != c.exit {
-				t.Fatalf("exit %d, want %d: %s; findings %+v", code, c.exit, stderr.String(), chk.Report.Findings)
+				t.Fatalf("exit %d, want %d: %s; findings %+v", code, c.exit, stderr, chk.Report.Findings)
 			}
 			if c.exit == 0 {
 				if chk.Report.Contaminated {
@@ -227,8 +157,8 @@ func TestContaminationRoundThree(t *testing.T) {
 			if len(details) == 0 || !strings.Contains(strings.Join(details, "\n"), c.detail) {
 				t.Fatalf("no %s finding holds %q: %+v", c.kind, c.detail, chk.Report.Findings)
 			}
-			if !strings.Contains(stderr.String(), "contaminated: ") || chk.Evidence == "" {
-				t.Errorf("no evidence: stderr %q, evidence %q", stderr.String(), chk.Evidence)
+			if !strings.Contains(stderr, "contaminated: ") || chk.Evidence == "" {
+				t.Errorf("no evidence: stderr %q, evidence %q", stderr, chk.Evidence)
 			}
 			t.Logf("%s: exit 4, %d %s findings; first: %s", c.name, len(details), c.kind, details[0])
 		})

@@ -5,16 +5,10 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/nemorl/nemorl-slurm/evaluate"
 )
 
 // TestContaminationRoundTwo runs `evaluate contamination` of the built
@@ -24,31 +18,9 @@ import (
 // patch of the same shape exits 0.
 func TestContaminationRoundTwo(t *testing.T) {
 	bin := buildBinary(t)
-	problemsPath, err := filepath.Abs("../lab/stand-ins/aime25-stand-in.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := os.ReadFile(problemsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []struct {
-		Question string `json:"question"`
-		Answer   string `json:"expected_answer"`
-	}
-	for _, l := range bytes.Split(bytes.TrimSpace(problems), []byte("\n")) {
-		var r struct {
-			Question string `json:"question"`
-			Answer   string `json:"expected_answer"`
-		}
-		if err := json.Unmarshal(l, &r); err != nil {
-			t.Fatal(err)
-		}
-		rows = append(rows, r)
-	}
+	problemsPath, rows := standInProblems(t)
 
 	// a pristine tree as the eval image holds it, in a git work tree
-	pristine := t.TempDir()
 	binBase := bytes.Repeat([]byte("\x00\x01pristine table\x02"), 8000)
 	files := map[string][]byte{
 		"recipe.yaml":                    []byte("grpo:\n  num_prompts_per_step: 8\ndata:\n  dataset_name: OpenMathInstruct-2\n"),
@@ -58,58 +30,9 @@ func TestContaminationRoundTwo(t *testing.T) {
 		// a loader of the eval set, as NeMo RL ships one for evaluation
 		"NeMo-RL/nemo_rl/data/eval_datasets/aime2025.py": []byte("class AIME2025Dataset:\n    def __init__(self):\n        self.ds = load_dataset(\"opencompass/AIME2025\", split=\"test\")\n"),
 	}
-	for name, b := range files {
-		p := filepath.Join(pristine, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	git := func(dir string, args ...string) []byte {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.invalid"}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+dir)
-		out, err := cmd.Output()
-		if err != nil {
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				t.Fatalf("git %v: %v: %s", args, err, ee.Stderr)
-			}
-			t.Fatalf("git %v: %v", args, err)
-		}
-		return out
-	}
-	// diff returns what `git diff --binary` prints for the edits, made on a
-	// copy of the pristine tree (.jsonl and .bin taken for binary).
-	diff := func(edits map[string][]byte) []byte {
-		t.Helper()
-		w := t.TempDir()
-		git(w, "init", "-q", ".")
-		for name, b := range files {
-			p := filepath.Join(w, name)
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			os.WriteFile(p, b, 0o644)
-		}
-		git(w, "add", "-A")
-		git(w, "commit", "-q", "-m", "pristine")
-		os.WriteFile(filepath.Join(w, ".git", "info", "attributes"), []byte("*.jsonl -diff\n*.bin -diff\n"), 0o644)
-		for name, b := range edits {
-			p := filepath.Join(w, name)
-			if b == nil {
-				os.Remove(p)
-				continue
-			}
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			if err := os.WriteFile(p, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		git(w, "add", "-A")
-		return git(w, "diff", "--cached", "--binary")
-	}
+	// git writes .jsonl and .bin files as binary patches
+	tree := newGitTree(t, files, "*.jsonl -diff\n*.bin -diff\n")
+	pristine, diff := tree.Dir, tree.diff
 
 	var jsonl, answerKey, upper, x5c, supers bytes.Buffer
 	sup := strings.NewReplacer("^2", "²", "^3", "³", "^{22}", "²²", "^6", "⁶", "^7", "⁷")
@@ -158,27 +81,12 @@ func TestContaminationRoundTwo(t *testing.T) {
 		{"superscripts", map[string][]byte{"NeMo-RL/nemo_rl/data/x.py": supers.Bytes()}, 4, "statement", "100% of its 10-grams", 30},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			patch := filepath.Join(dir, "change.diff")
-			if err := os.WriteFile(patch, diff(c.edits), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			report := filepath.Join(dir, "report.json")
-			run := exec.Command(bin, "evaluate", "contamination", "--patch", patch, "--problems", problemsPath, "--pristine", pristine, "--report", report)
-			var stderr bytes.Buffer
-			run.Stderr = &stderr
-			err := run.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			run := checkContamination(t, bin, diff(c.edits), problemsPath, pristine)
+			code, stderr := run.code, run.stderr
 			if code != c.exit {
-				t.Fatalf("exit %d, want %d: %s", code, c.exit, stderr.String())
+				t.Fatalf("exit %d, want %d: %s", code, c.exit, stderr)
 			}
-			chk, err := evaluate.LoadContaminationCheck(report)
+			chk, err := run.check, run.loadErr
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,8 +104,8 @@ func TestContaminationRoundTwo(t *testing.T) {
 			if c.detail != "" && !strings.Contains(strings.Join(details, "\n"), c.detail) {
 				t.Errorf("no %s finding holds %q: %q", c.kind, c.detail, details)
 			}
-			if c.exit == 4 && !strings.Contains(stderr.String(), "contaminated: ") {
-				t.Errorf("stderr names no evidence: %s", stderr.String())
+			if c.exit == 4 && !strings.Contains(stderr, "contaminated: ") {
+				t.Errorf("stderr names no evidence: %s", stderr)
 			}
 			if strings.HasPrefix(c.name, "binary") && chk.Report.BinarySections == 0 {
 				t.Errorf("git wrote no binary section")
