@@ -19,18 +19,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/templates"
 )
 
-// labExitPayload ends as the file "status" beside it says: "exit N", or
-// "kill SIG" (its handler reset first: bash starts background commands
-// with INT and QUIT ignored).
-const labExitPayload = `#!/bin/bash
-how=$(cat "$(dirname "$0")/status")
-case $how in
-  exit\ *) exit "${how#exit }" ;;
-  kill\ *) exec /usr/bin/perl -e '$SIG{$ARGV[0]} = "DEFAULT"; kill $ARGV[0], $$; sleep 5; exit 3' "${how#kill }" ;;
-esac
-exit 3
-`
-
 // labExitSignals are the deaths by signal the table plays besides exits.
 var labExitSignals = map[string]int{"HUP": 1, "INT": 2, "KILL": 9, "SEGV": 11, "TERM": 15, "USR1": 10, "RTMIN": 34, "RTMAX": 64}
 
@@ -155,7 +143,7 @@ func renderExitCase(t *testing.T, work string, stage stages.Stage, how string) s
 		t.Fatal(err)
 	}
 	standin := filepath.Join(work, "standin")
-	if err := os.WriteFile(standin, []byte(labExitPayload), 0o755); err != nil {
+	if err := os.WriteFile(standin, []byte("#!/bin/bash\n"+labtest.ExitStandIn), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(work, "status"), []byte(how), 0o644); err != nil {

@@ -8,19 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
-
-// exitPayload is a stage command that ends as the file "status" next to it
-// says: "exit N" exits with N; "kill SIG" kills itself with SIG (its
-// handler reset first: bash starts background commands with INT and QUIT
-// ignored).
-const exitPayload = `how=$(cat "$(dirname "$0")/status")
-case $how in
-  exit\ *) exit "${how#exit }" ;;
-  kill\ *) exec /usr/bin/perl -e '$SIG{$ARGV[0]} = "DEFAULT"; kill $ARGV[0], $$; sleep 5; exit 3' "${how#kill }" ;;
-esac
-exit 3`
 
 // exitSignals are the signals a payload may die by: the common ones and
 // both ends of the real-time range (SIGRTMAX is 64: 128+64 = 192, which
@@ -61,7 +51,7 @@ func TestScriptExitStatuses(t *testing.T) {
 			jobs := make(chan run)
 			var wg sync.WaitGroup
 			for range workers {
-				tr := stageRun(t, map[stages.Stage]string{stage: exitPayload})
+				tr := stageRun(t, map[stages.Stage]string{stage: labtest.ExitStandIn})
 				status := filepath.Join(filepath.Dir(tr.Dir), "status") // next to the stand-in
 				if stage == stages.Train {
 					if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
