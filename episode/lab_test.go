@@ -231,11 +231,18 @@ func TestWatchConnectionLost(t *testing.T) {
 	}
 }
 
-// TestSubmitRefused: a stage sbatch refuses for good (here the staged train
-// script names a partition the cluster does not have) ends the episode as
-// infra_failure / submit_refused instead of being retried at every poll.
+// TestSubmitRefused, on each Slurm: a stage sbatch refuses for good (here
+// the staged train script names a partition the cluster does not have)
+// ends the episode as infra_failure / submit_refused instead of being
+// retried at every poll. The author job goes through batch.sh's sbatch
+// (under its deadline) over each cluster's login, 24.11's rate limited.
 func TestSubmitRefused(t *testing.T) {
-	d, _ := labDriver(t, nil)
+	labtest.EachSlurm(t, testSubmitRefused)
+}
+
+func testSubmitRefused(t *testing.T, s labtest.Slurm) {
+	labtest.UseLab(t)
+	d, _ := dialLabAt(t, s.Lab, nil, 0)
 	ctx := context.Background()
 	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 	if err != nil {
