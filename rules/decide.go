@@ -384,6 +384,20 @@ func (v view) cancelled(r *Result, stage stages.Stage, j slurm.JobInfo) *Verdict
 // its payload, or found that the cluster failed it (exit 64–79).
 func (v view) verdictFailed(r *Result, stage stages.Stage, j slurm.JobInfo) *Verdict {
 	switch j.ExitCode.Code {
+	case stages.ExitInputsTampered:
+		if stage == stages.Eval {
+			break
+		}
+		// A job array's task refused its episode's staged script: it
+		// differs from the sha256 recorded at staging, or is gone. Only a
+		// process of the user changes it: the policy's code (a sibling
+		// episode's, the same user), or with isolation a breach.
+		detail := fmt.Sprintf("%s job %s refused to run the episode's staged %s (exit %d): it was changed or removed after staging; see nemorl-slurm logs --stage %s",
+			stage, j.ID, stages.Script(stage), stages.ExitInputsTampered, stage)
+		if v.f.Isolated {
+			return fail(IntegrityViolation, stage, ReasonScriptAltered, detail).tampered()
+		}
+		return fail(PolicyFailure, stage, ReasonScriptAltered, detail).tampered()
 	case stages.ExitNoGPU:
 		return fail(InfraFailure, stage, ReasonNoGPU,
 			fmt.Sprintf("%s job %s found no GPU where Slurm gave it one (exit %d, node %s)", stage, j.ID, stages.ExitNoGPU, j.NodeList))

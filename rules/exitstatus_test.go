@@ -65,3 +65,36 @@ func TestPayloadExitRawWouldMask(t *testing.T) {
 		t.Errorf("train exit 198 read as 70:0 → %+v, want infra_failure/no_gpu (the masking the scripts' rule prevents)", v)
 	}
 }
+
+// TestScriptAltered: an author or train job that is a task of a job array
+// exits 65 when its episode's staged script changed after staging (the
+// array's script checks each task's sha256 before running it). Only a
+// process of the user changes a staged file: the policy's code without
+// isolation (a sibling episode's: the same user), a breach with it. Never
+// the cluster's, never masked. Eval's 65 stays its own verdict on its
+// image and inputs.
+func TestScriptAltered(t *testing.T) {
+	for _, isolated := range []bool{false, true} {
+		for _, stage := range []stages.Stage{stages.Author, stages.Train} {
+			f := healthy(isolated)
+			j := f.Jobs[stage]
+			j.State, j.ExitCode = slurm.ParseState("FAILED", ""), slurm.ParseExitCode(fmt.Sprintf("%d:0", stages.ExitInputsTampered))
+			f.Jobs[stage] = j
+			v := decideAll(t, f).Verdict
+			want := PolicyFailure
+			if isolated {
+				want = IntegrityViolation
+			}
+			if v == nil || v.Kind != want || v.Reason != ReasonScriptAltered || v.Stage != stage || !v.Tampering {
+				t.Errorf("isolated %v, %s exit %d → %+v, want %s/%s at %s, tampering", isolated, stage, stages.ExitInputsTampered, v, want, ReasonScriptAltered, stage)
+			}
+		}
+	}
+	f := healthy(true)
+	j := f.Jobs[stages.Eval]
+	j.State, j.ExitCode = slurm.ParseState("FAILED", ""), slurm.ParseExitCode(fmt.Sprintf("%d:0", stages.ExitInputsTampered))
+	f.Jobs[stages.Eval] = j
+	if v := decideAll(t, f).Verdict; v == nil || v.Reason != ReasonEvalInputsTampered {
+		t.Errorf("eval exit %d → %+v, want %s", stages.ExitInputsTampered, v, ReasonEvalInputsTampered)
+	}
+}

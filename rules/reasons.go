@@ -77,6 +77,7 @@ const (
 	ReasonEvalOutputTampered   = "eval_output_tampered"            // eval's out.log changed outside the eval job's run, gone, or not the file it wrote
 	ReasonImpostorJob          = "impostor_job"                    // a job under a stage's name or tag that the tool did not submit
 	ReasonLedgerTampered       = "ledger_tampered"                 // a ledger entry no longer matches its seal
+	ReasonScriptAltered        = "script_altered"                  // a job array's task found its episode's staged script changed (exit 65)
 )
 
 // Vocabulary lists every failure reason an outcome can carry, with the
@@ -93,7 +94,7 @@ var Vocabulary = func() map[string][]Kind {
 		ReasonNoGPU: {i}, ReasonPolicyEndpointFailed: {i}, ReasonScriptRefused: {i}, ReasonRolloutsRejected: {i},
 
 		ReasonEvalInputsTampered: {v, p}, ReasonEvalBeforeTrainEnd: {v, p}, ReasonEvalOutputRedirected: {v, p},
-		ReasonEvalOutputTampered: {v, p}, ReasonImpostorJob: {v, p}, ReasonLedgerTampered: {v},
+		ReasonEvalOutputTampered: {v, p}, ReasonImpostorJob: {v, p}, ReasonLedgerTampered: {v}, ReasonScriptAltered: {v, p},
 	}
 	// A Slurm failure of a job the cluster ended is the cluster's.
 	for _, f := range []slurm.Failure{slurm.FailureExitCode, slurm.FailureCancelled, slurm.FailureDependency, slurm.FailureTimeout,
