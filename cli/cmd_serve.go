@@ -25,6 +25,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/serve"
+	"github.com/nemorl/nemorl-slurm/slurm"
 )
 
 func serveCommand(e *env) *ucli.Command {
@@ -130,8 +131,23 @@ func (e *env) serve(c *ucli.Context) error {
 		return err
 	}
 	// The server's own log lines are redacted by serve; the drivers' too.
-	for _, d := range drivers {
+	// Every Slurm command of a cluster is observed in /metrics from here
+	// on (its preflight's, run before serve existed, are not), and each
+	// slow one counted and logged, named by its cluster when there are
+	// several.
+	for i, d := range drivers {
 		d.Logf = func(format string, args ...any) { opt.Logf("%s", srv.Redact(fmt.Sprintf(format, args...))) }
+		name := clusters[i].Name
+		sc := srv.SlurmCommands(name)
+		d.Host.(*observedHost).feed.Store(sc)
+		where := ""
+		if name != "" {
+			where = "cluster " + name + ": "
+		}
+		d.Slurm.Slow = func(c slurm.SlowCommand) {
+			sc.Slow(c)
+			d.Logf("%s%s", where, c)
+		}
 	}
 
 	// A soft memory limit (GOMEMLIMIT, when set, wins): near it the
@@ -228,7 +244,7 @@ func (e *env) serveClusters(ctx context.Context, cfg *configs.Config, path, abs 
 			reconnects = r.Reconnects
 		}
 		counted := remote.NewCounted(memberHost(login, ccfg))
-		d := e.newDriver(ccfg, abs, sum, counted, lg)
+		d := e.newDriver(ccfg, abs, sum, &observedHost{Counted: counted}, lg)
 		d.DiscardNotCreated = len(names) > 1
 		preflight := servePreflight(d, path, where)
 		cl := serve.DriverCluster(name, d)
@@ -261,6 +277,20 @@ func (e *env) serveClusters(ctx context.Context, cfg *configs.Config, path, abs 
 		clusters = append(clusters, cl)
 	}
 	return clusters, drivers, nil
+}
+
+// observedHost is a cluster's host that tells serve's /metrics of every
+// Slurm command run through it (slurm.Observer: its Slurm client's
+// commands and the episode's staged sbatch), once serve has set feed.
+type observedHost struct {
+	*remote.Counted
+	feed atomic.Pointer[serve.SlurmCommands]
+}
+
+func (h *observedHost) ObserveSlurm(kind slurm.Kind, took time.Duration, stopped bool) {
+	if f := h.feed.Load(); f != nil {
+		f.ObserveSlurm(kind, took, stopped)
+	}
 }
 
 // serveLogin connects to the login of a clusters: entry (or the config's

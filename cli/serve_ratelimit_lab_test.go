@@ -5,8 +5,8 @@ package cli
 // SlurmctldParameters=rl_enable, bucket 30, refill 2/s; lab/README.md).
 
 import (
-	"bufio"
-	"io"
+	"bytes"
+	"fmt"
 	"os"
 	"os/user"
 	"strconv"
@@ -14,6 +14,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/nemorl/nemorl-slurm/slurm"
 )
 
 // TestServeRateLimitedLab: a burst of NEMORL_RL_ROWS rows (default 8; with
@@ -48,8 +54,15 @@ func TestServeRateLimitedLab(t *testing.T) {
 
 	// The controller's log from here on: one line per RPC it refused.
 	ctldLog := s.CtldLog
-	from := fileSize(t, ctldLog)
+	from, err := s.CtldLogSize()
+	if err != nil {
+		t.Fatal(err)
+	}
 	u, err := user.Lookup(x.lab.User)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, err := strconv.Atoi(u.Uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,18 +101,16 @@ func TestServeRateLimitedLab(t *testing.T) {
 		}
 		seen[ep] = i
 	}
-	// What the controller refused this user while the rows ran, by RPC.
-	byRPC := map[string]int{}
+	// What the controller refused this user while the rows ran, by RPC
+	// ("RPC rate limit exceeded by uid 1001 with REQUEST_SUBMIT_BATCH_JOB
+	// from 127.0.0.1:40488, telling to back off").
+	byRPC, err := s.Refusals(from, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	total := 0
-	for _, l := range linesFrom(t, ctldLog, from) {
-		// "RPC rate limit exceeded by uid 1001 with REQUEST_SUBMIT_BATCH_JOB from 127.0.0.1:40488, telling to back off"
-		_, rest, ok := strings.Cut(l, "RPC rate limit exceeded by uid "+u.Uid+" with ")
-		if !ok {
-			continue
-		}
-		rpc, _, _ := strings.Cut(rest, " ")
-		byRPC[rpc]++
-		total++
+	for _, n := range byRPC {
+		total += n
 	}
 	_, raw := srv.get(t, "/metrics")
 	ops := map[string]string{}
@@ -110,8 +121,9 @@ func TestServeRateLimitedLab(t *testing.T) {
 		}
 	}
 	pollFailures := metricValue(t, raw, "nemorl_serve_sacct_poll_failures_total")
-	// serve's log: "slurm: squeue … took 7.2 s (deadline 30s): a throttled
-	// or busy controller", one line per command of its own that was slow.
+	// serve's log: "cluster rl: slurm: squeue: squeue … took 7.2 s
+	// (deadline 30s): a throttled or busy controller", one line per
+	// command of its own that was slow.
 	var slow []string
 	for _, l := range strings.Split(srv.stderr.String(), "\n") {
 		if strings.Contains(l, ": a throttled or busy controller") {
@@ -129,36 +141,99 @@ func TestServeRateLimitedLab(t *testing.T) {
 	if len(slow) == 0 {
 		t.Errorf("serve logged none of its Slurm commands as slow (a throttled or busy controller): the burst's own commands were not seen throttled")
 	}
+	checkSlurmMetrics(t, srv, "rl", scored)
 }
 
-func fileSize(t *testing.T, p string) int64 {
+// checkSlurmMetrics: once every row is answered (serve runs no Slurm
+// command then), /metrics counts cluster's slow Slurm commands as serve
+// logged them, kind by kind ("cluster rl: slurm: squeue: … took 7.2 s
+// (deadline 30s): a throttled or busy controller"); each slow command was
+// observed in the duration histogram above 2 s, and each other one at or
+// below; the train and eval sbatch of the scored rows and the polls'
+// squeue were observed.
+func checkSlurmMetrics(t *testing.T, srv *serveProc, cluster string, scored int) {
 	t.Helper()
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
+	type kindCounts struct{ slow, stopped, observed, over2s float64 }
+	var byKind map[string]*kindCounts
+	var logged map[string]int
+	var mismatch string
+	eventually(t, 15*time.Second, 250*time.Millisecond, func() string {
+		_, raw := srv.get(t, "/metrics")
+		parser := expfmt.NewTextParser(model.LegacyValidation)
+		mfs, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("/metrics: %v", err)
+		}
+		byKind = map[string]*kindCounts{}
+		of := func(m *dto.Metric) *kindCounts {
+			var cl, kind string
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case "cluster":
+					cl = lp.GetValue()
+				case "kind":
+					kind = lp.GetValue()
+				}
+			}
+			if cl != cluster {
+				return &kindCounts{}
+			}
+			if byKind[kind] == nil {
+				byKind[kind] = &kindCounts{}
+			}
+			return byKind[kind]
+		}
+		for _, m := range mfs["nemorl_serve_slurm_slow_commands_total"].GetMetric() {
+			of(m).slow = m.GetCounter().GetValue()
+		}
+		for _, m := range mfs["nemorl_serve_slurm_deadline_stopped_total"].GetMetric() {
+			of(m).stopped = m.GetCounter().GetValue()
+		}
+		for _, m := range mfs["nemorl_serve_slurm_command_duration_seconds"].GetMetric() {
+			h, k := m.GetHistogram(), of(m)
+			k.observed = float64(h.GetSampleCount())
+			k.over2s = k.observed
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == slurm.DefaultSlowAfter.Seconds() {
+					k.over2s -= float64(b.GetCumulativeCount())
+				}
+			}
+		}
+		logged = map[string]int{}
+		for _, l := range strings.Split(srv.stderr.String(), "\n") {
+			_, rest, ok := strings.Cut(l, "cluster "+cluster+": slurm: ")
+			if ok && strings.HasSuffix(l, ": a throttled or busy controller") {
+				kind, _, _ := strings.Cut(rest, ":")
+				logged[kind]++
+			}
+		}
+		mismatch = ""
+		for kind, k := range byKind {
+			if k.slow != float64(logged[kind]) || k.over2s != k.slow {
+				mismatch += fmt.Sprintf(" %s: %v slow, %v stopped in /metrics, %d logged, %v of %v observed above 2 s;", kind, k.slow, k.stopped, logged[kind], k.over2s, k.observed)
+			}
+		}
+		for kind, n := range logged {
+			if byKind[kind] == nil {
+				mismatch += fmt.Sprintf(" %s: %d logged slow, not in /metrics;", kind, n)
+			}
+		}
+		return mismatch
+	})
+	total := 0.0
+	view := ""
+	for kind, k := range byKind {
+		total += k.slow
+		view += fmt.Sprintf(" %s: %v commands, %v slow (%v stopped);", kind, k.observed, k.slow, k.stopped)
 	}
-	return fi.Size()
-}
-
-// linesFrom returns the lines of p after byte offset from.
-func linesFrom(t *testing.T, p string, from int64) []string {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("/metrics of cluster %s's Slurm commands:%s", cluster, view)
+	if total == 0 {
+		t.Errorf("/metrics counts none of cluster %s's Slurm commands as slow during a burst the controller throttled", cluster)
 	}
-	defer f.Close()
-	if _, err := f.Seek(from, io.SeekStart); err != nil {
-		t.Fatal(err)
+	if sb := byKind["sbatch"]; sb == nil || sb.observed < float64(2*scored) {
+		t.Errorf("/metrics observed %v sbatch on cluster %s, want at least the train and eval sbatch of the %d rows scored", sb, cluster, scored)
 	}
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		out = append(out, sc.Text())
+	if sq := byKind["squeue"]; sq == nil || sq.observed == 0 {
+		t.Errorf("/metrics observed no squeue (the polls) on cluster %s", cluster)
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
@@ -24,6 +25,11 @@ var (
 	stageBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 14400, 21600, 43200, 86400}
 	// pollBuckets bound one poll of the cluster: 10 ms to 60 s.
 	pollBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60}
+	// commandBuckets bound one Slurm command: 10 ms (a healthy
+	// controller answers in tens to hundreds of milliseconds) to 120 s,
+	// past the longest default deadline (a minute); 2 s is the slow mark
+	// (slurm.DefaultSlowAfter), 30 s and 60 s the default deadlines.
+	commandBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120}
 	// rewardBuckets split a scored episode's reward, in [0, 1], in steps
 	// of 0.05; le="0" counts the scored episodes that got nothing right.
 	rewardBuckets = func() []float64 {
@@ -47,6 +53,11 @@ type metrics struct {
 	reward    prometheus.Histogram     // scored episodes
 	// Observed at every poll of the engine.
 	pollTime prometheus.Histogram
+	// Every Slurm command of a cluster (SlurmCommands), by cluster and
+	// kind: its duration, and those slurm.Client.Slow is told of.
+	slurmTime    *prometheus.HistogramVec
+	slurmSlow    *prometheus.CounterVec
+	slurmStopped *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) (*metrics, error) {
@@ -77,9 +88,22 @@ func newMetrics(s *Server) (*metrics, error) {
 			Help:    "Duration of each poll of the cluster (sacct and advancing the episodes), failed ones included.",
 			Buckets: pollBuckets,
 		}),
+		slurmTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nemorl_serve_slurm_command_duration_seconds",
+			Help:    "Duration of each Slurm command run on the cluster (sbatch, squeue, sacct, sinfo, scancel, scontrol), by cluster and kind; those stopped at their deadline included, those cut short by serve's own shutdown not. cluster is the clusters: entry's name, empty for a config of one cluster:.",
+			Buckets: commandBuckets,
+		}, []string{"cluster", "kind"}),
+		slurmSlow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nemorl_serve_slurm_slow_commands_total",
+			Help: "Slurm commands that took 2 s or more, or were stopped at their deadline (each is one log line \"slurm: KIND: … a throttled or busy controller\"): under rl_enable Slurm's clients back off and retry silently, so this is how a throttled controller shows.",
+		}, []string{"cluster", "kind"}),
+		slurmStopped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nemorl_serve_slurm_deadline_stopped_total",
+			Help: "Slurm commands stopped at their deadline, their outcome unknown (also counted as slow).",
+		}, []string{"cluster", "kind"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.queueWait, m.runTime, m.wallTime, m.reward, m.pollTime,
+		m.queueWait, m.runTime, m.wallTime, m.reward, m.pollTime, m.slurmTime, m.slurmSlow, m.slurmStopped,
 		&serverCollector{s: s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -303,6 +327,46 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descClusterRun, run.Seconds(), cl.Name)
 		counter(descClusterPolls, float64(cst.Polls), cl.Name)
 		counter(descClusterPollFailures, float64(cst.PollFailures), cl.Name)
+	}
+}
+
+// slurmKinds are the kinds of Slurm command whose counters exist at 0
+// from the start (a series that appears only at its first event hides
+// the rate before it).
+var slurmKinds = []slurm.Kind{slurm.KindSbatch, slurm.KindSqueue, slurm.KindSacct, slurm.KindSinfo, slurm.KindScancel, slurm.KindScontrol}
+
+// SlurmCommands feeds the /metrics series of one cluster's Slurm
+// commands: its ObserveSlurm (a slurm.Observer: the runner of the
+// cluster's Slurm client implements it by calling this one) observes
+// every command's duration, and its Slow (set as, or called from, the
+// client's slurm.Client.Slow) counts the slow and stopped ones.
+type SlurmCommands struct {
+	m       *metrics
+	cluster string
+}
+
+// SlurmCommands returns the feed of cluster's Slurm commands (cluster:
+// a Cluster's Name, "" for a config of one cluster:). Its counters
+// start at 0 for every kind.
+func (s *Server) SlurmCommands(cluster string) *SlurmCommands {
+	for _, k := range slurmKinds {
+		s.metrics.slurmSlow.WithLabelValues(cluster, string(k))
+		s.metrics.slurmStopped.WithLabelValues(cluster, string(k))
+	}
+	return &SlurmCommands{m: s.metrics, cluster: cluster}
+}
+
+// ObserveSlurm observes one command's duration (slurm.Observer).
+func (c *SlurmCommands) ObserveSlurm(kind slurm.Kind, took time.Duration, _ bool) {
+	c.m.slurmTime.WithLabelValues(c.cluster, string(kind)).Observe(took.Seconds())
+}
+
+// Slow counts a command slurm.Client.Slow was told of: slow, and
+// stopped at its deadline when it was.
+func (c *SlurmCommands) Slow(sc slurm.SlowCommand) {
+	c.m.slurmSlow.WithLabelValues(c.cluster, string(sc.Kind)).Inc()
+	if sc.Stopped {
+		c.m.slurmStopped.WithLabelValues(c.cluster, string(sc.Kind)).Inc()
 	}
 }
 

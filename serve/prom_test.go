@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -22,7 +23,9 @@ import (
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
@@ -32,26 +35,29 @@ var wantSeries = map[string]struct {
 	typ    dto.MetricType
 	labels []string
 }{
-	"nemorl_serve_episodes_in_flight":           {dto.MetricType_GAUGE, nil},
-	"nemorl_serve_queue_length":                 {dto.MetricType_GAUGE, nil},
-	"nemorl_serve_episodes":                     {dto.MetricType_GAUGE, []string{"stage", "state"}},
-	"nemorl_serve_outcomes_total":               {dto.MetricType_COUNTER, []string{"outcome", "reason"}},
-	"nemorl_serve_run_answers_total":            {dto.MetricType_COUNTER, []string{"code"}},
-	"nemorl_serve_attached_total":               {dto.MetricType_COUNTER, nil},
-	"nemorl_serve_sacct_polls_total":            {dto.MetricType_COUNTER, nil},
-	"nemorl_serve_sacct_poll_failures_total":    {dto.MetricType_COUNTER, nil},
-	"nemorl_serve_sacct_poll_backoffs_total":    {dto.MetricType_COUNTER, nil},
-	"nemorl_serve_poll_sacct_jobs_total":        {dto.MetricType_COUNTER, nil},
-	"nemorl_serve_sacct_poll_seconds":           {dto.MetricType_GAUGE, nil},
-	"nemorl_serve_sacct_poll_seconds_total":     {dto.MetricType_COUNTER, nil},
-	"nemorl_serve_ssh_reconnects_total":         {dto.MetricType_COUNTER, nil},
-	"nemorl_serve_remote_commands_total":        {dto.MetricType_COUNTER, []string{"program"}},
-	"nemorl_serve_remote_file_operations_total": {dto.MetricType_COUNTER, []string{"op"}},
-	"nemorl_serve_stage_queue_wait_seconds":     {dto.MetricType_HISTOGRAM, []string{"stage"}},
-	"nemorl_serve_stage_run_seconds":            {dto.MetricType_HISTOGRAM, []string{"stage"}},
-	"nemorl_serve_episode_duration_seconds":     {dto.MetricType_HISTOGRAM, nil},
-	"nemorl_serve_episode_reward":               {dto.MetricType_HISTOGRAM, nil},
-	"nemorl_serve_sacct_poll_duration_seconds":  {dto.MetricType_HISTOGRAM, nil},
+	"nemorl_serve_episodes_in_flight":             {dto.MetricType_GAUGE, nil},
+	"nemorl_serve_queue_length":                   {dto.MetricType_GAUGE, nil},
+	"nemorl_serve_episodes":                       {dto.MetricType_GAUGE, []string{"stage", "state"}},
+	"nemorl_serve_outcomes_total":                 {dto.MetricType_COUNTER, []string{"outcome", "reason"}},
+	"nemorl_serve_run_answers_total":              {dto.MetricType_COUNTER, []string{"code"}},
+	"nemorl_serve_attached_total":                 {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_sacct_polls_total":              {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_sacct_poll_failures_total":      {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_sacct_poll_backoffs_total":      {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_poll_sacct_jobs_total":          {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_sacct_poll_seconds":             {dto.MetricType_GAUGE, nil},
+	"nemorl_serve_sacct_poll_seconds_total":       {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_ssh_reconnects_total":           {dto.MetricType_COUNTER, nil},
+	"nemorl_serve_remote_commands_total":          {dto.MetricType_COUNTER, []string{"program"}},
+	"nemorl_serve_remote_file_operations_total":   {dto.MetricType_COUNTER, []string{"op"}},
+	"nemorl_serve_stage_queue_wait_seconds":       {dto.MetricType_HISTOGRAM, []string{"stage"}},
+	"nemorl_serve_stage_run_seconds":              {dto.MetricType_HISTOGRAM, []string{"stage"}},
+	"nemorl_serve_episode_duration_seconds":       {dto.MetricType_HISTOGRAM, nil},
+	"nemorl_serve_episode_reward":                 {dto.MetricType_HISTOGRAM, nil},
+	"nemorl_serve_sacct_poll_duration_seconds":    {dto.MetricType_HISTOGRAM, nil},
+	"nemorl_serve_slurm_command_duration_seconds": {dto.MetricType_HISTOGRAM, []string{"cluster", "kind"}},
+	"nemorl_serve_slurm_slow_commands_total":      {dto.MetricType_COUNTER, []string{"cluster", "kind"}},
+	"nemorl_serve_slurm_deadline_stopped_total":   {dto.MetricType_COUNTER, []string{"cluster", "kind"}},
 	// collectors.NewGoCollector, collectors.NewProcessCollector
 	"go_goroutines":                 {dto.MetricType_GAUGE, nil},
 	"go_info":                       {dto.MetricType_GAUGE, []string{"version"}},
@@ -80,6 +86,12 @@ func metricsServer(t *testing.T, opt Options, ops func() map[string]int64) (*Ser
 	s.live[ru] = true
 	s.end(ru, e, nil)
 	s.count(http.StatusOK)
+	// A quick squeue, and an sbatch that was slow (the cluster of a
+	// config of one cluster: is named "").
+	sc := s.SlurmCommands("")
+	sc.ObserveSlurm(slurm.KindSqueue, 40*time.Millisecond, false)
+	sc.ObserveSlurm(slurm.KindSbatch, 3*time.Second, false)
+	sc.Slow(slurm.SlowCommand{Kind: slurm.KindSbatch, Took: 3 * time.Second, Deadline: time.Minute})
 	s.mu.Lock()
 	s.attached++
 	s.mu.Unlock()
@@ -194,6 +206,9 @@ func TestMetricsExposition(t *testing.T) {
 		{"nemorl_serve_remote_commands_total", []string{"program", "sacct"}, 7},
 		{"nemorl_serve_remote_file_operations_total", []string{"op", "stat"}, 2},
 		{"nemorl_serve_sacct_polls_total", nil, 0},
+		{"nemorl_serve_slurm_slow_commands_total", []string{"cluster", "", "kind", "sbatch"}, 1},
+		{"nemorl_serve_slurm_slow_commands_total", []string{"cluster", "", "kind", "squeue"}, 0},
+		{"nemorl_serve_slurm_deadline_stopped_total", []string{"cluster", "", "kind", "sbatch"}, 0},
 	} {
 		if got := value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -416,6 +431,156 @@ func TestMetricsPromtoolRequired(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if failed := err != nil; failed != c.fail || !strings.Contains(string(out), c.wantText) {
 			t.Errorf("NEMORL_REQUIRE_LAB=%q without promtool: err %v, want failure %v, output:\n%s", c.require, err, c.fail, out)
+		}
+	}
+}
+
+// observedRunner answers every Slurm command after delay[program] (a
+// program not named answers at once; a negative delay never answers: it
+// waits for its context), and tells feed of each (slurm.Observer), as
+// serve's cluster host does.
+type observedRunner struct {
+	feed  *SlurmCommands
+	delay map[string]time.Duration
+}
+
+func (r *observedRunner) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
+	d := r.delay[remote.Program(cmd.Argv)]
+	var wait <-chan time.Time
+	if d >= 0 {
+		wait = time.After(d)
+	}
+	select {
+	case <-wait:
+		return &remote.Result{}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (r *observedRunner) ObserveSlurm(k slurm.Kind, took time.Duration, stopped bool) {
+	r.feed.ObserveSlurm(k, took, stopped)
+}
+
+// The Slurm commands of each cluster are in /metrics by cluster and kind:
+// every command's duration (one stopped at its deadline included, one cut
+// short by its caller not), the slow ones (slurm.Client.Slow: SlowAfter or
+// more, or stopped) and the stopped ones; the counters of every kind exist
+// from the start, at 0; the buckets reach past the longest deadline.
+func TestMetricsSlurmCommands(t *testing.T) {
+	s, _ := newTestServer(t, Options{})
+	east, west := s.SlurmCommands("east"), s.SlurmCommands("west")
+	const slowAfter = 50 * time.Millisecond
+	r := &observedRunner{feed: east, delay: map[string]time.Duration{"sacct": 2 * slowAfter, "sh": 2 * slowAfter, "scancel": -1, "scontrol": -1}}
+	c := slurm.New(r)
+	c.SlowAfter, c.Deadlines = slowAfter, slurm.Deadlines{Scancel: 4 * slowAfter}
+	var logged []string
+	c.Slow = func(sc slurm.SlowCommand) { east.Slow(sc); logged = append(logged, sc.String()) }
+	ctx := context.Background()
+	run := func(k slurm.Kind, argv ...string) error {
+		_, err := c.RunVia(ctx, r, k, remote.Command{Argv: argv})
+		return err
+	}
+	for range 3 {
+		if err := run(slurm.KindSqueue, "squeue", "--me"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := run(slurm.KindSacct, "sacct", "--jobs=7"); err != nil {
+		t.Fatal(err)
+	}
+	// A staged sbatch: a script (its log line is one line all the same).
+	if err := run(slurm.KindSbatch, "sh", "-c", "#!/bin/sh\nsbatch --parsable \"$@\"\n", "sh", "--begin=now"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(slurm.KindScancel, "scancel", "7"); !errors.Is(err, slurm.ErrDeadline) {
+		t.Fatalf("a stalled scancel: %v, want stopped at its deadline", err)
+	}
+	// Cut short by its caller (serve shutting down): not observed.
+	cctx, cancel := context.WithTimeout(ctx, slowAfter/2)
+	if _, err := c.RunVia(cctx, r, slurm.KindScontrol, remote.Command{Argv: []string{"scontrol", "show", "config"}}); err == nil {
+		t.Fatal("a scontrol cut short by its caller succeeded")
+	}
+	cancel()
+	// A command of the other cluster.
+	west.ObserveSlurm(slurm.KindSbatch, time.Second, false)
+
+	_, mfs := scrape(t, s)
+	labels := func(m *dto.Metric) (cluster, kind string) {
+		for _, lp := range m.GetLabel() {
+			switch lp.GetName() {
+			case "cluster":
+				cluster = lp.GetValue()
+			case "kind":
+				kind = lp.GetValue()
+			}
+		}
+		return cluster, kind
+	}
+	counts := func(name string) map[string]float64 {
+		got := map[string]float64{}
+		for _, m := range mfs[name].GetMetric() {
+			cl, k := labels(m)
+			if m.GetHistogram() != nil {
+				got[cl+"/"+k] = float64(m.GetHistogram().GetSampleCount())
+			} else {
+				got[cl+"/"+k] = m.GetCounter().GetValue()
+			}
+		}
+		return got
+	}
+	zero := func(want map[string]float64) map[string]float64 {
+		for _, cl := range []string{"east", "west"} {
+			for _, k := range slurmKinds {
+				if _, ok := want[cl+"/"+string(k)]; !ok {
+					want[cl+"/"+string(k)] = 0
+				}
+			}
+		}
+		return want
+	}
+	for _, c := range []struct {
+		name string
+		want map[string]float64
+	}{
+		{"nemorl_serve_slurm_command_duration_seconds", map[string]float64{"east/squeue": 3, "east/sacct": 1, "east/sbatch": 1, "east/scancel": 1, "west/sbatch": 1}},
+		{"nemorl_serve_slurm_slow_commands_total", zero(map[string]float64{"east/sacct": 1, "east/sbatch": 1, "east/scancel": 1})},
+		{"nemorl_serve_slurm_deadline_stopped_total", zero(map[string]float64{"east/scancel": 1})},
+	} {
+		if got := counts(c.name); !maps.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, m := range mfs["nemorl_serve_slurm_command_duration_seconds"].GetMetric() {
+		cl, k := labels(m)
+		h := m.GetHistogram()
+		var bounds []float64
+		for _, bk := range h.GetBucket() {
+			bounds = append(bounds, bk.GetUpperBound())
+		}
+		if !slices.Contains(bounds, slurm.DefaultSlowAfter.Seconds()) || bounds[len(bounds)-1] <= slurm.DefaultDeadlines.For("").Seconds() {
+			t.Errorf("%s/%s: buckets %v, want the slow mark (%v) among them and the last past the longest deadline", cl, k, bounds, slurm.DefaultSlowAfter)
+		}
+		switch cl + "/" + k {
+		case "east/sacct":
+			if h.GetSampleSum() < (2 * slowAfter).Seconds() {
+				t.Errorf("the slow sacct observed as %v s, want its %v or more", h.GetSampleSum(), 2*slowAfter)
+			}
+		case "east/scancel":
+			if h.GetSampleSum() < (4 * slowAfter).Seconds() {
+				t.Errorf("the stopped scancel observed as %v s, want its deadline (%v) or more", h.GetSampleSum(), 4*slowAfter)
+			}
+		}
+	}
+	// Slow's log line is one line, and names the kind and the duration.
+	if len(logged) != 3 || !strings.HasPrefix(logged[0], "slurm: sacct: sacct --jobs=7 took ") ||
+		!strings.HasPrefix(logged[1], "slurm: sbatch: sh -c '#!/bin/sh … took ") ||
+		!strings.HasPrefix(logged[2], "slurm: scancel: scancel 7 stopped at its deadline of 200ms after ") {
+		t.Errorf("slow lines %q", logged)
+	}
+	for _, l := range logged {
+		if strings.Contains(l, "\n") || !strings.HasSuffix(l, " s (deadline 1m0s): a throttled or busy controller") && !strings.HasSuffix(l, " s (outcome unknown): a throttled or busy controller") {
+			t.Errorf("slow line %q: want one line ending with its duration and the cause", l)
 		}
 	}
 }

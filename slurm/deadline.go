@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/remote"
@@ -132,13 +133,32 @@ func (c *Client) RunVia(ctx context.Context, r remote.Runner, k Kind, cmd remote
 	res, err := r.Run(dctx, cmd)
 	took := time.Since(start)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(dctx), errPastDeadline) {
+		if o, ok := r.(Observer); ok {
+			o.ObserveSlurm(k, took, true)
+		}
 		c.slow(SlowCommand{Kind: k, Command: cmd.Brief(), Took: took, Deadline: d, Stopped: true})
 		return nil, &DeadlineError{Kind: k, Command: cmd.Brief(), Deadline: d}
+	}
+	if o, ok := r.(Observer); ok && ctx.Err() == nil {
+		o.ObserveSlurm(k, took, false)
 	}
 	if took >= c.slowAfter() {
 		c.slow(SlowCommand{Kind: k, Command: cmd.Brief(), Took: took, Deadline: d})
 	}
 	return res, err
+}
+
+// Observer is told of every Slurm command that RunVia (and so every
+// command of the Client's own) runs through a runner that implements it:
+// the command's kind, how long it took, and whether it was stopped at
+// its deadline. A command cut short by its caller's context is not
+// observed. It is called on the command's goroutine, once the command
+// has ended: keep it cheap (a histogram observation). serve feeds its
+// metrics of Slurm command durations, per cluster and kind, so: its
+// cluster's host (the runner of its Client and of the episode's staged
+// sbatch) implements it.
+type Observer interface {
+	ObserveSlurm(kind Kind, took time.Duration, stopped bool)
 }
 
 // DefaultSlowAfter is how long a Slurm command may take before the
@@ -157,12 +177,17 @@ type SlowCommand struct {
 	Stopped bool
 }
 
-// String says it for a log line.
+// String says it for a log line, one line: its kind, the command (a
+// script's first line only: sh -c 'SCRIPT' …), how long it took.
 func (s SlowCommand) String() string {
-	if s.Stopped {
-		return fmt.Sprintf("slurm: %s stopped at its deadline of %s (outcome unknown): a throttled or busy controller", s.Command, s.Deadline)
+	cmd := s.Command
+	if i := strings.IndexByte(cmd, '\n'); i >= 0 {
+		cmd = cmd[:i] + " …"
 	}
-	return fmt.Sprintf("slurm: %s took %.1f s (deadline %s): a throttled or busy controller", s.Command, s.Took.Seconds(), s.Deadline)
+	if s.Stopped {
+		return fmt.Sprintf("slurm: %s: %s stopped at its deadline of %s after %.1f s (outcome unknown): a throttled or busy controller", s.Kind, cmd, s.Deadline, s.Took.Seconds())
+	}
+	return fmt.Sprintf("slurm: %s: %s took %.1f s (deadline %s): a throttled or busy controller", s.Kind, cmd, s.Took.Seconds(), s.Deadline)
 }
 
 func (c *Client) slowAfter() time.Duration {
