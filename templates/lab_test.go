@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
@@ -191,17 +193,26 @@ func labState(ctx context.Context, id string) string {
 // SIGKILL everything KillWait (the lab: 5 s) after its TERM, and no EXIT
 // trap survives that; the script's TERM path kills the payload's process
 // group after 2/3 of KillWait and removes its scratch directory first.
+// KillWait reaches the script as it does in an episode: read by
+// slurm.Client.Config (one scontrol show config) and given to Render.
 func TestLabCancelledPayloadIgnoresTerm(t *testing.T) {
 	lab := labtest.Env(t)
 	if os.Geteuid() != 0 {
 		t.Skip("submits as root, the user the lab registers for local jobs")
 	}
-	tr := stageRun(t, map[stages.Stage]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 600 & wait`})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc, err := slurm.New(remote.NewLocal()).Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.KillWait != labKillWait {
+		t.Fatalf("the lab's KillWait is %v, want %v (lab/up's slurm.conf)", sc.KillWait, labKillWait)
+	}
+	tr := stageRunKillWait(t, map[stages.Stage]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 600 & wait`}, sc.KillWait)
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	id := labSubmit(ctx, t, lab, filepath.Join(tr.Dir, stages.Script(stages.Train)))
 	logPath := filepath.Join(tr.Dir, stages.Output(stages.Train))
 	var home string
@@ -240,8 +251,8 @@ func TestLabCancelledPayloadIgnoresTerm(t *testing.T) {
 	if _, err := os.Stat(scratch); !os.IsNotExist(err) {
 		t.Fatalf("scratch %s survived the cancelled job (%s): %v\nout.log:\n%s", scratch, state, err, log)
 	}
-	if !strings.Contains(string(log), "killing its process group") {
-		t.Errorf("the script did not kill the payload itself:\n%s", log)
+	if !strings.Contains(string(log), "killing its process group") || !strings.Contains(string(log), "it has 3 s to exit") {
+		t.Errorf("the script did not kill the payload itself after 3 s (2/3 of KillWait 5 s):\n%s", log)
 	}
 }
 

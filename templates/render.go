@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/nemorl/nemorl-slurm/apptainer"
 	"github.com/nemorl/nemorl-slurm/configs"
@@ -113,6 +114,35 @@ type Input struct {
 	// PolicyBaseURL is the episode's one of policy_model.base_url; empty:
 	// the first.
 	PolicyBaseURL string
+	// KillWait is the cluster's KillWait (slurm.Client.Config: one
+	// scontrol show config per Client), written into the scripts: their
+	// TERM path waits two thirds of it (1..20 s) for the payload, and the
+	// jobs ask slurmctld nothing for it. Zero: unknown (render contacts no
+	// cluster): DefaultKillWait is assumed, and the scripts say so. A
+	// cluster whose KillWait is 0 (Slurm kills at once after TERM) renders
+	// as unknown too; its jobs are killed before any wait could matter.
+	KillWait time.Duration
+}
+
+// DefaultKillWait is Slurm's default KillWait (slurm.conf(5)), which the
+// scripts assume when Input.KillWait is unknown.
+const DefaultKillWait = 30 * time.Second
+
+// MaxTermWaitSeconds bounds the scripts' wait for the payload after TERM
+// (two thirds of KillWait, at least 1 s).
+const MaxTermWaitSeconds = 20
+
+// TermWaitSeconds is how long a script waits for its payload after TERM
+// before it kills the payload's process group, for a cluster whose
+// KillWait is killWait (zero or less: unknown, DefaultKillWait): two thirds
+// of it in whole seconds, rounded down, within 1..MaxTermWaitSeconds, so
+// that the script cleans up and exits before Slurm's KILL.
+func TermWaitSeconds(killWait time.Duration) int {
+	if killWait <= 0 {
+		killWait = DefaultKillWait
+	}
+	s := int64(killWait/time.Second) * 2 / 3
+	return int(min(max(s, 1), MaxTermWaitSeconds))
 }
 
 // Render renders the episode tree for cfg. It never includes the policy API
@@ -180,7 +210,13 @@ type scriptData struct {
 	// ScratchDirs are the directories the script makes under the scratch
 	// directory before the payload starts (HOME and the caches), relative
 	// to it as the host sees them.
-	ScratchDirs  []string
+	ScratchDirs []string
+	// KillWaitSeconds is the cluster's KillWait written into the script
+	// (KillWaitKnown false: unknown at render, DefaultKillWait assumed);
+	// TermWaitSeconds is the TERM path's wait (TermWaitSeconds).
+	KillWaitSeconds, TermWaitSeconds int
+	KillWaitKnown                    bool
+	// Exit: the scripts' exit statuses (exitcodes.go).
 	Exit         exitCodes
 	WatchSeconds int // eval: stages.EvalOutputWatchSeconds
 	// author, train: the payload's stdout and stderr reach out.log through
@@ -368,6 +404,12 @@ func (r *renderer) scriptData(p *stagePlan, exec, guardExec, gpuCheckExec string
 	d.NoNetwork, d.GPU, d.GPUDevices = p.noNet, p.gpu, r.cfg.Cluster.GPUDevices
 	d.GPUCheckExec, d.NoGPUExit = gpuCheckExec, stages.ExitNoGPU
 	d.ScratchDirs = r.scratchDirs()
+	d.KillWaitKnown = r.in.KillWait > 0
+	d.KillWaitSeconds = int(DefaultKillWait / time.Second)
+	if d.KillWaitKnown {
+		d.KillWaitSeconds = int(r.in.KillWait / time.Second)
+	}
+	d.TermWaitSeconds = TermWaitSeconds(r.in.KillWait)
 	d.Sbatch = r.sbatchOptions(p.stage, p.res, p.seconds, p.gpu)
 	d.OutputHeadBytes, d.OutputTailBytes = OutputHeadBytes, OutputTailBytes
 	return d

@@ -48,16 +48,30 @@ func loadExample(t *testing.T, name string) *configs.Config {
 
 func render(t *testing.T, cfg *configs.Config) *Tree {
 	t.Helper()
-	tr, err := Render(cfg, Input{Episode: "ep-20261129T000000Z-golden", Prompt: []byte("Improve GRPO.\n"), Version: "test"})
+	return renderKillWait(t, cfg, 0)
+}
+
+// renderKillWait is render with Input.KillWait (zero: unknown).
+func renderKillWait(t *testing.T, cfg *configs.Config, killWait time.Duration) *Tree {
+	t.Helper()
+	tr, err := Render(cfg, Input{Episode: "ep-20261129T000000Z-golden", Prompt: []byte("Improve GRPO.\n"), Version: "test", KillWait: killWait})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr
 }
 
+// labKillWait is the lab's KillWait (lab/up's and lab/cluster3's
+// slurm.conf), what slurm.Client.Config reads there.
+const labKillWait = 5 * time.Second
+
+// TestGolden: the lab's configs render as an episode of the lab does, with
+// its KillWait (5 s); cluster-example as render --out does, with KillWait
+// unknown (Slurm's default 30 s assumed, and the scripts say so).
 func TestGolden(t *testing.T) {
+	killWait := map[string]time.Duration{"lab.yaml": labKillWait, "lab-none.yaml": labKillWait, "cluster-example.yaml": 0}
 	for _, name := range []string{"lab.yaml", "lab-none.yaml", "cluster-example.yaml"} {
-		tr := render(t, loadExample(t, name))
+		tr := renderKillWait(t, loadExample(t, name), killWait[name])
 		for _, stage := range stages.All {
 			f, ok := tr.Lookup(stages.Script(stage))
 			if !ok {
@@ -299,11 +313,18 @@ func writeTree(t *testing.T, tr *Tree) {
 }
 
 // stageRun renders the lab config into a temp workdir with stand-in
-// commands given as shell snippets, and returns the tree.
+// commands given as shell snippets, and returns the tree. KillWait is
+// unknown (Slurm's default 30 s assumed): stageRunKillWait gives one.
 func stageRun(t *testing.T, snippets map[stages.Stage]string) *Tree {
 	t.Helper()
-	// The scripts ask the host's Slurm (scontrol show config, squeue --me):
-	// never while the lab's fault tests have it down.
+	return stageRunKillWait(t, snippets, 0)
+}
+
+// stageRunKillWait is stageRun with Input.KillWait.
+func stageRunKillWait(t *testing.T, snippets map[stages.Stage]string, killWait time.Duration) *Tree {
+	t.Helper()
+	// The scripts ask the host's Slurm (squeue --me, their one Slurm
+	// command): never while the lab's fault tests have it down.
 	labtest.UseLab(t)
 	dir := t.TempDir()
 	cfg := loadExample(t, "lab-none.yaml")
@@ -323,7 +344,7 @@ func stageRun(t *testing.T, snippets map[stages.Stage]string) *Tree {
 			cfg.Stages.Eval.Command = []string{p}
 		}
 	}
-	tr, err := Render(cfg, Input{Episode: "ep-run", Prompt: []byte("p"), Version: "test"})
+	tr, err := Render(cfg, Input{Episode: "ep-run", Prompt: []byte("p"), Version: "test", KillWait: killWait})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -493,18 +493,20 @@ func TestRunNoGPU(t *testing.T) {
 
 // TestTermKillsPayloadThatIgnoresIt: a payload that ignores TERM is killed
 // (its whole process group) nemorl_term_wait s after the batch shell got
-// TERM — two thirds of KillWait, read from scontrol (a stand-in here says
-// 3 s) — and the script removes its scratch directory and exits before
-// Slurm's KILL would.
+// TERM — two thirds of KillWait, written into the script at render (3 s
+// here; the script never runs scontrol: a stand-in that would say 30 s
+// records any call) — and the script removes its scratch directory and
+// exits before Slurm's KILL would.
 func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
 	t.Parallel()
-	tr := stageRun(t, map[stages.Stage]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 300 & echo started; wait`})
+	tr := stageRunKillWait(t, map[stages.Stage]string{stages.Train: `trap '' TERM; echo "home=$HOME"; sleep 300 & echo started; wait`}, 3*time.Second)
 	if err := os.WriteFile(filepath.Join(tr.Dir, "author/change.diff"), []byte("d"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(tr.Dir, "fakebin")
 	mkdirAll(t, bin)
-	if err := os.WriteFile(filepath.Join(bin, "scontrol"), []byte("#!/bin/sh\necho 'KillWait                = 3 sec'\n"), 0o755); err != nil {
+	scontrolRan := filepath.Join(tr.Dir, "scontrol-ran")
+	if err := os.WriteFile(filepath.Join(bin, "scontrol"), []byte("#!/bin/sh\n: > "+scontrolRan+"\necho 'KillWait                = 30 sec'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(bin, "squeue"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
@@ -550,6 +552,9 @@ func TestTermKillsPayloadThatIgnoresIt(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "killing its process group") || !strings.Contains(out.String(), "it has 2 s to exit") {
 		t.Errorf("no kill after the bounded wait:\n%s", out.String())
+	}
+	if _, err := os.Stat(scontrolRan); err == nil {
+		t.Error("the script ran scontrol")
 	}
 	if _, err := os.Stat(filepath.Dir(home[1])); !os.IsNotExist(err) {
 		t.Errorf("scratch %s left: %v", filepath.Dir(home[1]), err)
