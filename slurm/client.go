@@ -11,6 +11,7 @@
 package slurm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,8 +69,10 @@ func (c *Client) sacctArgv(prefix ...string) []string {
 // New returns a Client that runs commands through r.
 func New(r remote.Runner) *Client { return &Client{runner: r} }
 
-// timeEnv prefixes a Slurm command so that it prints times as epoch seconds.
-var timeEnv = []string{"env", "SLURM_TIME_FORMAT=%s"}
+// timeEnv prefixes a Slurm command so that it prints times as epoch
+// seconds, and an array's pending tasks in full (SLURM_BITSTR_LEN=0:
+// sacct and squeue otherwise cut "123_[0,2,4,…]" at 64 characters).
+var timeEnv = []string{"env", "SLURM_TIME_FORMAT=%s", "SLURM_BITSTR_LEN=0"}
 
 // Submit runs sbatch once (never retried: Command.Idempotent is false) and
 // returns the new job's id. A failed sbatch gives an error naming the
@@ -103,6 +106,18 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 // that neither knows comes back with Class Unknown and Source SourceNone —
 // never Failed.
 //
+// An id may be an array task's ("123_4"), answered under that id with
+// ArrayJobID and ArrayTask set: sacct is asked about the array (--jobs=123
+// shows the tasks still pending in the array's record, which
+// --jobs=123_4 does not), squeue about the task. An array's own id (what
+// sbatch printed for it) is answered, as before tasks were understood,
+// with the record Slurm keeps under that id: the tasks still pending
+// together, later the task that started last (ArrayTask says which, -1
+// for several): ask about each task by its id (TaskID) for its own
+// answer. A task that was cancelled while still pending in the array's
+// record leaves no record at all, in squeue or sacct (lab, 22.05 and
+// 24.11): it is Unknown, as an id Slurm never issued.
+//
 // The error is non-nil only when nothing could be learned: sacct and
 // squeue both failed, or the context ended. More than MaxIDsPerCall ids
 // take one sacct (and at most one squeue) per MaxIDsPerCall.
@@ -122,7 +137,8 @@ func (c *Client) Query(ctx context.Context, ids []string) (map[string]JobInfo, e
 
 // Queue reports the jobs as squeue, slurmctld's live view, shows them: a
 // pending job's current reason (a hold that sacct does not yet report).
-// Jobs squeue does not know are absent.
+// Jobs squeue does not know are absent. Task ids are answered as Query
+// answers them.
 func (c *Client) Queue(ctx context.Context, ids []string) (map[string]JobInfo, error) {
 	ids, err := cleanIDs(ids)
 	if err != nil {
@@ -130,17 +146,13 @@ func (c *Client) Queue(ctx context.Context, ids []string) (map[string]JobInfo, e
 	}
 	out := make(map[string]JobInfo, len(ids))
 	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
-		want := map[string]bool{}
-		for _, id := range chunk {
-			want[id] = true
-		}
-		jobs, err := c.squeue(ctx, "--jobs="+strings.Join(chunk, ","))
+		live, err := c.squeue(ctx, "--jobs="+strings.Join(chunk, ","))
 		if err != nil {
 			return out, err
 		}
-		for _, j := range jobs {
-			if want[j.ID] {
-				out[j.ID] = j
+		for _, id := range chunk {
+			if j, ok := live.lookup(id); ok {
+				out[id] = j
 			}
 		}
 	}
@@ -148,44 +160,42 @@ func (c *Client) Queue(ctx context.Context, ids []string) (map[string]JobInfo, e
 }
 
 func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo) error {
-	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		want[id] = true
 		out[id] = unknownJob(id)
 	}
 	// --duplicates: a requeued job's every run, so that its runs are
 	// counted (the latest is the job's state either way).
-	jobs, sacctErr := c.sacct(ctx, "--duplicates", "--jobs="+strings.Join(ids, ","))
+	acct, sacctErr := c.sacct(ctx, "--duplicates", "--jobs="+strings.Join(sacctJobsOf(ids), ","))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for _, j := range jobs {
-		if want[j.ID] {
-			out[j.ID] = j
-		}
-	}
+	answer(acct, ids, out)
 	if c.federated(ctx, nil, ids, out) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 	}
+	// squeue for the jobs sacct does not show, and for the tasks it shows
+	// only within their array's record of pending tasks: slurmdbd may
+	// not have heard yet that a task started, or was cancelled while
+	// pending (24.11 keeps such a task in the record: lab), which leaves
+	// no record of its own.
 	var missing []string
 	for _, id := range ids {
-		if out[id].Source == SourceNone {
+		if out[id].Source == SourceNone || acct.inRecord(id) {
 			missing = append(missing, id)
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	jobs, squeueErr := c.squeue(ctx, "--jobs="+strings.Join(missing, ","))
+	live, squeueErr := c.squeue(ctx, "--jobs="+strings.Join(missing, ","))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for _, j := range jobs {
-		if want[j.ID] && out[j.ID].Source == SourceNone {
-			out[j.ID] = j
-		}
+	answer(live, missing, out)
+	if squeueErr == nil {
+		dropGone(acct, live, missing, out)
 	}
 	if sacctErr != nil && squeueErr != nil {
 		return fmt.Errorf("slurm: query: %w", errors.Join(sacctErr, squeueErr))
@@ -201,9 +211,35 @@ func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo
 	return nil
 }
 
+// answer sets out[id] to set's answer for each of ids that set shows (a
+// nil set, from a failed command, shows none).
+func answer(set *jobSet, ids []string, out map[string]JobInfo) {
+	if set == nil {
+		return
+	}
+	for _, id := range ids {
+		if j, ok := set.lookup(id); ok {
+			out[id] = j
+		}
+	}
+}
+
+// dropGone makes Unknown each of ids that acct answered only from its
+// array's record of pending tasks while live, slurmctld's answer, does
+// not show it: a task slurmctld does not hold is not pending, whatever
+// the accounting record says (24.11 keeps a task cancelled while pending
+// in it: lab); it was cancelled while pending, which leaves no record.
+func dropGone(acct, live *jobSet, ids []string, out map[string]JobInfo) {
+	for _, id := range ids {
+		if _, shown := live.lookup(id); !shown && acct.inRecord(id) && out[id].Source == SourceSacct {
+			out[id] = unknownJob(id)
+		}
+	}
+}
+
 // sacct runs one sacct with the given selection. Malformed lines make an
 // error, but the jobs parsed from the rest are returned.
-func (c *Client) sacct(ctx context.Context, selection ...string) ([]JobInfo, error) {
+func (c *Client) sacct(ctx context.Context, selection ...string) (*jobSet, error) {
 	argv := append(c.sacctArgv(slices.Clone(timeEnv)...), "--parsable2", "--noheader",
 		"--delimiter="+Sep, "--format="+strings.Join(SacctFields, ","))
 	argv = append(argv, selection...)
@@ -212,7 +248,7 @@ func (c *Client) sacct(ctx context.Context, selection ...string) ([]JobInfo, err
 	if err != nil {
 		return nil, commandError("sacct", cmd, res, err)
 	}
-	jobs, err := ParseSacct(res.Stdout)
+	jobs, err := parseSacctSet(res.Stdout, nil)
 	if err != nil {
 		err = fmt.Errorf("slurm: sacct output: %w", err)
 	}
@@ -238,32 +274,35 @@ func (c *Client) federated(ctx context.Context, window, ids []string, out map[st
 	if c.Cluster != "" || len(revoked) == 0 {
 		return 0
 	}
-	sel := append(append([]string{"--federation", "--duplicates"}, window...), "--jobs="+strings.Join(revoked, ","))
-	jobs, _ := c.sacct(ctx, sel...)
-	for _, j := range jobs {
-		if old, ok := out[j.ID]; ok && old.Revoked() && !j.Revoked() {
-			out[j.ID] = j
+	sel := append(append([]string{"--federation", "--duplicates"}, window...), "--jobs="+strings.Join(sacctJobsOf(revoked), ","))
+	fed, _ := c.sacct(ctx, sel...)
+	if fed != nil {
+		for _, id := range revoked {
+			if j, ok := fed.lookup(id); ok && !j.Revoked() {
+				out[id] = j
+			}
 		}
 	}
 	return len(revoked)
 }
 
-// squeue runs one squeue over all job states with the given selection. An
-// id list squeue rejects outright ("Invalid job id specified": none of the
-// jobs is known to slurmctld) is an empty answer, not an error.
-func (c *Client) squeue(ctx context.Context, selection ...string) ([]JobInfo, error) {
-	argv := append(slices.Clone(timeEnv), "squeue", "--noheader", "--states=all",
+// squeue runs one squeue over all job states with the given selection,
+// one array task a line (--array). An id list squeue rejects outright
+// ("Invalid job id specified": none of the jobs is known to slurmctld) is
+// an empty answer, not an error.
+func (c *Client) squeue(ctx context.Context, selection ...string) (*jobSet, error) {
+	argv := append(slices.Clone(timeEnv), "squeue", "--noheader", "--states=all", "--array",
 		"--format="+SqueueFormat())
 	argv = append(argv, selection...)
 	cmd := remote.Command{Argv: argv, Idempotent: true}
 	res, err := c.run(ctx, KindSqueue, cmd)
 	if err != nil {
 		if res != nil && strings.Contains(string(res.Stderr), "Invalid job id specified") {
-			return nil, nil
+			return newJobSet(), nil
 		}
 		return nil, commandError("squeue", cmd, res, err)
 	}
-	jobs, err := ParseSqueue(res.Stdout)
+	jobs, err := parseSqueueSet(res.Stdout, nil)
 	if err != nil {
 		err = fmt.Errorf("slurm: squeue output: %w", err)
 	}
@@ -355,14 +394,26 @@ func (c *Client) FindWithin(ctx context.Context, within time.Duration, match fun
 		hist = within
 	}
 	start := fmt.Sprintf("--starttime=now-%dminutes", int64((hist+time.Minute-1)/time.Minute))
-	acct, err := c.sacct(ctx, start)
+	acctSet, err := c.sacct(ctx, start)
 	if err != nil {
 		return nil, fmt.Errorf("slurm: find: %w", err)
 	}
-	live, err := c.squeue(ctx, "--me")
+	liveSet, err := c.squeue(ctx, "--me")
 	if err != nil {
 		return nil, fmt.Errorf("slurm: find: %w", err)
 	}
+	// Every task of an array is its own job here (pending tasks listed
+	// from their array's record), each with the array's name and comment.
+	acct, _ := acctSet.list(0) // no bound, no error
+	live, _ := liveSet.list(0)
+	// A task sacct lists only within its array's record of pending tasks
+	// and that slurmctld does not hold is not pending: it was cancelled
+	// while pending, which leaves no record (24.11 keeps such a task in the
+	// accounting record: lab).
+	acct = slices.DeleteFunc(acct, func(j JobInfo) bool {
+		_, held := liveSet.lookup(j.ID)
+		return !held && acctSet.inRecord(j.ID)
+	})
 	byID := map[string]JobInfo{}
 	for _, j := range acct {
 		if match(j) {
@@ -386,19 +437,37 @@ func (c *Client) FindWithin(ctx context.Context, within time.Duration, match fun
 	return found, nil
 }
 
+// compareIDs orders job ids numerically: by job id, an array's tasks
+// after the array's own id and by task index ("7" < "7_2" < "7_10" <
+// "8"); ids of another form (heterogeneous components, "7+1") as
+// strings, as before.
 func compareIDs(a, b string) int {
-	na, ea := strconv.ParseUint(a, 10, 64)
-	nb, eb := strconv.ParseUint(b, 10, 64)
-	if ea == nil && eb == nil {
-		switch {
-		case na < nb:
-			return -1
-		case na > nb:
-			return 1
-		}
-		return 0
+	ka, oka := idKey(a)
+	kb, okb := idKey(b)
+	if !oka || !okb {
+		return strings.Compare(a, b)
 	}
-	return strings.Compare(a, b)
+	if c := cmp.Compare(ka.job, kb.job); c != 0 {
+		return c
+	}
+	return cmp.Compare(ka.task, kb.task)
+}
+
+// idKey is a plain job id (task -1) or a task id as numbers.
+func idKey(id string) (k struct {
+	job  uint64
+	task int
+}, ok bool) {
+	job, task := id, -1
+	if array, t, isTask := SplitTaskID(id); isTask {
+		job, task = array, t
+	}
+	n, err := strconv.ParseUint(job, 10, 64)
+	if err != nil {
+		return k, false
+	}
+	k.job, k.task = n, task
+	return k, true
 }
 
 // cleanIDs checks ids and drops duplicates, keeping the order.

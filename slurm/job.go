@@ -26,9 +26,29 @@ const Unlimited time.Duration = -1
 
 // JobInfo is what Slurm says about one job.
 type JobInfo struct {
-	// ID is the job id as sbatch printed it (sacct JobIDRaw).
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	// ID is the job id as sbatch printed it (sacct JobIDRaw), and for an
+	// array task the task's id "ARRAY_TASK" ("123_4", TaskID): the id the
+	// caller asked about, whether squeue or sacct answered, and whether or
+	// not Slurm had split the task out of the array's pending record.
+	ID string `json:"id"`
+	// RawID is the job's own id, unique per array task (sacct JobIDRaw,
+	// squeue %A): for a plain job the same as ID; for a task the id Slurm
+	// gave it when it split it out of its array's pending record (when it
+	// started, was changed, or waited on a dependency of its own). A task
+	// still in that record shares the array's own id with the record's
+	// other tasks; the task that starts last keeps that id. "" when Slurm
+	// did not say (a job neither knows).
+	RawID string `json:"raw_id,omitempty"`
+	// ArrayJobID is the job id of the array a task belongs to ("123" for
+	// "123_4"), "" for a job that is no array task. ArrayTask is the
+	// task's index; it is -1 when the JobInfo is not one task: a plain
+	// job, or an array asked about by its own id (see Client.Query).
+	// Test ArrayJobID, not ArrayTask, to tell a task: a JobInfo made
+	// outside this package may hold ArrayTask 0 for a plain job. (JSON:
+	// array_task is left out for task 0, which reads back as 0.)
+	ArrayJobID string `json:"array_job_id,omitempty"`
+	ArrayTask  int    `json:"array_task,omitempty"`
+	Name       string `json:"name"`
 	// State is the job's state with its classification; Steps may have
 	// refined its Failure (an OUT_OF_MEMORY step makes a FAILED job
 	// out_of_memory).
@@ -155,6 +175,15 @@ func (j JobInfo) Blocked() bool {
 // a job has no sibling copy.
 func (j JobInfo) Revoked() bool { return j.State.Name == "REVOKED" }
 
+// IsTask reports whether j is one task of a job array.
+func (j JobInfo) IsTask() bool { return j.ArrayJobID != "" && j.ArrayTask >= 0 }
+
+// unknownJob is the answer for id when neither squeue nor sacct knows it:
+// a task id still says which array and task it names (RawID unknown).
 func unknownJob(id string) JobInfo {
-	return JobInfo{ID: id, State: State{ByUID: -1}, Source: SourceNone}
+	j := JobInfo{ID: id, RawID: id, ArrayTask: -1, State: State{ByUID: -1}, Source: SourceNone}
+	if array, task, ok := SplitTaskID(id); ok {
+		j.RawID, j.ArrayJobID, j.ArrayTask = "", array, task
+	}
+	return j
 }

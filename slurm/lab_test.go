@@ -419,7 +419,8 @@ func testLabTimeLimitAndHold(t *testing.T, l *lab) {
 	id := submit(t, c, SubmitRequest{Wrap: "true", Name: "nemorl-timelimit-t", Comment: uniqueTag("timelimit"), Hold: true, Args: l.jobArgs(t)}) // --time=5
 	live := func() JobInfo {
 		t.Helper()
-		jobs, err := c.squeue(ctx, "--jobs="+id)
+		set, err := c.squeue(ctx, "--jobs="+id)
+		jobs, _ := set.list(0)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("squeue: %+v %v", jobs, err)
 		}

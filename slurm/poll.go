@@ -93,9 +93,7 @@ func (c *Client) Poll(ctx context.Context, jobs []PollJob) (map[string]JobInfo, 
 		return nil, cost, err
 	}
 	out := make(map[string]JobInfo, len(ids))
-	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		want[id] = true
 		out[id] = unknownJob(id)
 	}
 	sel := []string{"--me"}
@@ -108,11 +106,7 @@ func (c *Client) Poll(ctx context.Context, jobs []PollJob) (map[string]JobInfo, 
 		return out, cost, err
 	}
 	queued := make(map[string]JobInfo, len(ids))
-	for _, j := range live {
-		if want[j.ID] {
-			queued[j.ID] = j
-		}
-	}
+	answer(live, ids, queued)
 	p := &poller{c: c, submitted: submitted, queued: queued, squeueErr: squeueErr, out: out, cost: &cost}
 	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
 		if err := p.answer(ctx, chunk); err != nil {
@@ -137,7 +131,6 @@ type poller struct {
 // those it shows live, sacct's for the rest.
 func (p *poller) answer(ctx context.Context, ids []string) error {
 	var ask []string
-	asked := make(map[string]bool)
 	var earliest time.Time
 	bounded := true
 	for _, id := range ids {
@@ -146,7 +139,6 @@ func (p *poller) answer(ctx context.Context, ids []string) error {
 			continue
 		}
 		ask = append(ask, id)
-		asked[id] = true
 		switch t := p.submitted[id]; {
 		case t.IsZero():
 			bounded = false
@@ -162,16 +154,27 @@ func (p *poller) answer(ctx context.Context, ids []string) error {
 		mins := int64((time.Since(earliest)+sacctMargin+time.Minute-1)/time.Minute) + 1
 		window = append(window, fmt.Sprintf("--starttime=now-%dminutes", mins))
 	}
-	sel := append(append([]string{"--duplicates"}, window...), "--jobs="+strings.Join(ask, ","))
+	sel := append(append([]string{"--duplicates"}, window...), "--jobs="+strings.Join(sacctJobsOf(ask), ","))
 	p.cost.Sacct++
 	p.cost.SacctJobs += len(ask)
 	acct, sacctErr := p.c.sacct(ctx, sel...)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for _, j := range acct {
-		if asked[j.ID] {
-			p.out[j.ID] = j
+	answer(acct, ask, p.out)
+	// A task sacct shows only within its array's record of pending tasks:
+	// slurmctld's answer is fresher (the task started or ended, and
+	// slurmdbd has not heard yet); without one from a squeue that
+	// answered, the task is gone: cancelled while pending, which leaves
+	// no record (24.11 keeps such a task in the accounting record: lab).
+	for _, id := range ask {
+		if !acct.inRecord(id) || p.out[id].Source != SourceSacct {
+			continue
+		}
+		if j, ok := p.queued[id]; ok {
+			p.out[id] = j
+		} else if p.squeueErr == nil {
+			p.out[id] = unknownJob(id)
 		}
 	}
 	if n := p.c.federated(ctx, window, ask, p.out); n > 0 {

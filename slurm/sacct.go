@@ -51,6 +51,11 @@ const (
 // never stand for it when another record does, nor count as runs. Jobs
 // come back in order of first appearance.
 //
+// An array task (JobID "123_4") is its own JobInfo with ID "123_4" and
+// RawID its JobIDRaw; a record of an array's pending tasks ("123_[5-9]")
+// is listed as one JobInfo per task (at most maxListedTasks of them in
+// all), except a task that has a record of its own.
+//
 // Malformed lines are skipped and reported in the error; the jobs parsed
 // from the other lines are still returned.
 func ParseSacct(out []byte) ([]JobInfo, error) {
@@ -58,71 +63,132 @@ func ParseSacct(out []byte) ([]JobInfo, error) {
 }
 
 func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
+	set, err := parseSacctSet(out, loc)
+	jobs, lerr := set.list(maxListedTasks)
+	return jobs, errors.Join(err, lerr)
+}
+
+// sacctKey says which job or task a sacct line (job or step) belongs to,
+// from its JobIDRaw and JobID: the task's id for an array task ("123_4"),
+// the record's JobID for an array's pending tasks ("123_[5-9]", job lines
+// only), else the raw job id (a plain job; a heterogeneous component,
+// which JobID shows as "123+0", as before). pend is set for pending
+// tasks; err for a JobID of that form that cannot be read.
+func sacctKey(rawJob, jobID string, isStep bool) (key string, task bool, pend *pendingTasks, err error) {
+	if a, tasks, ok, err := parseTaskRange(jobID); ok && !isStep {
+		if err != nil {
+			return "", false, nil, err
+		}
+		return jobID, false, &pendingTasks{job: JobInfo{RawID: rawJob, ArrayJobID: a, ArrayTask: -1}, shown: jobID, tasks: tasks}, nil
+	}
+	shown, _, _ := strings.Cut(jobID, ".")
+	if _, _, ok := SplitTaskID(shown); ok {
+		return shown, true, nil, nil
+	}
+	return rawJob, false, nil, nil
+}
+
+// parseSacctSet is ParseSacct's reading as a jobSet, which looks tasks up
+// without listing an array's pending tasks one by one.
+func parseSacctSet(out []byte, loc *time.Location) (*jobSet, error) {
 	// A record is one job line with the step lines that follow it. With
 	// --duplicates a requeued job has several records; the latest
 	// submission wins.
 	type record struct {
+		raw     string // the job's JobIDRaw
 		job     JobInfo
 		haveJob bool
 		steps   []Step
 	}
+	type group struct {
+		recs []*record
+		pend *pendingTasks // an array's pending tasks: no steps, no runs
+	}
 	var (
-		order []string
-		recs  = map[string][]*record{}
+		order  []string
+		groups = map[string]*group{}
 	)
 	rows, errs := splitRows("sacct", out, saNumFields)
 	for _, row := range rows {
 		f := row.f
 		raw := strings.TrimSpace(f[saIDRaw])
-		jobID, stepID, isStep := strings.Cut(raw, ".")
-		if !validJobID(jobID) || (isStep && stepID == "") {
+		rawJob, stepID, isStep := strings.Cut(raw, ".")
+		if !validJobID(rawJob) || strings.Contains(rawJob, "_") || (isStep && stepID == "") {
 			errs = append(errs, fmt.Errorf("sacct line %d: bad job id %.40q", row.line, raw))
+			continue
+		}
+		key, task, pend, err := sacctKey(rawJob, strings.TrimSpace(f[saID]), isStep)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sacct line %d: %w", row.line, err))
 			continue
 		}
 		reason := strings.TrimSpace(f[saReason])
 		st := ParseState(strings.TrimSpace(f[saState]), reason)
 		ec := ParseExitCode(f[saExit])
-		if _, seen := recs[jobID]; !seen {
-			order = append(order, jobID)
+		g := groups[key]
+		if g == nil {
+			g = &group{}
+			groups[key] = g
+			order = append(order, key)
 		}
-		rs := recs[jobID]
 		if isStep {
-			if len(rs) == 0 {
-				rs = append(rs, &record{})
-				recs[jobID] = rs
+			if len(g.recs) == 0 {
+				g.recs = append(g.recs, &record{raw: rawJob})
 			}
-			r := rs[len(rs)-1]
+			r := g.recs[len(g.recs)-1]
 			r.steps = append(r.steps, Step{ID: stepID, Name: f[saName], State: st, ExitCode: ec,
 				Start: ParseTime(f[saStart], loc), End: ParseTime(f[saEnd], loc)})
 			continue
 		}
 		j := JobInfo{
-			ID:       jobID,
-			Name:     f[saName],
-			State:    st,
-			Reason:   reason,
-			ExitCode: ec,
-			Submit:   ParseTime(f[saSubmit], loc),
-			Start:    ParseTime(f[saStart], loc),
-			End:      ParseTime(f[saEnd], loc),
-			NodeList: nodeList(f[saNodes]),
-			User:     strings.TrimSpace(f[saUser]),
-			Comment:  f[saComment],
-			Source:   SourceSacct,
+			ID:        rawJob,
+			RawID:     rawJob,
+			ArrayTask: -1,
+			Name:      f[saName],
+			State:     st,
+			Reason:    reason,
+			ExitCode:  ec,
+			Submit:    ParseTime(f[saSubmit], loc),
+			Start:     ParseTime(f[saStart], loc),
+			End:       ParseTime(f[saEnd], loc),
+			NodeList:  nodeList(f[saNodes]),
+			User:      strings.TrimSpace(f[saUser]),
+			Comment:   f[saComment],
+			Source:    SourceSacct,
 		}
 		j.Elapsed, _ = ParseElapsed(f[saElapsed])
 		j.TimeLimit, _ = ParseTimeLimit(f[saTimeLimit]) // malformed: 0, unknown
-		if len(rs) == 1 && !rs[0].haveJob {
-			// steps came before their job line: adopt them
-			rs[0].job, rs[0].haveJob = j, true
+		if task {
+			j.ID = key
+			j.ArrayJobID, j.ArrayTask, _ = SplitTaskID(key)
+		}
+		if pend != nil {
+			// Pending tasks never ran: no start, no node, no exit code.
+			j.ID, j.ArrayJobID = "", pend.job.ArrayJobID
+			foldSteps(&j)
+			j.Runs = 1
+			if g.pend == nil || laterRecord(j, g.pend.job) {
+				pend.job = j
+				g.pend = pend
+			}
 			continue
 		}
-		recs[jobID] = append(rs, &record{job: j, haveJob: true})
+		if len(g.recs) == 1 && !g.recs[0].haveJob {
+			// steps came before their job line: adopt them
+			g.recs[0].job, g.recs[0].haveJob = j, true
+			continue
+		}
+		g.recs = append(g.recs, &record{raw: rawJob, job: j, haveJob: true})
 	}
-	jobs := make([]JobInfo, 0, len(order))
-	for _, id := range order {
+	set := newJobSet()
+	for _, key := range order {
+		g := groups[key]
+		if g.pend != nil {
+			set.addPending(*g.pend)
+			continue
+		}
 		var best *record
-		for _, r := range recs[id] {
+		for _, r := range g.recs {
 			if best == nil || !best.haveJob || (r.haveJob && laterRecord(r.job, best.job)) {
 				best = r
 			}
@@ -130,7 +196,10 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 		j := best.job
 		if !best.haveJob {
 			// Only step lines: build the job from its batch step.
-			j = JobInfo{ID: id, State: State{ByUID: -1}, Source: SourceSacct}
+			j = JobInfo{ID: key, RawID: best.raw, ArrayTask: -1, State: State{ByUID: -1}, Source: SourceSacct}
+			if array, task, ok := SplitTaskID(key); ok {
+				j.ArrayJobID, j.ArrayTask = array, task
+			}
 			for _, s := range best.steps {
 				if s.ID == "batch" {
 					j.State, j.ExitCode = s.State, s.ExitCode
@@ -143,15 +212,15 @@ func parseSacct(out []byte, loc *time.Location) ([]JobInfo, error) {
 		// a preemption, scontrol requeue) has one per run, oldest first.
 		// (A job id Slurm handed out again after a reset of its counter
 		// is another job: another name.)
-		for _, r := range recs[id] {
+		for _, r := range g.recs {
 			if r.haveJob && r != best && r.job.Name == j.Name && !r.job.Revoked() {
 				j.EarlierRuns = append(j.EarlierRuns, r.job.State.Raw)
 			}
 		}
 		j.Runs = len(j.EarlierRuns) + 1
-		jobs = append(jobs, j)
+		set.add(j)
 	}
-	return jobs, errors.Join(errs...)
+	return set, errors.Join(errs...)
 }
 
 // laterRecord reports whether sacct record a stands for its job rather than
@@ -233,16 +302,18 @@ func nodeList(s string) string {
 	return s
 }
 
-// validJobID accepts a job id as sbatch prints it (123), an array task
-// (123_4) or a heterogeneous component (123+0).
+// validJobID accepts a job id as sbatch prints it (123), an array task's
+// as Slurm prints it (123_4: SplitTaskID) or a heterogeneous component
+// (123+0).
 func validJobID(id string) bool {
 	if id == "" || len(id) > 32 {
 		return false
 	}
-	a, b, ok := strings.Cut(id, "_")
-	if !ok {
-		a, b, ok = strings.Cut(id, "+")
+	if strings.Contains(id, "_") {
+		_, _, ok := SplitTaskID(id)
+		return ok
 	}
+	a, b, ok := strings.Cut(id, "+")
 	if !isDigits(a) {
 		return false
 	}

@@ -25,8 +25,23 @@ type SubmitRequest struct {
 	Name string
 	// Comment is --comment (find jobs again with FindByComment).
 	Comment string
+	// Array makes the job an array (--array=SPEC): task indices and
+	// ranges separated by commas, with an optional "%N" to run at most N
+	// tasks at once ("0-49", "0,3,7", "0-49%5"); nothing else is taken.
+	// sbatch prints the array's job id; its tasks are TaskID(id, i). The
+	// largest index must be below the cluster's MaxArraySize
+	// (Client.Config; 1001 by default), which sbatch enforces.
+	Array string
 	// AfterOK lists job ids this job waits for: --dependency=afterok:A:B.
+	// A task id ("123_4") waits for that task alone.
 	AfterOK []string
+	// AfterCorr lists the ids of arrays whose corresponding task each
+	// task of this array waits for (--dependency=aftercorr:A:B): task i
+	// starts once task i of each has completed successfully; where one
+	// failed, task i's dependency can never be satisfied (with
+	// KillOnInvalidDep Slurm cancels task i alone). It needs Array. With
+	// AfterOK, both must hold: one --dependency joined by ",".
+	AfterCorr []string
 	// Hold submits the job held (--hold); Release lets it run.
 	Hold bool
 	// KillOnInvalidDep cancels the job as soon as a dependency can never
@@ -75,13 +90,35 @@ func SbatchArgs(req SubmitRequest) ([]string, error) {
 		}
 		argv = append(argv, "--comment="+req.Comment)
 	}
+	if req.Array != "" {
+		if err := checkArraySpec(req.Array); err != nil {
+			return nil, err
+		}
+		argv = append(argv, "--array="+req.Array)
+	}
+	var deps []string
 	if len(req.AfterOK) > 0 {
 		for _, id := range req.AfterOK {
 			if !validJobID(id) {
 				return nil, fmt.Errorf("slurm: submit: bad dependency job id %q", id)
 			}
 		}
-		argv = append(argv, "--dependency=afterok:"+strings.Join(req.AfterOK, ":"))
+		deps = append(deps, "afterok:"+strings.Join(req.AfterOK, ":"))
+	}
+	if len(req.AfterCorr) > 0 {
+		if req.Array == "" {
+			return nil, errors.New("slurm: submit: AfterCorr needs Array (aftercorr pairs the tasks of two arrays)")
+		}
+		for _, id := range req.AfterCorr {
+			if !canonicalNumber(id) {
+				return nil, fmt.Errorf("slurm: submit: bad aftercorr job id %q (an array's job id, as sbatch printed it)", id)
+			}
+		}
+		deps = append(deps, "aftercorr:"+strings.Join(req.AfterCorr, ":"))
+	}
+	if len(deps) > 0 {
+		// "," : every one must hold ("?" would be any one).
+		argv = append(argv, "--dependency="+strings.Join(deps, ","))
 	}
 	if req.Hold {
 		argv = append(argv, "--hold")
@@ -130,7 +167,7 @@ func checkWord(what, s string) error {
 }
 
 // ParseSbatch parses what `sbatch --parsable` printed on success: one line
-// "jobid" or "jobid;cluster" on stdout. Every other non-empty line, from
+// "jobid" or "jobid;cluster" on stdout (for an array, the array's job id). Every other non-empty line, from
 // stderr ("sbatch: warning: …") or stdout (a site's job_submit message),
 // is returned as a warning. It fails when stdout holds no job id.
 func ParseSbatch(stdout, stderr []byte) (SubmitResult, error) {

@@ -31,14 +31,20 @@ var ErrUnknownJob = errors.New("slurm: job unknown to slurmctld and sacct")
 // needs AccountingStoreFlags=job_script. Both give the same bytes for the
 // same job (lab test). Only the job's owner (or an administrator) gets it.
 //
-// id must be a plain job id (123): scontrol reads an array task id
-// (123_4) as 123, and sacct frames array and heterogeneous jobs by task.
+// id is a plain job id (123) or an array task's (123_4): every task of an
+// array has the array's script, byte for byte. scontrol answers for a
+// task as for its array (22.05 and 24.11: the same bytes for 123, 123_4
+// and a task still pending in the array's record); sacct frames each
+// task's record under its own id ("Batch Script for 123_4"), and shows
+// it once Slurm split the task out (it ran): a task that never ran is
+// not there (ErrUnknownJob). A heterogeneous job's component (123+0) is
+// refused.
 //
 // The error matches ErrNoBatchScript when the job is known but has no
 // stored script, ErrUnknownJob when neither knows it.
 func (c *Client) BatchScript(ctx context.Context, id string) ([]byte, error) {
-	if !isDigits(id) || len(id) > 32 {
-		return nil, fmt.Errorf("slurm: batch script: bad job id %q (a plain job id is needed)", id)
+	if _, _, isTask := SplitTaskID(id); !(isTask || isDigits(id) && len(id) <= 32) {
+		return nil, fmt.Errorf("slurm: batch script: bad job id %q (a plain job id or an array task's is needed)", id)
 	}
 	script, ctldErr := c.ctldBatchScript(ctx, id)
 	if ctldErr == nil {
@@ -176,6 +182,9 @@ func ParseSacctBatchScript(v Version, id string, out []byte) ([]byte, error) {
 	script, ok := bytes.CutPrefix(out, []byte(header))
 	if !ok {
 		first, _, _ := bytes.Cut(out, []byte("\n"))
+		if bytes.HasPrefix(first, []byte("Batch Script for "+id+"_")) {
+			return nil, fmt.Errorf("slurm: sacct %s batch script of job %s: an array, one record per task (%.40q): ask for a task's", v, id, first)
+		}
 		return nil, fmt.Errorf("slurm: sacct %s batch script of job %s: unexpected framing %.80q", v, id, first)
 	}
 	if SacctAddsNewline(v) {

@@ -224,7 +224,9 @@ func TestBatchScriptPaths(t *testing.T) {
 			}
 		}
 	}
-	for _, id := range []string{"", "12_1", "12+0", "1;rm", "-1"} {
+	// An array task's id is taken (TestBatchScriptTask); a malformed one,
+	// a heterogeneous component and anything else are not.
+	for _, id := range []string{"", "12_01", "12_[1-2]", "12+0", "1;rm", "-1"} {
 		f := &fakeRunner{}
 		if _, err := New(f).BatchScript(context.Background(), id); err == nil || len(f.calls) != 0 {
 			t.Errorf("id %q: %v, %d calls", id, err, len(f.calls))
