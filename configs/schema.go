@@ -67,6 +67,11 @@ type Cluster struct {
 	// limit"; a rate below the site's refill keeps a burst of rows from
 	// being refused.
 	SubmitRate float64 `yaml:"submit_rate"`
+	// JobArrays (default true): the authors of episodes submitted together
+	// (serve's rows, submit --count) are one job array, one sbatch for up
+	// to 50 of them; false submits each as a job of its own (a site that
+	// disallows arrays: MaxArraySize=0).
+	JobArrays *bool `yaml:"job_arrays"`
 	// Member is the Slurm cluster (of a clusters: entry's members) every
 	// Slurm command is sent to: SLURM_CLUSTERS for sbatch, squeue, sinfo,
 	// scancel and scontrol, --clusters for sacct (which reads no such
@@ -289,3 +294,7 @@ func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) 
 func InnerDeadlineSeconds(trainSeconds int) int {
 	return trainSeconds - min(InnerDeadlineMargin, trainSeconds/2)
 }
+
+// Arrays reports whether episodes submitted together are a job array
+// (cluster.job_arrays, default true).
+func (c Cluster) Arrays() bool { return c.JobArrays == nil || *c.JobArrays }

@@ -83,7 +83,7 @@ type driverParts struct {
 func (d *Driver) parts() *driverParts {
 	d.partsOnce.Do(func() {
 		acct := &account{host: d.Host}
-		stg := &stager{host: d.Host, config: d.Config, ledger: d.Ledger, version: d.Version, logf: d.logf, now: d.now}
+		stg := &stager{host: d.Host, config: d.Config, ledger: d.Ledger, version: d.Version, logf: d.logf, now: d.now, slurmConfig: d.Slurm.Config}
 		d.built = &driverParts{
 			account:   acct,
 			collector: &collector{host: d.Host, slurm: d.Slurm, config: d.Config, now: d.now, account: acct},

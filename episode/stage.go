@@ -80,8 +80,14 @@ type stager struct {
 	// call.
 	logf func(format string, args ...any)
 	now  func() time.Time
+	// slurmConfig is the cluster's slurmctld configuration
+	// (slurm.Client.Config: one scontrol show config per Client), whose
+	// KillWait is written into the scripts: the jobs ask Slurm nothing
+	// the tool can tell them.
+	slurmConfig func(context.Context) (slurm.Config, error)
 
 	policyOnce sync.Once
+	configWarn sync.Once
 	policyNext atomic.Uint64 // round-robin over policy_model.base_url
 }
 
@@ -120,8 +126,24 @@ func (sg *stager) pickPolicyBaseURL() string {
 	return urls[sg.policyNext.Add(1)%uint64(len(urls))]
 }
 
-func (sg *stager) render(id string, prompt []byte, policyBaseURL string) (*templates.Tree, error) {
-	tree, err := templates.Render(sg.config, templates.Input{Episode: id, Prompt: prompt, Version: sg.version, PolicyBaseURL: policyBaseURL})
+// killWait is the cluster's KillWait, 0 (unknown: the scripts assume
+// Slurm's default and say so) when scontrol show config failed.
+func (sg *stager) killWait(ctx context.Context) time.Duration {
+	if sg.slurmConfig == nil {
+		return 0
+	}
+	cfg, err := sg.slurmConfig(ctx)
+	if err != nil {
+		sg.configWarn.Do(func() {
+			sg.logf("the cluster's KillWait is unknown (%v): the scripts assume Slurm's default, %v", err, templates.DefaultKillWait)
+		})
+		return 0
+	}
+	return cfg.KillWait
+}
+
+func (sg *stager) render(ctx context.Context, id string, prompt []byte, policyBaseURL string) (*templates.Tree, error) {
+	tree, err := templates.Render(sg.config, templates.Input{Episode: id, Prompt: prompt, Version: sg.version, PolicyBaseURL: policyBaseURL, KillWait: sg.killWait(ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", id, err)
 	}
@@ -152,7 +174,7 @@ func (sg *stager) restage(ctx context.Context, e *ledger.Entry) error {
 	if err != nil {
 		return fmt.Errorf("episode %s: restage: %w", e.Episode, err)
 	}
-	tree, err := sg.render(e.Episode, prompt, e.PolicyBaseURL)
+	tree, err := sg.render(ctx, e.Episode, prompt, e.PolicyBaseURL)
 	if err != nil {
 		return err
 	}
@@ -404,15 +426,23 @@ const (
 	batchNew batchMode = "new"
 	// batchRestage stages an episode again; it submits nothing.
 	batchRestage batchMode = "restage"
+	// batchArray is batchNew with one sbatch for all: a job array
+	// (array.go), each episode a task of it.
+	batchArray batchMode = "array"
 )
 
 // batchCommand runs batchScript for ps, the authors' sbatch of a batchNew
 // paced by g (cluster.submit_rate; nil: no cap), each under sbatchDeadline
-// (0: none), and parses what it printed.
-func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, g *pacer, sbatchDeadline time.Duration) (map[string]*batchResult, error) {
-	submit := mode == batchNew
+// (0: none), and parses what it printed. With arr (batchArray), the
+// authors are submitted as that job array, p its task p.e's author
+// submission names, in one sbatch.
+func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, arr *jobArray, g *pacer, sbatchDeadline time.Duration) (map[string]*batchResult, error) {
+	submit := mode == batchNew || mode == batchArray
 	if len(ps) == 0 {
 		return nil, nil
+	}
+	if (mode == batchArray) != (arr != nil) {
+		return nil, fmt.Errorf("episode %s: batch mode %s with array %v", ps[0].e.Episode, mode, arr != nil)
 	}
 	parent := path.Dir(ps[0].e.Dir)
 	// gzip at its fastest: the scripts shrink about sixfold, for about
@@ -425,7 +455,11 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 		// The batch's sbatch are paced on the cluster, gap apart;
 		// their starts are taken here, so that train and eval
 		// submissions wait behind them.
-		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), len(ps)))); err != nil {
+		n := len(ps)
+		if arr != nil {
+			n = 1 // one sbatch
+		}
+		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), n))); err != nil {
 			return nil, err
 		}
 		defer func() { g.ranUntil(time.Now()) }()
@@ -436,7 +470,7 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 		deadline = strconv.FormatFloat(sbatchDeadline.Seconds(), 'f', 3, 64)
 	}
 	argv := []string{"sh", "-c", batchScript, "sh", parent, string(mode), gap, deadline}
-	if mode == batchNew {
+	if submit {
 		checks := sg.preflightChecks()
 		keys := make([]string, 0, len(checks))
 		for k := range checks {
@@ -458,7 +492,20 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 		if err := sg.addToBundle(tw, p.e, p.tree); err != nil {
 			return nil, err
 		}
+		if arr != nil {
+			t := p.e.Jobs[stages.Author].Array
+			if t == nil || t.ScriptSHA256 != arr.sum {
+				return nil, fmt.Errorf("episode %s: its author submission is not a task of array %s", p.e.Episode, arr.id)
+			}
+			argv = append(argv, p.e.Episode, strconv.Itoa(t.Task), "", arr.path)
+			continue
+		}
 		argv = append(argv, p.e.Episode, p.req.Name, p.req.Comment, p.req.ScriptPath)
+	}
+	if arr != nil {
+		if err := addArrayToBundle(tw, arr, sg.now()); err != nil {
+			return nil, err
+		}
 	}
 	if err := errors.Join(tw.Close(), zw.Close()); err != nil {
 		return nil, fmt.Errorf("episode %s: bundle: %w", ps[0].e.Episode, err)
@@ -467,6 +514,9 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 	if submit {
 		req := ps[0].req
 		req.Name, req.Comment, req.ScriptPath = "", "", "/"
+		if arr != nil {
+			req.Name, req.Comment = arr.name, arr.comment
+		}
 		args, err := slurm.SbatchArgs(req)
 		if err != nil {
 			return nil, err
@@ -507,6 +557,9 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 		}
 		if r.sbatchErr != nil {
 			sbatch := shell.Join(append(append(append([]string(nil), common...), "--job-name="+p.req.Name, "--comment="+p.req.Comment), p.req.ScriptPath))
+			if arr != nil {
+				sbatch = shell.Join(append(append([]string(nil), common...), "--array=…", arr.path))
+			}
 			var ce *remote.CommandError
 			var de *slurm.DeadlineError
 			switch {
@@ -641,12 +694,30 @@ func (sg *stager) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.T
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
 func (sg *stager) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
-	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil, 0)
+	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil, nil, 0)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
 	}
 	if r := res[e.Episode]; r == nil || !r.staged {
 		return fmt.Errorf("episode %s: %s on %s exists but is not a complete episode directory (no manifest.json); move it away and resume", e.Episode, e.Dir, sg.host.Name())
+	}
+	return nil
+}
+
+// addArrayToBundle adds array a's script under .arrays/ID/, which
+// batchScript moves beside the episodes (ArraysDir) before its sbatch.
+func addArrayToBundle(tw *tar.Writer, a *jobArray, now time.Time) error {
+	dir := path.Join(ArraysDir, a.id)
+	for _, h := range []*tar.Header{
+		{Name: dir + "/", Typeflag: tar.TypeDir, Mode: 0o700, ModTime: now, Format: tar.FormatPAX},
+		{Name: path.Join(dir, path.Base(a.path)), Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(a.script)), ModTime: now, Format: tar.FormatPAX},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("array %s: bundle: %w", a.id, err)
+		}
+	}
+	if _, err := tw.Write(a.script); err != nil {
+		return fmt.Errorf("array %s: bundle: %w", a.id, err)
 	}
 	return nil
 }

@@ -290,7 +290,16 @@ func TestSubmitBatchSbatchPastDeadline(t *testing.T) {
 // Many episodes in one command: each its own entry, directory, job and
 // manifest, in one session.
 func TestSubmitBatch(t *testing.T) {
+	t.Run("arrays", func(t *testing.T) { testSubmitBatch(t, true) })
+	t.Run("jobs", func(t *testing.T) { testSubmitBatch(t, false) })
+}
+
+// testSubmitBatch: with arrays (cluster.job_arrays, the default), each
+// batch's authors are one job array, each episode's job its task
+// ("4242_i": task i of the batch); without, each its own job.
+func testSubmitBatch(t *testing.T, arrays bool) {
 	d, root := stageDriver(t)
+	d.Config.Cluster.JobArrays = &arrays
 	counted := remote.NewCounted(d.Host)
 	d.Host = counted
 	ctx := context.Background()
@@ -311,8 +320,21 @@ func TestSubmitBatch(t *testing.T) {
 			}
 			continue
 		}
-		if r.Err != nil || r.Lock == nil || r.Entry.JobID(stages.Author) != "4242" || !r.Entry.Staged || seen[r.Entry.Episode] {
-			t.Fatalf("episode %d: %+v", i, r)
+		want := "4242"
+		if arrays {
+			// Batches of MaxBatch in order; episode 4 had a bad id and
+			// is in no batch.
+			task := i
+			if i > 4 {
+				task--
+			}
+			want = fmt.Sprintf("4242_%d", task%MaxBatch)
+			if a := r.Entry.Jobs[stages.Author].Array; a == nil || a.Task != task%MaxBatch {
+				t.Errorf("episode %d: array task %+v, want %d", i, a, task%MaxBatch)
+			}
+		}
+		if r.Err != nil || r.Lock == nil || r.Entry.JobID(stages.Author) != want || !r.Entry.Staged || seen[r.Entry.Episode] {
+			t.Fatalf("episode %d: %+v, job %s, want %s", i, r, r.Entry.JobID(stages.Author), want)
 		}
 		seen[r.Entry.Episode] = true
 		r.Lock.Unlock()
@@ -322,16 +344,19 @@ func TestSubmitBatch(t *testing.T) {
 		}
 		var m Manifest
 		b, _ := os.ReadFile(filepath.Join(r.Entry.Dir, ManifestFile))
-		if err := json.Unmarshal(b, &m); err != nil || m.Jobs[stages.Author] != "4242" || m.Episode != r.Entry.Episode {
+		if err := json.Unmarshal(b, &m); err != nil || m.Jobs[stages.Author] != want || m.Episode != r.Entry.Episode {
 			t.Errorf("episode %d: manifest %s %v", i, b, err)
 		}
 		e, err := d.Ledger.Load(r.Entry.Episode)
-		if err != nil || e.JobID(stages.Author) != "4242" || !e.Staged {
+		if err != nil || e.JobID(stages.Author) != want || !e.Staged {
 			t.Errorf("episode %d: ledger %+v %v", i, e, err)
 		}
 	}
 	entries, _ := os.ReadDir(d.Config.Cluster.Workdir)
 	for _, de := range entries {
+		if arrays && de.Name() == ArraysDir {
+			continue
+		}
 		if !seen[de.Name()] {
 			t.Errorf("left in the workdir: %s", de.Name())
 		}
@@ -347,6 +372,8 @@ func TestSubmitRate(t *testing.T) {
 	starts := func(t *testing.T, rate float64, n int) []float64 {
 		d, root := stageDriver(t)
 		d.Config.Cluster.SubmitRate = rate
+		noArrays := false // each author its own sbatch: their pace is what is measured
+		d.Config.Cluster.JobArrays = &noArrays
 		log := filepath.Join(root, "starts")
 		fake := "#!/bin/sh\ndate +%s.%N >> \"" + log + "\"\nsleep 0.05\nprintf '%s\\n' 4242\n"
 		if err := os.WriteFile(filepath.Join(root, "bin", "sbatch"), []byte(fake), 0o755); err != nil {
@@ -492,7 +519,13 @@ func TestSubmitDiscardNotCreated(t *testing.T) {
 		if !c.discard && len(all) != 2 {
 			t.Errorf("%s: %d ledger entries, want both kept", c.stderr, len(all))
 		}
-		left, _ := filepath.Glob(filepath.Join(d.Config.Cluster.Workdir, "*"))
+		left, _ := filepath.Glob(filepath.Join(d.Config.Cluster.Workdir, "ep-*"))
+		// The two authors were one job array: its script stays only
+		// while its job may exist (an sbatch whose outcome is unknown).
+		arrays, _ := filepath.Glob(filepath.Join(d.Config.Cluster.Workdir, ArraysDir, "*"))
+		if c.discard != (len(arrays) == 0) {
+			t.Errorf("%s: arrays left %v, want them only when the episodes are kept", c.stderr, arrays)
+		}
 		if c.discard && len(left) != 0 {
 			t.Errorf("%s: staged directories left: %v", c.stderr, left)
 		}

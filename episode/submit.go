@@ -48,6 +48,10 @@ type submitter struct {
 	gate     *pacer // cluster.submit_rate; nil: no cap
 }
 
+// arrays reports whether the authors of a batch are submitted as one job
+// array (cluster.job_arrays).
+func (sb *submitter) arrays() bool { return sb.config.Cluster.Arrays() }
+
 // submitGate is the pace of cluster.submit_rate, nil when there is none.
 func (sb *submitter) submitGate() *pacer {
 	sb.gateOnce.Do(func() {
@@ -122,7 +126,7 @@ func (sb *submitter) submitAll(ctx context.Context, specs []Spec) []Submitted {
 	out := make([]Submitted, len(specs))
 	var ready []*pending
 	for i, s := range specs {
-		p, err := sb.prepare(s)
+		p, err := sb.prepare(ctx, s)
 		if err != nil {
 			out[i] = Submitted{Entry: entryOf(p), Err: err}
 			continue
@@ -130,6 +134,8 @@ func (sb *submitter) submitAll(ctx context.Context, specs []Spec) []Submitted {
 		p.i = i
 		ready = append(ready, p)
 	}
+	batches, arrays := sb.batchArrays(ctx, ready, out)
+	ready = slices.Concat(batches...)
 	// The ledger entries, each with its intent, on disk before anything
 	// runs on the cluster (in parallel: each is a few fsyncs).
 	sb.parallel(ready, func(p *pending) error {
@@ -152,12 +158,6 @@ func (sb *submitter) submitAll(ctx context.Context, specs []Spec) []Submitted {
 			out[p.i].Entry = p.e // in the ledger: resume carries it on
 		}
 	})
-	var live []*pending
-	for _, p := range ready {
-		if out[p.i].Err == nil {
-			live = append(live, p)
-		}
-	}
 	// Two batches at once: one stages while the other's sbatch waits on
 	// slurmctld; one at a time under cluster.submit_rate, whose pace the
 	// batch script keeps.
@@ -166,20 +166,73 @@ func (sb *submitter) submitAll(ctx context.Context, specs []Spec) []Submitted {
 	if sb.submitGate() != nil {
 		sem = make(chan struct{}, 1)
 	}
-	for len(live) > 0 {
-		n := min(len(live), MaxBatch)
-		batch := live[:n]
-		live = live[n:]
+	for i, b := range batches {
+		var live []*pending
+		for _, p := range b {
+			if out[p.i].Err == nil {
+				live = append(live, p)
+			}
+		}
+		if len(live) == 0 {
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			sb.runBatch(ctx, batch, out)
+			sb.runBatch(ctx, live, arrays[i], out)
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+// batchArrays splits ps into batches of up to MaxBatch and renders each
+// batch of two or more as one job array of their authors (array.go),
+// each episode's task recorded in its entry's author submission (the
+// intent, saved before anything runs). A batch whose array cannot be
+// rendered is refused, its episodes' results errors.
+func (sb *submitter) batchArrays(ctx context.Context, ps []*pending, out []Submitted) ([][]*pending, []*jobArray) {
+	var batches [][]*pending
+	var arrays []*jobArray
+	size, useArrays := MaxBatch, sb.arrays()
+	if useArrays {
+		// An array's task indexes are below the cluster's MaxArraySize
+		// (0 disables arrays). Unknown (scontrol failed): Slurm's default,
+		// 1001, far above a batch.
+		if cfg, err := sb.slurm.Config(ctx); err == nil {
+			switch {
+			case cfg.MaxArraySize < minArray:
+				useArrays = false
+			case cfg.MaxArraySize < size:
+				size = cfg.MaxArraySize
+			}
+		}
+	}
+	for len(ps) > 0 {
+		n := min(len(ps), size)
+		b := ps[:n]
+		ps = ps[n:]
+		var arr *jobArray
+		if useArrays {
+			var err error
+			arr, err = renderArray(path.Dir(b[0].e.Dir), stages.Author, b, sb.stager.version, sb.now())
+			if err != nil {
+				for _, p := range b {
+					out[p.i] = Submitted{Err: err}
+				}
+				continue
+			}
+		}
+		if arr != nil {
+			for j, p := range b {
+				p.e.Jobs[stages.Author].Array = arr.taskOf(j)
+			}
+		}
+		batches, arrays = append(batches, b), append(arrays, arr)
+	}
+	return batches, arrays
 }
 
 func entryOf(p *pending) *ledger.Entry {
@@ -212,7 +265,7 @@ func (sb *submitter) parallel(ps []*pending, f func(*pending) error, fail func(*
 
 // prepare renders one episode and makes its entry, with the author's
 // intent, in memory.
-func (sb *submitter) prepare(s Spec) (*pending, error) {
+func (sb *submitter) prepare(ctx context.Context, s Spec) (*pending, error) {
 	id := s.ID
 	if id == "" {
 		id = stages.NewID(sb.now())
@@ -221,7 +274,7 @@ func (sb *submitter) prepare(s Spec) (*pending, error) {
 		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ledger.ErrBadEpisodeID, id)
 	}
 	endpoint := sb.stager.pickPolicyBaseURL()
-	tree, err := sb.stager.render(id, s.Prompt, endpoint)
+	tree, err := sb.stager.render(ctx, id, s.Prompt, endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -263,10 +316,14 @@ func (sb *submitter) batchDeadline(n int) time.Duration {
 // A command still running at its deadline (batchDeadline) is stopped,
 // and its outcome is unknown: each episode's job is looked for by its
 // comment tag, as after a lost connection, never submitted again blindly.
-func (sb *submitter) runBatch(ctx context.Context, ps []*pending, out []Submitted) {
+func (sb *submitter) runBatch(ctx context.Context, ps []*pending, arr *jobArray, out []Submitted) {
 	d := sb.batchDeadline(len(ps))
 	bctx, cancel := context.WithTimeoutCause(ctx, d, errBatchDeadline)
-	res, err := sb.stager.batchCommand(bctx, ps, batchNew, sb.submitGate(), sb.slurm.Deadline(slurm.KindSbatch))
+	mode := batchNew
+	if arr != nil {
+		mode = batchArray
+	}
+	res, err := sb.stager.batchCommand(bctx, ps, mode, arr, sb.submitGate(), sb.slurm.Deadline(slurm.KindSbatch))
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBatchDeadline) {
 		err = fmt.Errorf("%w (%v)", &slurm.DeadlineError{Kind: slurm.KindSbatch, Deadline: d,
 			Command: fmt.Sprintf("staging and sbatch of %d episodes on %s", len(ps), sb.host.Name())}, err)
@@ -317,12 +374,25 @@ func (sb *submitter) runBatch(ctx context.Context, ps []*pending, out []Submitte
 		default:
 			sub := p.e.Jobs[stages.Author]
 			sub.JobID, sub.Submitted = r.job.JobID, sb.now().UTC()
+			if sub.Array != nil {
+				sub.JobID = taskID(r.job.JobID, sub.Array.Task)
+			}
 			p.e.Staged = true
 			for _, w := range r.job.Warnings {
 				sb.logf("%s: %s: sbatch: %s", p.e.Episode, stages.Author, w)
 			}
-			sb.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, sb.host.Name(), stages.Author, r.job.JobID)
+			sb.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, sb.host.Name(), stages.Author, sub.JobID)
 			out[p.i] = Submitted{Entry: p.e}
+		}
+	}
+	// An array's sbatch that made no job leaves no array: its episodes are
+	// submitted again as jobs of their own (their intent, with the task,
+	// dropped above) or elsewhere (discarded).
+	if arr != nil && err == nil {
+		if r := res[ps[0].e.Episode]; r != nil && r.sbatchErr != nil && slurm.SubmitNotCreated(r.sbatchErr) {
+			if rerr := sb.stager.removeTree(ctx, path.Dir(arr.path)); rerr != nil {
+				sb.logf("array %s: removing %s on %s: %v", arr.id, path.Dir(arr.path), sb.host.Name(), rerr)
+			}
 		}
 	}
 	// The job ids, on disk.
@@ -560,8 +630,13 @@ func (sb *submitter) adopt(ctx context.Context, e *ledger.Entry, stage stages.St
 	if e.Jobs[stage].Intent.IsZero() {
 		within = 0
 	}
+	// A task of a job array (ledger.ArrayTask) is found by the array's
+	// name or tag, and proven by the array's script; a job under the
+	// stage's own name or tag must prove itself by the stage's script.
+	arr := e.Jobs[stage].Array
+	ofArray := func(j slurm.JobInfo) bool { return arr != nil && (j.Name == arr.Name || j.Comment == arr.Comment) }
 	found, err := sb.slurm.FindWithin(ctx, within, func(j slurm.JobInfo) bool {
-		return (j.Name == name || j.Comment == tag) && !slices.Contains(retired, j.ID)
+		return (j.Name == name || j.Comment == tag || ofArray(j)) && !slices.Contains(retired, j.ID)
 	})
 	if err != nil {
 		return false, fmt.Errorf("episode %s: look for the %s job before submitting it again: %w", e.Episode, stage, err)
@@ -571,9 +646,27 @@ func (sb *submitter) adopt(ctx context.Context, e *ledger.Entry, stage stages.St
 	}
 	var genuine []slurm.JobInfo
 	imp := &ImpostorError{Episode: e.Episode, Stage: stage}
+	arrays := map[string]string{} // an array's job id: why it is not ours ("": it is)
 	for _, j := range found {
-		why, err := sb.provenance(ctx, e, stage, j)
-		if err != nil {
+		var why string
+		if ofArray(j) {
+			a, task, ok := splitTaskID(j.ID)
+			if !ok {
+				imp.IDs, imp.Why = append(imp.IDs, j.ID), append(imp.Why, fmt.Sprintf("job %s: under array %s's name or tag, but not a task of a job array", j.ID, arr.Name))
+				continue
+			}
+			w, known := arrays[a]
+			if !known {
+				if w, err = sb.provenance(ctx, e, stage, j, arr.ScriptSHA256); err != nil {
+					return false, err
+				}
+				arrays[a] = w
+			}
+			if w == "" && task != arr.Task {
+				continue // another episode's task of the same array
+			}
+			why = w
+		} else if why, err = sb.provenance(ctx, e, stage, j, e.Scripts[stage]); err != nil {
 			return false, err
 		}
 		if why != "" {
@@ -604,8 +697,7 @@ func (sb *submitter) adopt(ctx context.Context, e *ledger.Entry, stage stages.St
 
 // provenance says why job j is not the stage's job the tool submitted, or
 // "" when it is.
-func (sb *submitter) provenance(ctx context.Context, e *ledger.Entry, stage stages.Stage, j slurm.JobInfo) (string, error) {
-	want := e.Scripts[stage]
+func (sb *submitter) provenance(ctx context.Context, e *ledger.Entry, stage stages.Stage, j slurm.JobInfo, want string) (string, error) {
 	if want == "" {
 		return "", fmt.Errorf("episode %s: the ledger has no batch-script sha256 for %s: cannot tell its job from an impostor", e.Episode, stage)
 	}
@@ -626,7 +718,11 @@ func (sb *submitter) provenance(ctx context.Context, e *ledger.Entry, stage stag
 	}
 	sum := sha256.Sum256(script)
 	if got := hex.EncodeToString(sum[:]); got != want {
-		return fmt.Sprintf("its batch script has sha256 %s, the staged %s has %s", got, stages.Script(stage), want), nil
+		staged := stages.Script(stage)
+		if a := e.Jobs[stage].Array; a != nil && want == a.ScriptSHA256 {
+			staged = a.Script
+		}
+		return fmt.Sprintf("its batch script has sha256 %s, the staged %s has %s", got, staged, want), nil
 	}
 	return "", nil
 }

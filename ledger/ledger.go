@@ -129,6 +129,23 @@ type Submission struct {
 	Attempt int `json:"attempt,omitempty"`
 	// After is the job this one was submitted to wait for (afterok).
 	After string `json:"after,omitempty"`
+	// Array is set when the job is a task of a job array that ran several
+	// episodes' jobs of one stage from one sbatch: JobID is then the
+	// task's "ARRAY_TASK". It is saved with the intent, before sbatch.
+	Array *ArrayTask `json:"array,omitempty"`
+}
+
+// ArrayTask is an episode's place in a job array: the array's job name
+// and --comment tag (how it is found again after a crash), the sha256 of
+// its batch script (which holds the table of its tasks: each task's
+// episode directory and the sha256 of the staged script it runs), where
+// that script was staged, and this episode's task index.
+type ArrayTask struct {
+	Name         string `json:"name"`
+	Comment      string `json:"comment"`
+	ScriptSHA256 string `json:"script_sha256"`
+	Script       string `json:"script"`
+	Task         int    `json:"task"`
 }
 
 // Final reports whether the episode has its outcome.

@@ -2,7 +2,9 @@
 # Stages episodes and submits their author jobs in one command (Go:
 # batchScript, episode/stage.go, which documents it in full):
 #   sh -c "$batchScript" sh PARENT MODE GAP DEADLINE NCHECKS KEY=PATH... NEPS {EP NAME COMMENT SCRIPT}... [SBATCH ARGV...]
-# with the episodes' trees as one gzipped tar stream on stdin. Prints one
+# with the episodes' trees as one gzipped tar stream on stdin (MODE new,
+# array or restage; array: one sbatch of a job array for all, NAME holding
+# each episode's task index). Prints one
 # tab-separated line per event: "nemorl-batch EP staged|exists|failed",
 # "nemorl-batch EP sbatch RC", "nemorl-batch EP out LINE" (RC 124 or 137:
 # sbatch stopped at its DEADLINE, seconds; 0: none). Exit 90: a preflight
@@ -71,6 +73,48 @@ while [ $j -lt "$neps" ]; do
 	j=$((j + 1))
 done
 [ $# -gt 0 ] || exit 0
+if [ "$mode" = array ]; then
+	# One sbatch for every staged episode: a job array whose task NAME (an
+	# episode's tuple holds its task index there, and the array's SCRIPT;
+	# COMMENT is unused: the array's name and comment are in SBATCH ARGV)
+	# runs the episode, the array's script staged from the stream's
+	# .arrays/. The tasks of episodes not staged are left out of --array.
+	tasks=
+	j=0
+	while [ $j -lt "$neps" ]; do
+		eval "ep=\$ep_$j task=\$name_$j script=\$script_$j"
+		# shellcheck disable=SC2154 # task is set by the eval above
+		[ -z "$ep" ] || tasks="$tasks,$task"
+		j=$((j + 1))
+	done
+	[ -n "$tasks" ] || exit 0
+	# shellcheck disable=SC2154 # script is set by the eval above
+	adir=${script%/*}
+	[ -d "$parent/.arrays" ] || mkdir -- "$parent/.arrays" || exit 92
+	mv -- "$tmp/.arrays/${adir##*/}" "$parent/.arrays/" || exit 92
+	mkdir -- "$tmp/.res" || exit 92
+	timeout --foreground -k 5 "$deadline" "$@" --array="${tasks#,}" "$script" >"$tmp/.res/array" 2>&1 </dev/null
+	rc=$?
+	id=
+	while IFS= read -r line || [ -n "$line" ]; do
+		w=${line%%;*}
+		case $w in '' | *[!0-9]*) ;; *) id=$w ;; esac
+	done <"$tmp/.res/array"
+	j=0
+	while [ $j -lt "$neps" ]; do
+		eval "ep=\$ep_$j task=\$name_$j"
+		j=$((j + 1))
+		[ -n "$ep" ] || continue
+		printf 'nemorl-batch\t%s\tsbatch\t%s\n' "$ep" "$rc"
+		while IFS= read -r line || [ -n "$line" ]; do
+			printf 'nemorl-batch\t%s\tout\t%s\n' "$ep" "$line"
+		done <"$tmp/.res/array"
+		if [ "$rc" = 0 ] && [ -n "$id" ] && IFS= read -r m <"$tmp/.next/$ep"; then
+			printf '%s\n' "${m%%@NEMORL_JOB_ID@*}${id}_$task${m#*@NEMORL_JOB_ID@}" >"$parent/$ep/manifest.json"
+		fi
+	done
+	exit 0
+fi
 # sbatch four at a time (with a GAP other than 0: one at a time, GAP
 # seconds between starts, cluster.submit_rate), each writing its status
 # and output beside the trees; then the manifests and the report. Each

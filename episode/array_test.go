@@ -1,0 +1,158 @@
+package episode
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/stages"
+	"github.com/nemorl/nemorl-slurm/templates"
+)
+
+// arrayCase stages n stand-in episodes under a temporary parent: each
+// author.sbatch is body(i) after #SBATCH lines shared by all, and returns
+// the pendings and the array rendered for them.
+func arrayCase(t *testing.T, n int, body func(i int) string) (string, []*pending, *jobArray) {
+	t.Helper()
+	parent := t.TempDir()
+	var ps []*pending
+	for i := range n {
+		ep := "ep-" + string(rune('a'+i))
+		dir := filepath.Join(parent, ep)
+		script := "#!/bin/bash\n#SBATCH --job-name=nemorl-author-" + ep + "\n#SBATCH --time=01:10:00\n#SBATCH --output=" + dir + "/author/out.log\n" +
+			"#SBATCH --open-mode=truncate\n#SBATCH --comment=nemorl:" + ep + ":author\n#SBATCH --signal=B:USR1@120\n" + body(i)
+		if err := os.MkdirAll(filepath.Join(dir, "author"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, stages.Script(stages.Author)), []byte(script), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tree := &templates.Tree{Episode: ep, Dir: dir, Files: []templates.File{{Path: stages.Script(stages.Author), Mode: 0o600, Data: []byte(script)}}}
+		ps = append(ps, &pending{i: i, e: &ledger.Entry{Episode: ep, Dir: dir}, tree: tree})
+	}
+	arr, err := renderArray(parent, stages.Author, ps, "test", time.Now())
+	if err != nil || arr == nil {
+		t.Fatalf("renderArray: %v, %v", arr, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(arr.path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(arr.path, arr.script, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return parent, ps, arr
+}
+
+// runTask runs the array's script as Slurm would run task i (bash, with
+// SLURM_ARRAY_TASK_ID set) and returns its exit status.
+func runTask(t *testing.T, arr *jobArray, task string) int {
+	t.Helper()
+	cmd := exec.Command("/bin/bash", arr.path)
+	cmd.Env = append(os.Environ(), "SLURM_ARRAY_TASK_ID="+task)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		t.Logf("task %s: exit %d: %s", task, ee.ExitCode(), out)
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+func readOut(t *testing.T, p *pending) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p.e.Dir, stages.Output(stages.Author)))
+	if err != nil {
+		t.Fatalf("%s: %v", p.e.Episode, err)
+	}
+	return string(b)
+}
+
+// TestArrayScriptRunsEachTasksOwnScript: task i runs episode i's staged
+// script, from memory (a script that rewrites its own file on disk goes
+// on with what was checked), as its batch shell, its output in the
+// episode's own out.log, its exit status the job's.
+func TestArrayScriptRunsEachTasksOwnScript(t *testing.T) {
+	_, ps, arr := arrayCase(t, 3, func(i int) string {
+		return "printf 'echo REWRITTEN; exit 9\\n' >\"$0\"\necho \"episode " + string(rune('a'+i)) + " ran as $0 pid $$\"\nexit " + string(rune('3'+i)) + "\n"
+	})
+	for i, p := range ps {
+		if got := runTask(t, arr, string(rune('0'+i))); got != 3+i {
+			t.Errorf("task %d: exit %d, want %d (its script's own status)", i, got, 3+i)
+		}
+		out := readOut(t, p)
+		want := "episode " + string(rune('a'+i)) + " ran as " + filepath.Join(p.e.Dir, stages.Script(stages.Author))
+		if !strings.Contains(out, want) || strings.Contains(out, "REWRITTEN") {
+			t.Errorf("task %d: out.log %q, want %q and not the rewritten file's line", i, out, want)
+		}
+		for j, q := range ps {
+			if j != i && strings.Contains(out, q.e.Episode+" ran") {
+				t.Errorf("task %d's out.log holds episode %s's output", i, q.e.Episode)
+			}
+		}
+	}
+	// The array asks Slurm for what its tasks' scripts ask, and names no
+	// episode's job, output or comment.
+	s := string(arr.script)
+	for _, want := range []string{"#SBATCH --time=01:10:00", "#SBATCH --signal=B:USR1@120", "#SBATCH --job-name=" + arr.name, "#SBATCH --comment=" + arr.comment} {
+		if !strings.Contains(s, want+"\n") {
+			t.Errorf("the array's script lacks %q", want)
+		}
+	}
+	for _, p := range ps {
+		if strings.Contains(s, "--job-name=nemorl-author-"+p.e.Episode) || strings.Contains(s, "--comment=nemorl:"+p.e.Episode) || strings.Contains(s, "--output="+p.e.Dir) {
+			t.Errorf("the array's script carries episode %s's own job name, comment or output", p.e.Episode)
+		}
+	}
+}
+
+// TestArrayScriptRefusesAlteredScript: a staged script changed after
+// staging (the policy's code of a sibling episode can write it: the same
+// user), or removed, is refused with exit 65 (rules: script_altered), its
+// content never run; a task not in the table runs nothing.
+func TestArrayScriptRefusesAlteredScript(t *testing.T) {
+	_, ps, arr := arrayCase(t, 3, func(i int) string { return "echo honest-run\nexit 0\n" })
+	script := func(p *pending) string { return filepath.Join(p.e.Dir, stages.Script(stages.Author)) }
+	if err := os.WriteFile(script(ps[1]), []byte("#!/bin/bash\necho forged-run\nexit 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(script(ps[2])); err != nil {
+		t.Fatal(err)
+	}
+	if got := runTask(t, arr, "0"); got != 0 || !strings.Contains(readOut(t, ps[0]), "honest-run") {
+		t.Errorf("task 0 (untouched): exit %d, out.log %q", got, readOut(t, ps[0]))
+	}
+	for _, i := range []int{1, 2} {
+		if got := runTask(t, arr, string(rune('0'+i))); got != stages.ExitInputsTampered {
+			t.Errorf("task %d: exit %d, want %d", i, got, stages.ExitInputsTampered)
+		}
+		out := readOut(t, ps[i])
+		if strings.Contains(out, "forged-run") || !strings.Contains(out, "refusing to run") {
+			t.Errorf("task %d: out.log %q: want the refusal and no run", i, out)
+		}
+	}
+	if got := runTask(t, arr, "7"); got != 1 {
+		t.Errorf("task 7, not in the table: exit %d, want 1", got)
+	}
+}
+
+// TestRenderArrayNeedsOneShape: episodes whose scripts ask Slurm for
+// different resources are no one array (nil: each its own job); a single
+// episode is a job of its own.
+func TestRenderArrayNeedsOneShape(t *testing.T) {
+	_, ps, _ := arrayCase(t, 2, func(int) string { return "exit 0\n" })
+	f := ps[1].tree.Files[0]
+	f.Data = []byte(strings.Replace(string(f.Data), "--time=01:10:00", "--time=02:00:00", 1))
+	ps[1].tree.Files[0] = f
+	if arr, err := renderArray(filepath.Dir(ps[0].e.Dir), stages.Author, ps, "test", time.Now()); arr != nil || err != nil {
+		t.Errorf("two shapes: %v, %v; want nil, nil", arr, err)
+	}
+	if arr, err := renderArray(filepath.Dir(ps[0].e.Dir), stages.Author, ps[:1], "test", time.Now()); arr != nil || err != nil {
+		t.Errorf("one episode: %v, %v; want nil, nil", arr, err)
+	}
+}
