@@ -161,6 +161,7 @@ type configRunner struct {
 	fail  bool
 	gate  chan struct{}
 	argv  []string
+	exit  int // with out: its exit status (scontrol's 1 after a failed ping)
 }
 
 func (r *configRunner) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
@@ -180,7 +181,11 @@ func (r *configRunner) Run(ctx context.Context, cmd remote.Command) (*remote.Res
 		res := &remote.Result{Stderr: []byte("slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n"), ExitStatus: 1}
 		return res, &remote.CommandError{Host: "fake", Command: cmd.String(), ExitStatus: 1}
 	}
-	return &remote.Result{Stdout: []byte(out)}, nil
+	res := &remote.Result{Stdout: []byte(out), ExitStatus: r.exit}
+	if r.exit != 0 {
+		return res, &remote.CommandError{Host: "fake", Command: cmd.String(), ExitStatus: r.exit}
+	}
+	return res, nil
 }
 
 func (r *configRunner) set(out string, fail bool) {
@@ -280,6 +285,23 @@ func TestClientConfigFailureKeptAWhile(t *testing.T) {
 	advance(time.Hour)
 	if cfg, err := c.Config(context.Background()); err != nil || cfg.KillWait != 5*time.Second || r.calls.Load() != 2 {
 		t.Fatalf("the answer not kept: %v %v, %d commands", cfg.KillWait, err, r.calls.Load())
+	}
+
+	// scontrol exits 1 when no controller answered its ping after the
+	// configuration (a ping refused under rl_enable): the configuration
+	// it printed counts.
+	down := strings.Replace(captured(t, 1), "Slurmctld(primary) at vm is UP", "Slurmctld(primary) at vm is DOWN", 1)
+	if down == captured(t, 1) {
+		t.Fatal("no ping line in the capture")
+	}
+	r3 := &configRunner{out: down, exit: 1}
+	if cfg, err := New(r3).Config(context.Background()); err != nil || cfg.KillWait != 5*time.Second {
+		t.Errorf("exit 1 after the configuration: %v %v", cfg.KillWait, err)
+	}
+	// Exit 1 without a whole configuration is the command's failure.
+	r4 := &configRunner{out: "Configuration data as of x\nKillWait = 5 sec\n", exit: 1}
+	if _, err := New(r4).Config(context.Background()); !errors.As(err, &ce) {
+		t.Errorf("exit 1, half a configuration: %v", err)
 	}
 
 	// Output ParseConfig refuses is a failure too, named with the command.
