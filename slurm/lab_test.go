@@ -25,6 +25,7 @@ type countingRunner struct {
 	inner remote.Runner
 	mu    sync.Mutex
 	n     map[string]int
+	last  map[string][]string // the last argv per program
 }
 
 func (c *countingRunner) Run(ctx context.Context, cmd remote.Command) (*remote.Result, error) {
@@ -33,6 +34,10 @@ func (c *countingRunner) Run(ctx context.Context, cmd remote.Command) (*remote.R
 		c.n = map[string]int{}
 	}
 	c.n[program(cmd.Argv)]++
+	if c.last == nil {
+		c.last = map[string][]string{}
+	}
+	c.last[program(cmd.Argv)] = cmd.Argv
 	c.mu.Unlock()
 	return c.inner.Run(ctx, cmd)
 }
@@ -41,6 +46,13 @@ func (c *countingRunner) count(prog string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n[prog]
+}
+
+// lastArgv is the argv of the last process of prog run.
+func (c *countingRunner) lastArgv(prog string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last[prog]
 }
 
 func (c *countingRunner) reset() {

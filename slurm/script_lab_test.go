@@ -10,10 +10,11 @@ import (
 )
 
 // TestLabBatchScript: scripts with sacct's own framing inside, with and
-// without a final newline, come back byte for byte from slurmctld
-// (scontrol) and from the accounting database (sacct --batch-script,
-// AccountingStoreFlags=job_script), and through BatchScript once
-// slurmctld has forgotten the job (MinJobAge=30 in the lab).
+// without a final newline, and an array's task (its array's script), come
+// back byte for byte from slurmctld (scontrol) and from the accounting
+// database (sacct --batch-script, AccountingStoreFlags=job_script), and
+// through BatchScript once slurmctld has forgotten the job (MinJobAge=30
+// in the lab).
 func TestLabBatchScript(t *testing.T) {
 	t.Parallel()
 	eachSlurm(t, testLabBatchScript)
@@ -38,6 +39,11 @@ func testLabBatchScript(t *testing.T, l *lab) {
 	for name, s := range scripts {
 		ids[name] = submit(t, c, SubmitRequest{Script: []byte(s), Name: "nemorl-script-t", Args: l.jobArgs(t)})
 	}
+	// An array's task: its array's script, from slurmctld under the task's
+	// id, from sacct's record of the task once it ran.
+	scripts["array task"] = body + "echo \"$SLURM_ARRAY_TASK_ID\"\n"
+	array := submit(t, c, SubmitRequest{Script: []byte(scripts["array task"]), Array: "0-1", Name: "nemorl-script-t", Args: l.jobArgs(t)})
+	ids["array task"] = TaskID(array, 1)
 	ctx := context.Background()
 
 	// 1. slurmctld: scontrol only.

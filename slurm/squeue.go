@@ -103,6 +103,13 @@ func parseSqueueSet(out []byte, loc *time.Location) (*jobSet, error) {
 		}
 		j.Elapsed, _ = ParseElapsed(f[sqElapsed])
 		j.TimeLimit, _ = ParseTimeLimit(f[sqTimeLimit]) // malformed: 0, unknown
+		if j.State.Class == Failed && j.NodeList == "" {
+			// Ended without ever running (no node): squeue shows the
+			// moment it was cancelled as its start (lab, 24.11: an array
+			// task cancelled for a dependency never satisfied); sacct
+			// shows none (foldSteps).
+			j.Start, j.Elapsed = time.Time{}, 0
+		}
 		if array, task, ok := SplitTaskID(shown); ok {
 			j.ID, j.ArrayJobID, j.ArrayTask = shown, array, task
 		} else if array, tasks, ok, err := parseTaskRange(shown); ok {
