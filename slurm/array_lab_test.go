@@ -294,4 +294,3 @@ func ids(jobs []JobInfo) []string {
 	}
 	return out
 }
-
