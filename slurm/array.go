@@ -181,6 +181,50 @@ func checkArraySpec(spec string) error {
 	return nil
 }
 
+// CheckArray reports whether an --array spec (SubmitRequest.Array) fits
+// cfg's cluster as slurmctld checks it: every task index below
+// MaxArraySize (0 disables arrays), and no more tasks than
+// SchedulerParameters' max_array_tasks where set (a lower bound on the
+// count alone). An array that does not fit is refused by sbatch ("Invalid
+// job array specification": SubmitRefused), after the one RPC it costs.
+func (cfg Config) CheckArray(spec string) error {
+	if err := checkArraySpec(spec); err != nil {
+		return err
+	}
+	list, _, _ := strings.Cut(spec, "%")
+	tasks, _ := parseTaskList(list, false)
+	if cfg.MaxArraySize <= 0 {
+		return fmt.Errorf("slurm: array %q: the cluster takes no arrays (MaxArraySize=%d)", spec, cfg.MaxArraySize)
+	}
+	top := 0
+	for _, sp := range tasks {
+		top = max(top, sp.last)
+	}
+	if top >= cfg.MaxArraySize {
+		return fmt.Errorf("slurm: array %q: task index %d, the cluster's MaxArraySize is %d (indices 0 to %d)", spec, top, cfg.MaxArraySize, cfg.MaxArraySize-1)
+	}
+	seen := map[int]bool{}
+	for t := range tasks.all() {
+		seen[t] = true
+	}
+	if limit, ok := maxArrayTasks(cfg.Values["SchedulerParameters"]); ok && len(seen) > limit {
+		return fmt.Errorf("slurm: array %q: %d tasks, the cluster's max_array_tasks is %d", spec, len(seen), limit)
+	}
+	return nil
+}
+
+// maxArrayTasks reads max_array_tasks=N from SchedulerParameters.
+func maxArrayTasks(params string) (int, bool) {
+	for p := range strings.SplitSeq(params, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(p), "max_array_tasks="); ok {
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+				return n, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // parseTaskRange reads the job id Slurm prints for the pending tasks an
 // array still keeps in one record: "123_[5-9]", "123_[0,2-3]",
 // "123_[1-99:2]", with a throttle "123_[0-9%2]". ok is false when s is

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -293,4 +294,41 @@ func ids(jobs []JobInfo) []string {
 		out = append(out, j.ID)
 	}
 	return out
+}
+
+// TestLabArrayMaxSize: an array whose largest index is the cluster's
+// MaxArraySize (read by Client.Config) is refused by CheckArray and by
+// sbatch, for good (SubmitRefused); one index less is taken.
+func TestLabArrayMaxSize(t *testing.T) {
+	t.Parallel()
+	eachSlurm(t, testLabArrayMaxSize)
+}
+
+func testLabArrayMaxSize(t *testing.T, l *lab) {
+	c, _ := l.client(t)
+	ctx := context.Background()
+	cfg, err := c.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxArraySize < 2 {
+		t.Fatalf("Slurm %s: MaxArraySize %d", l.slurm.Version, cfg.MaxArraySize)
+	}
+	top := strconv.Itoa(cfg.MaxArraySize - 1)
+	over := strconv.Itoa(cfg.MaxArraySize)
+	if err := cfg.CheckArray(top); err != nil {
+		t.Errorf("CheckArray(%s): %v", top, err)
+	}
+	if err := cfg.CheckArray("0," + over); err == nil {
+		t.Errorf("CheckArray(0,%s) passed", over)
+	}
+	_, err = c.Submit(ctx, SubmitRequest{Wrap: "true", Array: "0," + over, Hold: true, Args: l.jobArgs(t)})
+	if reason, refused := SubmitRefused(err); !refused || !strings.Contains(reason, "Invalid job array specification") {
+		t.Errorf("sbatch --array=0,%s: %v (refused %v)", over, err, refused)
+	}
+	id := submit(t, c, SubmitRequest{Wrap: "true", Array: top, Hold: true, Args: l.jobArgs(t)})
+	got, err := c.Queue(ctx, []string{TaskID(id, cfg.MaxArraySize-1)})
+	if j := got[TaskID(id, cfg.MaxArraySize-1)]; err != nil || j.Class() != Pending || j.HeldBy() != "user" {
+		t.Errorf("task %s of %s: %+v %v", top, id, j, err)
+	}
 }

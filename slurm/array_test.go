@@ -717,3 +717,40 @@ func TestBatchScriptTask(t *testing.T) {
 		t.Errorf("sacct --jobs=%s", v)
 	}
 }
+
+// TestCheckArray: an array fits a cluster whose MaxArraySize is above its
+// largest index and whose max_array_tasks (when set) is at least its
+// task count; the lab's captured configurations (MaxArraySize 10001).
+func TestCheckArray(t *testing.T) {
+	for _, path := range []string{"testdata/lab/scontrol_show_config.txt", "testdata/lab-24.11/scontrol_show_config.txt"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := ParseConfig(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.CheckArray("0-10000"); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+		if err := cfg.CheckArray("0-10001"); err == nil || !strings.Contains(err.Error(), "MaxArraySize is 10001") {
+			t.Errorf("%s: index 10001 fits: %v", path, err)
+		}
+	}
+	def := Config{MaxArraySize: DefaultMaxArraySize}
+	for spec, ok := range map[string]bool{"0-49": true, "1000": true, "0,3,1001": false, "0-1000%10": true, "5-1001": false, "0:2": false} {
+		if err := def.CheckArray(spec); (err == nil) != ok {
+			t.Errorf("MaxArraySize 1001, %q: %v", spec, err)
+		}
+	}
+	if err := (Config{MaxArraySize: 0}).CheckArray("0"); err == nil || !strings.Contains(err.Error(), "no arrays") {
+		t.Errorf("arrays disabled: %v", err)
+	}
+	lim := Config{MaxArraySize: 100001, Values: map[string]string{"SchedulerParameters": "bf_interval=5,max_array_tasks=1000"}}
+	for spec, ok := range map[string]bool{"0-999": true, "99000-99999": true, "0-1000": false, "0,2,100000": true, "0-999,0-999": true} {
+		if err := lim.CheckArray(spec); (err == nil) != ok {
+			t.Errorf("max_array_tasks 1000, %q: %v", spec, err)
+		}
+	}
+}

@@ -29,8 +29,10 @@ type SubmitRequest struct {
 	// ranges separated by commas, with an optional "%N" to run at most N
 	// tasks at once ("0-49", "0,3,7", "0-49%5"); nothing else is taken.
 	// sbatch prints the array's job id; its tasks are TaskID(id, i). The
-	// largest index must be below the cluster's MaxArraySize
-	// (Client.Config; 1001 by default), which sbatch enforces.
+	// largest index must be below the cluster's MaxArraySize (1001 by
+	// default): Config.CheckArray (with Client.Config, read once per
+	// Client) says whether it fits; sbatch refuses one that does not
+	// (SubmitRefused).
 	Array string
 	// AfterOK lists job ids this job waits for: --dependency=afterok:A:B.
 	// A task id ("123_4") waits for that task alone.
@@ -233,6 +235,7 @@ var permanentSbatch = []string{
 	"Unable to open file",
 	"Batch script is empty",
 	"Node count specification invalid",
+	"Invalid job array specification", // an index at or above MaxArraySize, more tasks than max_array_tasks
 }
 
 // SubmitRefused reports whether err, from Submit, is sbatch refusing the
