@@ -180,14 +180,3 @@ func indexList(tasks []int) string {
 	}
 	return strings.Join(s, ",")
 }
-
-// taskID and splitTaskID: TEMPORARY until the slurm package has them.
-func taskID(array string, task int) string { return array + "_" + strconv.Itoa(task) }
-func splitTaskID(id string) (string, int, bool) {
-	a, t, ok := strings.Cut(id, "_")
-	if !ok {
-		return "", 0, false
-	}
-	n, err := strconv.Atoi(t)
-	return a, n, err == nil && n >= 0
-}

@@ -142,8 +142,10 @@ func (sg *stager) killWait(ctx context.Context) time.Duration {
 	return cfg.KillWait
 }
 
-func (sg *stager) render(ctx context.Context, id string, prompt []byte, policyBaseURL string) (*templates.Tree, error) {
-	tree, err := templates.Render(sg.config, templates.Input{Episode: id, Prompt: prompt, Version: sg.version, PolicyBaseURL: policyBaseURL, KillWait: sg.killWait(ctx)})
+// render renders episode id's tree with the cluster's killWait (0:
+// unknown), which its entry records (a restage renders the same).
+func (sg *stager) render(id string, prompt []byte, policyBaseURL string, killWait time.Duration) (*templates.Tree, error) {
+	tree, err := templates.Render(sg.config, templates.Input{Episode: id, Prompt: prompt, Version: sg.version, PolicyBaseURL: policyBaseURL, KillWait: killWait})
 	if err != nil {
 		return nil, fmt.Errorf("episode %s: %w", id, err)
 	}
@@ -174,7 +176,7 @@ func (sg *stager) restage(ctx context.Context, e *ledger.Entry) error {
 	if err != nil {
 		return fmt.Errorf("episode %s: restage: %w", e.Episode, err)
 	}
-	tree, err := sg.render(ctx, e.Episode, prompt, e.PolicyBaseURL)
+	tree, err := sg.render(e.Episode, prompt, e.PolicyBaseURL, time.Duration(e.KillWaitSeconds)*time.Second)
 	if err != nil {
 		return err
 	}

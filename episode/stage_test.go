@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -532,5 +533,38 @@ func TestSubmitDiscardNotCreated(t *testing.T) {
 		if !c.discard && len(left) != 2 {
 			t.Errorf("%s: %d staged directories, want both kept", c.stderr, len(left))
 		}
+	}
+}
+
+// TestRestageRendersTheSameScripts: the KillWait an episode's scripts were
+// rendered with is in its entry, so a restage after a crash renders the
+// scripts whose sha256s the ledger holds even when scontrol show config
+// fails by then (a script rendered with Slurm's default instead would
+// differ, and the tool's own job would read as an impostor).
+func TestRestageRendersTheSameScripts(t *testing.T) {
+	d, _ := stageDriver(t)
+	sg := d.parts().stager
+	sg.slurmConfig = func(context.Context) (slurm.Config, error) { return slurm.Config{KillWait: 5 * time.Second}, nil }
+	p, err := d.parts().submitter.prepare(context.Background(), Spec{Prompt: []byte("p\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.e.KillWaitSeconds != 5 {
+		t.Fatalf("entry's KillWait %d s, want 5", p.e.KillWaitSeconds)
+	}
+	sg.slurmConfig = func(context.Context) (slurm.Config, error) { return slurm.Config{}, errors.New("scontrol: busy") }
+	again, err := sg.render(p.e.Episode, []byte("p\n"), p.e.PolicyBaseURL, time.Duration(p.e.KillWaitSeconds)*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := scriptHashes(again); !maps.Equal(got, p.e.Scripts) {
+		t.Errorf("restaged scripts %v, the entry's %v", got, p.e.Scripts)
+	}
+	dflt, err := sg.render(p.e.Episode, []byte("p\n"), p.e.PolicyBaseURL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := scriptHashes(dflt); maps.Equal(got, p.e.Scripts) {
+		t.Error("scripts rendered with the default KillWait are the same as with 5 s: the test shows nothing")
 	}
 }

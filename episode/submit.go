@@ -274,7 +274,8 @@ func (sb *submitter) prepare(ctx context.Context, s Spec) (*pending, error) {
 		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ledger.ErrBadEpisodeID, id)
 	}
 	endpoint := sb.stager.pickPolicyBaseURL()
-	tree, err := sb.stager.render(ctx, id, s.Prompt, endpoint)
+	killWait := sb.stager.killWait(ctx).Truncate(time.Second)
+	tree, err := sb.stager.render(id, s.Prompt, endpoint, killWait)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +284,7 @@ func (sb *submitter) prepare(ctx context.Context, s Spec) (*pending, error) {
 		Episode: id, Created: now, ConfigPath: sb.configPath, ConfigSHA256: sb.configSHA256,
 		Host: sb.host.Name(), Cluster: sb.config.ClusterName, Dir: tree.Dir, Isolation: tree.Isolation, Jobs: map[stages.Stage]*ledger.Submission{stages.Author: {Intent: now}},
 		PolicyBaseURL: endpoint, Scripts: scriptHashes(tree), TimeLimitMinutes: scriptTimeLimits(tree),
+		KillWaitSeconds: int(killWait / time.Second),
 	}
 	if labels := sb.labels(); len(labels) > 0 {
 		e.Labels = maps.Clone(labels)
@@ -375,7 +377,7 @@ func (sb *submitter) runBatch(ctx context.Context, ps []*pending, arr *jobArray,
 			sub := p.e.Jobs[stages.Author]
 			sub.JobID, sub.Submitted = r.job.JobID, sb.now().UTC()
 			if sub.Array != nil {
-				sub.JobID = taskID(r.job.JobID, sub.Array.Task)
+				sub.JobID = slurm.TaskID(r.job.JobID, sub.Array.Task)
 			}
 			p.e.Staged = true
 			for _, w := range r.job.Warnings {
@@ -650,7 +652,7 @@ func (sb *submitter) adopt(ctx context.Context, e *ledger.Entry, stage stages.St
 	for _, j := range found {
 		var why string
 		if ofArray(j) {
-			a, task, ok := splitTaskID(j.ID)
+			a, task, ok := slurm.SplitTaskID(j.ID)
 			if !ok {
 				imp.IDs, imp.Why = append(imp.IDs, j.ID), append(imp.Why, fmt.Sprintf("job %s: under array %s's name or tag, but not a task of a job array", j.ID, arr.Name))
 				continue

@@ -90,6 +90,10 @@ type Entry struct {
 	// Slurm for it (whole minutes, as Slurm keeps it): a job whose limit
 	// differs was changed by someone else.
 	TimeLimitMinutes map[stages.Stage]int `json:"time_limit_minutes,omitempty"`
+	// KillWaitSeconds is the cluster's KillWait the scripts were rendered
+	// with (0: unknown, Slurm's default assumed): a restage renders the
+	// same scripts, with the sha256s recorded.
+	KillWaitSeconds int `json:"kill_wait_s,omitempty"`
 	// Jobs holds the submissions, by stage: each stage's current attempt.
 	Jobs map[stages.Stage]*Submission `json:"jobs"`
 	// Retried holds, by stage, the earlier attempts of the stages that
