@@ -123,6 +123,10 @@ func (e *env) doctor(c *ucli.Context) error {
 	}
 
 	checkSlurm(run, slurmRun, add)
+	// KillWait and MaxArraySize, read as an episode reads them.
+	slc := slurm.New(host)
+	slc.Deadlines = doctorDeadlines
+	checkSlurmConfig(ctx, slc, add)
 	cl := cfg.Cluster
 	checkPartition(slurmRun, cl, add)
 	checkWorkdir(run, cl, add)

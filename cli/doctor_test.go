@@ -22,7 +22,7 @@ func TestDoctorSlurmPastDeadline(t *testing.T) {
 	}
 	for name, body := range map[string]string{
 		"sbatch": "exit 0", "squeue": "exit 0", "scancel": "exit 0",
-		"sacct": "exec sleep 60", "sinfo": "exec sleep 60", "sacctmgr": "exec sleep 60",
+		"sacct": "exec sleep 60", "sinfo": "exec sleep 60", "sacctmgr": "exec sleep 60", "scontrol": "exec sleep 60",
 	} {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
 			t.Fatal(err)
@@ -46,7 +46,7 @@ stages:
 		t.Fatal(err)
 	}
 	old := doctorDeadlines
-	doctorDeadlines = slurm.Deadlines{Sacct: 300 * time.Millisecond, Sinfo: 300 * time.Millisecond}
+	doctorDeadlines = slurm.Deadlines{Sacct: 300 * time.Millisecond, Sinfo: 300 * time.Millisecond, Scontrol: 300 * time.Millisecond}
 	t.Cleanup(func() { doctorDeadlines = old })
 
 	start := time.Now()
@@ -67,9 +67,10 @@ stages:
 	}
 	const late = "no answer within 0.3s (a throttled or overloaded controller?)"
 	for name, want := range map[string]check{
-		"accounting": {Status: "fail", Detail: "sacct: " + late},
-		"partition":  {Status: "fail", Detail: "sinfo: " + late},
-		"account":    {Status: "warn", Detail: "sacctmgr: " + late},
+		"accounting":   {Status: "fail", Detail: "sacct: " + late},
+		"partition":    {Status: "fail", Detail: "sinfo: " + late},
+		"account":      {Status: "warn", Detail: "sacctmgr: " + late},
+		"slurm config": {Status: "fail", Detail: "scontrol show config: " + late},
 	} {
 		ch := got[name]
 		if ch.Status != want.Status || ch.Detail != want.Detail || ch.Fix != pastDeadlineFix {

@@ -208,6 +208,11 @@ func (sb *submitter) batchArrays(ctx context.Context, ps []*pending, out []Submi
 			case cfg.MaxArraySize < size:
 				size = cfg.MaxArraySize
 			}
+			// SchedulerParameters' max_array_tasks, where set, bounds
+			// the count: a batch it refuses is submitted job by job.
+			if useArrays && cfg.CheckArray(fmt.Sprintf("0-%d", min(size, len(ps))-1)) != nil {
+				useArrays, size = false, MaxBatch
+			}
 		}
 	}
 	for len(ps) > 0 {
