@@ -109,14 +109,20 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, e
 // An id may be an array task's ("123_4"), answered under that id with
 // ArrayJobID and ArrayTask set: sacct is asked about the array (--jobs=123
 // shows the tasks still pending in the array's record, which
-// --jobs=123_4 does not), squeue about the task. An array's own id (what
-// sbatch printed for it) is answered, as before tasks were understood,
-// with the record Slurm keeps under that id: the tasks still pending
-// together, later the task that started last (ArrayTask says which, -1
-// for several): ask about each task by its id (TaskID) for its own
-// answer. A task that was cancelled while still pending in the array's
-// record leaves no record at all, in squeue or sacct (lab, 22.05 and
-// 24.11): it is Unknown, as an id Slurm never issued.
+// --jobs=123_4 does not), squeue about the task when sacct does not show
+// it or shows it only in that record (the squeue is then slurmctld's
+// fresher word: the task may have started, and a task it does not hold
+// is not pending). An array's own id (what sbatch printed for it) is
+// answered, as before tasks were understood, with the record Slurm keeps
+// under that id: the tasks still pending together, later the task that
+// started last (ArrayTask says which, -1 for several): ask about each
+// task by its id (TaskID) for its own answer. A task cancelled while
+// still pending in the array's record leaves no record at all (lab,
+// 22.05 and 24.11; 24.11's sacct goes on listing it in the record): it is
+// Unknown, as an id Slurm never issued; so is, on 24.11, a task split out
+// of its record and cancelled before it ran (a dependency never met,
+// scancel) once slurmctld has forgotten it (MinJobAge): slurmdbd never
+// recorded it (docs/slurm-versions.md).
 //
 // The error is non-nil only when nothing could be learned: sacct and
 // squeue both failed, or the context ended. More than MaxIDsPerCall ids
@@ -375,8 +381,15 @@ func (c *Client) FindByComment(ctx context.Context, tag string) ([]JobInfo, erro
 // slurmctld still holds), sorted by job id; a job both know is taken from
 // squeue only while sacct has not caught up with its end. sacct shows a
 // job's comment only once the job has ended (22.05 stores it with the job
-// completion); match on the job name too to find a job in any state from
-// sacct alone. Both commands must succeed.
+// completion; 24.11 too, for a pending array's record); match on the job
+// name too to find a job in any state from sacct alone. Both commands
+// must succeed.
+//
+// Each task of an array is its own JobInfo (ID "A_T"), all with the
+// array's name and comment: a task still pending in its array's record is
+// listed from it, so that a caller finds its own task by the array's tag
+// and the task's index. A task slurmctld does not hold that sacct lists
+// only in that record is left out (cancelled while pending: see Query).
 func (c *Client) Find(ctx context.Context, match func(JobInfo) bool) ([]JobInfo, error) {
 	return c.FindWithin(ctx, 0, match)
 }

@@ -64,6 +64,12 @@ const squeueListMax = 1000
 // (SourceNone, or SourceUnanswered when either command failed), never
 // Failed.
 //
+// Array tasks ("123_4") are polled as jobs, at the same cost: squeue
+// shows each task (--array), sacct is asked about the tasks' arrays, each
+// named once. A task sacct shows only in its array's record of pending
+// tasks is taken from squeue, and is Unknown when squeue answered without
+// it (cancelled while pending: see Query).
+//
 // A job that reads REVOKED (a federated job's copy on a cluster that did
 // not run it) is asked of sacct --federation, once per poll for all such
 // jobs, by a Client without Cluster; it stays Unknown, never Failed,
