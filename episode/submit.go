@@ -214,6 +214,15 @@ func (sb *submitter) batchArrays(ctx context.Context, ps []*pending, out []Submi
 				useArrays, size = false, MaxBatch
 			}
 		}
+		// Slurm 23.11.6's scancel, sent to a member cluster (members:,
+		// SLURM_CLUSTERS), signals a whole array for one pending task's
+		// id (fixed in 23.11.7): cancelling one episode would cancel its
+		// siblings. There, each author is a job of its own.
+		if useArrays && sb.config.Cluster.Member != "" {
+			if v, err := sb.slurm.SacctVersion(ctx); err != nil || (v.Major == 23 && v.Minor == 11 && v.Micro == 6) {
+				useArrays, size = false, MaxBatch
+			}
+		}
 	}
 	for len(ps) > 0 {
 		n := min(len(ps), size)
