@@ -17,6 +17,12 @@ const (
 	// for this long is lost (infra_failure job_lost). Unknown is not
 	// failed: sacct lags submissions and ends by seconds.
 	JobLostAfter = 10 * time.Minute
+	// WithdrawnAfter: an author's array task that Slurm keeps no record
+	// of while its array's other tasks have theirs
+	// (slurm.SourceWithdrawn) for this long was cancelled while pending
+	// in its array: slurmdbd's lag is seconds, a pending task is always
+	// in squeue, and a loss of Slurm's state loses the array.
+	WithdrawnAfter = 2 * time.Minute
 	// RequeueGrace is how long a job ended NODE_FAIL, PREEMPTED or
 	// BOOT_FAIL is given to be requeued by Slurm (it does so within
 	// seconds) before its end counts.
@@ -325,6 +331,27 @@ func (v view) progress(walk *Result) (Action, stages.Stage) {
 }
 
 // live reports a submitted job that has not ended.
+// withdrawn reports that j is an array task Slurm has withdrawn from its
+// array (slurm.SourceWithdrawn) for longer than WithdrawnAfter.
+func (v view) withdrawn(r *Result, j slurm.JobInfo) bool {
+	return j.State.Class == slurm.Unknown && j.Source == slurm.SourceWithdrawn && v.waited(r, "withdrawn-"+j.ID) > WithdrawnAfter
+}
+
+// onlyWithdrawnLive reports that every job not ended is one withdrawn
+// from its array (withdrawn): after a cancel on record, as good as ended.
+func (v view) onlyWithdrawnLive(r *Result) bool {
+	for _, s := range stages.All {
+		j, ok := v.job(s)
+		if !ok {
+			continue
+		}
+		if _, ended := v.ended(r, s); !ended && !v.withdrawn(r, j) {
+			return false
+		}
+	}
+	return true
+}
+
 func (v view) live(r *Result) bool {
 	for _, s := range stages.All {
 		if _, ok := v.job(s); ok {

@@ -156,6 +156,14 @@ func TestTableRows(t *testing.T) {
 			f.Jobs[stages.Eval] = j
 			set(f, stages.Eval, "TIMEOUT", "0:0")
 		}, policy(stages.Eval, ReasonJobModified, true)},
+		{"author-task-withdrawn", "a sibling's code scancelled the author's pending task, no isolation", false, withdrawnAuthor,
+			policy(stages.Author, ReasonForeignCancel, true)},
+		{"author-task-withdrawn", "the author's pending task withdrawn under isolation: an administrator", true, withdrawnAuthor,
+			infra(stages.Author, ReasonCancelled)},
+		{"cancel-on-record", "the tool cancelled the author's pending task: no record of it remains", false, func(f *Facts) {
+			withdrawnAuthor(f)
+			f.CancelRequested = ReasonCancelled
+		}, infra(stages.Author, ReasonCancelled)},
 		{"job-lost", "eval forgotten", true, func(f *Facts) {
 			f.Jobs[stages.Eval] = slurm.JobInfo{ID: "3", State: slurm.State{ByUID: -1}, Source: slurm.SourceNone}
 			f.Waited["unknown-3"] = JobLostAfter + time.Second
@@ -944,4 +952,30 @@ func labSacctJob(t *testing.T, path, id string) slurm.JobInfo {
 	}
 	t.Fatalf("%s: no job %s", path, id)
 	return slurm.JobInfo{}
+}
+
+// withdrawnAuthor: the author's job-array task withdrawn from its array
+// before it ran (slurm.SourceWithdrawn) for longer than WithdrawnAfter;
+// train and eval never submitted.
+func withdrawnAuthor(f *Facts) {
+	f.Jobs[stages.Author] = slurm.JobInfo{ID: "7_1", ArrayJobID: "7", ArrayTask: 1, State: slurm.State{ByUID: -1}, Source: slurm.SourceWithdrawn}
+	delete(f.Jobs, stages.Train)
+	delete(f.Jobs, stages.Eval)
+	delete(f.Outputs, stages.Author)
+	delete(f.Outputs, stages.Train)
+	delete(f.Outputs, stages.Eval)
+	f.Waited["withdrawn-7_1"] = WithdrawnAfter + time.Second
+}
+
+// TestWithdrawnNeedsContinuousEvidence: an author task withdrawn for less
+// than WithdrawnAfter (slurmdbd may not have heard yet) decides nothing.
+func TestWithdrawnNeedsContinuousEvidence(t *testing.T) {
+	for _, isolated := range []bool{false, true} {
+		f := healthy(isolated)
+		withdrawnAuthor(f)
+		f.Waited["withdrawn-7_1"] = WithdrawnAfter - time.Second
+		if dec := decideAll(t, f); dec.Verdict != nil {
+			t.Errorf("isolated %v: withdrawn for %s → %+v, want no verdict yet", isolated, WithdrawnAfter-time.Second, dec.Verdict)
+		}
+	}
 }

@@ -39,7 +39,7 @@ var table = []Rule{
 		if v.f.CancelRequested == "" {
 			return r
 		}
-		if v.live(&r) {
+		if v.live(&r) && !v.onlyWithdrawnLive(&r) {
 			// Nothing is decided until the cancelled jobs have ended:
 			// sacct reports each end seconds apart, and a rule that saw
 			// one job's CANCELLED before the others' would blame it. A
@@ -127,6 +127,24 @@ var table = []Rule{
 			}
 		}
 		return r
+	}},
+	{"author-task-withdrawn", ThePolicy, func(v view) (r Result) {
+		// An author's array task withdrawn before it ran: Slurm keeps
+		// no record of a task cancelled while pending in its array's
+		// record, so its uid is unknown; the tool's own cancel is on
+		// record (cancel-on-record). Without isolation the policy's code
+		// (a sibling episode's, the same user) can scancel it; with
+		// isolation it cannot reach Slurm: an administrator.
+		a, ok := v.job(stages.Author)
+		if !ok || !v.withdrawn(&r, a) {
+			return r
+		}
+		detail := fmt.Sprintf("author job %s was withdrawn from its job array before it ran: Slurm has kept no record of it for %s while its array's other tasks have theirs, which only a scancel of that task does, and nemorl-slurm did not cancel it",
+			a.ID, v.f.Waited["withdrawn-"+a.ID].Round(time.Second))
+		if v.f.Isolated {
+			return r.with(fail(InfraFailure, stages.Author, ReasonCancelled, detail+"; with isolation the policy cannot reach Slurm: an administrator"))
+		}
+		return r.with(fail(PolicyFailure, stages.Author, ReasonForeignCancel, detail+"; without isolation the policy's code (a sibling episode's, the same user) can").tampered())
 	}},
 	{"job-lost", TheCluster, func(v view) (r Result) {
 		// A job Slurm forgot, after JobLostAfter of continuous evidence:

@@ -285,10 +285,37 @@ type jobSet struct {
 	byID    map[string]int
 	byArray map[string][]int // pending records by array job id
 	byRaw   map[string][]int // entries (as in order) by RawID
+	arrays  map[string]bool  // the arrays any entry is a task of
 }
 
 func newJobSet() *jobSet {
-	return &jobSet{byID: map[string]int{}, byArray: map[string][]int{}, byRaw: map[string][]int{}}
+	return &jobSet{byID: map[string]int{}, byArray: map[string][]int{}, byRaw: map[string][]int{}, arrays: map[string]bool{}}
+}
+
+// knowsArray reports whether s shows any task of array, or its record of
+// pending tasks (a nil s shows none).
+func (s *jobSet) knowsArray(array string) bool {
+	return s != nil && s.arrays[array]
+}
+
+// withdrawn marks Withdrawn each task of ids still unknown (SourceNone)
+// whose array one of sets shows: both commands answered (the caller
+// checks), neither shows the task, one shows its array.
+func withdrawn(ids []string, out map[string]JobInfo, sets ...*jobSet) {
+	for _, id := range ids {
+		j := out[id]
+		a, _, ok := SplitTaskID(id)
+		if !ok || j.Source != SourceNone {
+			continue
+		}
+		for _, s := range sets {
+			if s.knowsArray(a) {
+				j.Source = SourceWithdrawn
+				out[id] = j
+				break
+			}
+		}
+	}
 }
 
 // add adds j, replacing an entry of the same ID in place (squeue: the
@@ -299,6 +326,9 @@ func (s *jobSet) add(j JobInfo) {
 		return
 	}
 	s.byID[j.ID] = len(s.jobs)
+	if j.ArrayJobID != "" {
+		s.arrays[j.ArrayJobID] = true
+	}
 	s.byRaw[j.RawID] = append(s.byRaw[j.RawID], len(s.jobs))
 	s.order = append(s.order, len(s.jobs))
 	s.jobs = append(s.jobs, j)
@@ -308,6 +338,7 @@ func (s *jobSet) addPending(p pendingTasks) {
 	i := len(s.pending)
 	s.pending = append(s.pending, p)
 	s.byArray[p.job.ArrayJobID] = append(s.byArray[p.job.ArrayJobID], i)
+	s.arrays[p.job.ArrayJobID] = true
 	s.byRaw[p.job.RawID] = append(s.byRaw[p.job.RawID], -i-1)
 	s.order = append(s.order, -i-1)
 }

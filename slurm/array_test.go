@@ -425,11 +425,12 @@ func TestQueryArrayCaptures(t *testing.T) {
 				}
 			}
 			// Tasks in the array's pending record are answered by squeue
-			// (its reason, the hold); C_1, cancelled there, by nobody.
+			// (its reason, the hold); C_1, cancelled there, by nobody,
+			// while its array is known: withdrawn.
 			if j := got[TaskID(c.A, 2)]; j.Source != SourceSqueue || j.HeldBy() != "user" || j.RawID != c.A {
 				t.Errorf("A_2: %+v", j)
 			}
-			if j := got[TaskID(c.C, 1)]; j.Source != SourceNone || j.RawID != "" {
+			if j := got[TaskID(c.C, 1)]; j.Source != SourceWithdrawn || j.RawID != "" {
 				t.Errorf("C_1: %+v", j)
 			}
 			// B_3 is in sacct on both; B_0 only on 22.05.
@@ -511,7 +512,7 @@ func TestPollArrayCaptures(t *testing.T) {
 						t.Errorf("%s: %+v", id, j)
 					}
 				case TaskID(c.C, 1):
-					if j.Class() != Unknown || j.Source != SourceNone {
+					if j.Class() != Unknown || j.Source != SourceWithdrawn {
 						t.Errorf("%s: %+v", id, j)
 					}
 				default:

@@ -203,6 +203,9 @@ func (c *Client) query(ctx context.Context, ids []string, out map[string]JobInfo
 	if squeueErr == nil {
 		dropGone(acct, live, missing, out)
 	}
+	if sacctErr == nil && squeueErr == nil {
+		withdrawn(missing, out, acct, live)
+	}
 	if sacctErr != nil && squeueErr != nil {
 		return fmt.Errorf("slurm: query: %w", errors.Join(sacctErr, squeueErr))
 	}

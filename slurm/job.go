@@ -12,6 +12,18 @@ const (
 	// (slurmdbd or slurmctld away): its absence proves nothing. Its class
 	// is Unknown.
 	SourceUnanswered Source = "unanswered"
+	// SourceWithdrawn: an array task neither knows while both answered
+	// and one of them knows its array (a sibling task, or the record of
+	// its pending tasks): Slurm keeps no record of a task cancelled while
+	// pending in its array's record (it is cleared from the array's
+	// bitmap: lab, 22.05 and 24.11), nor (24.11) of a split-out task
+	// cancelled before it ran (a dependency never satisfied, a scancel)
+	// once slurmctld forgets it; losing state would lose the array, not
+	// one task. Its class is Unknown: slurmdbd lags job ends by seconds,
+	// so only continuous evidence says it was withdrawn, and what
+	// withdrew it is for the caller to tell (a task with no dependency:
+	// only a scancel).
+	SourceWithdrawn Source = "withdrawn"
 	// SourceSacct: the accounting database (slurmdbd).
 	SourceSacct Source = "sacct"
 	// SourceSqueue: the controller's memory (slurmctld), used for jobs sacct

@@ -113,7 +113,7 @@ func (c *Client) Poll(ctx context.Context, jobs []PollJob) (map[string]JobInfo, 
 	}
 	queued := make(map[string]JobInfo, len(ids))
 	answer(live, ids, queued)
-	p := &poller{c: c, submitted: submitted, queued: queued, squeueErr: squeueErr, out: out, cost: &cost}
+	p := &poller{c: c, submitted: submitted, queued: queued, live: live, squeueErr: squeueErr, out: out, cost: &cost}
 	for chunk := range slices.Chunk(ids, MaxIDsPerCall) {
 		if err := p.answer(ctx, chunk); err != nil {
 			return out, cost, err
@@ -128,6 +128,7 @@ type poller struct {
 	c         *Client
 	submitted map[string]time.Time
 	queued    map[string]JobInfo // squeue's jobs among those asked about
+	live      *jobSet            // all squeue showed
 	squeueErr error
 	out       map[string]JobInfo
 	cost      *PollCost
@@ -203,6 +204,9 @@ func (p *poller) answer(ctx context.Context, ids []string) error {
 			j.Source = SourceUnanswered
 			p.out[id] = j
 		}
+	}
+	if p.squeueErr == nil && sacctErr == nil {
+		withdrawn(ask, p.out, p.live, acct)
 	}
 	if p.squeueErr != nil && sacctErr != nil {
 		return fmt.Errorf("slurm: poll: %w", errors.Join(p.squeueErr, sacctErr))
