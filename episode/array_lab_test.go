@@ -13,6 +13,7 @@ import (
 
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
@@ -186,5 +187,68 @@ func testAuthorArrayCancelOne(t *testing.T, s labtest.Slurm) {
 			t.Fatalf("task %s still %s a minute after its cancel", ids[0], c.State.Raw)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestAuthorArrayWithdrawnLab: two authors of one array withdrawn while
+// pending (held back with --begin), which leaves Slurm no record of
+// either: one by the tool's cancel (cancelled, infra), one by a scancel of
+// the same user behind the tool's back, as a sibling's code would
+// (foreign_cancel, the policy's, tampering: without isolation, the lab).
+// Each is decided once WithdrawnAfter of polls showed its array without it.
+func TestAuthorArrayWithdrawnLab(t *testing.T) {
+	labtest.EachSlurm(t, testAuthorArrayWithdrawn)
+}
+
+func testAuthorArrayWithdrawn(t *testing.T, s labtest.Slurm) {
+	labtest.UseLab(t)
+	d, _ := dialLabAt(t, s.Lab, nil, 0)
+	d.Config.Cluster.ExtraSbatch = append(d.Config.Cluster.ExtraSbatch, "--begin=now+1hour")
+	ctx := context.Background()
+	res := d.Submit(ctx, []Spec{{Prompt: []byte("p")}, {Prompt: []byte("p")}, {Prompt: []byte("p")}})
+	var es []*ledger.Entry
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("episode %d: %v", i, r.Err)
+		}
+		r.Lock.Unlock()
+		es = append(es, r.Entry)
+	}
+	t.Cleanup(func() {
+		for _, e := range es {
+			if e, err := d.Ledger.Load(e.Episode); err == nil {
+				cancelAsOwner(d, e)
+			}
+		}
+	})
+	lock, _, err := d.Ledger.TryLock(es[0].Episode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Cancel(ctx, es[0], rules.ReasonCancelled, lock)
+	lock.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := es[1].JobID(stages.Author)
+	if _, err := d.Host.Run(ctx, remote.Command{Argv: []string{"scancel", victim}}); err != nil {
+		t.Fatalf("scancel %s as the user: %v", victim, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, rules.WithdrawnAfter+4*time.Minute)
+	defer cancel()
+	got, err := d.Watch(wctx, []string{es[0].Episode, es[1].Episode}, WatchOptions{Act: true, PollMin: time.Second, PollMax: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := got[es[0].Episode].Outcome; o == nil || o.Outcome != rules.InfraFailure || o.FailureReason != rules.ReasonCancelled || o.Reward != nil {
+		t.Errorf("episode 0, cancelled by the tool while pending: %+v, want infra_failure/cancelled", o)
+	}
+	if o := got[es[1].Episode].Outcome; o == nil || o.Outcome != rules.PolicyFailure || o.FailureReason != rules.ReasonForeignCancel || !o.Tampering ||
+		!strings.Contains(o.Detail, "withdrawn from its job array") {
+		t.Errorf("episode 1, its pending task scancelled behind the tool's back: %+v, want policy_failure/foreign_cancel, tampering", o)
+	}
+	infos, err := d.Slurm.Query(ctx, []string{es[2].JobID(stages.Author)})
+	if j := infos[es[2].JobID(stages.Author)]; err != nil || j.State.Class != slurm.Pending {
+		t.Errorf("episode 2's task, untouched: %+v %v, want still pending", j, err)
 	}
 }
