@@ -13,6 +13,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 func cleanCommand(e *env) *ucli.Command {
@@ -80,6 +81,9 @@ func (e *env) clean(c *ucli.Context) error {
 			cleaned = append(cleaned, ep)
 			e.logf("%s: removed %s on %s", ep, en.Dir, s.Host.Name())
 		}
+		if err := removeArrayDirs(c, s, lg); err != nil {
+			failed = append(failed, err.Error())
+		}
 		s.close()
 	}
 	if globalBool(c, "json") {
@@ -114,4 +118,46 @@ func removeEpisodeDir(c *ucli.Context, s *session, en *ledger.Entry) error {
 		return fmt.Errorf("%s: %w", en.Episode, err)
 	}
 	return nil
+}
+
+// removeArrayDirs removes, from s's cluster, the directory of each job
+// array (WORKDIR/.arrays/ID: its script, Slurm's own output of its tasks)
+// one of s's episodes ran its author in, once every episode of the ledger
+// in that array is cleaned: an array's script stays while any of its
+// episodes' directories does.
+func removeArrayDirs(c *ucli.Context, s *session, lg *ledger.Ledger) error {
+	dirs := map[string]string{} // array name: its directory
+	for _, ep := range s.episodes {
+		en, err := lg.Load(ep)
+		if err != nil || en.Cleaned.IsZero() {
+			continue
+		}
+		if sub := en.Jobs[stages.Author]; sub != nil && sub.Array != nil {
+			dirs[sub.Array.Name] = path.Dir(sub.Array.Script)
+		}
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	all, err := lg.List()
+	if err != nil {
+		return err
+	}
+	for _, en := range all {
+		if sub := en.Jobs[stages.Author]; sub != nil && sub.Array != nil && en.Cleaned.IsZero() {
+			delete(dirs, sub.Array.Name) // an episode of it not cleaned yet
+		}
+	}
+	var errs []error
+	for name, dir := range dirs {
+		if path.Dir(dir) != path.Join(s.Config.Cluster.Workdir, episode.ArraysDir) {
+			errs = append(errs, fmt.Errorf("array %s: the ledger names %s, not a directory under %s; remove it by hand", name, dir, path.Join(s.Config.Cluster.Workdir, episode.ArraysDir)))
+			continue
+		}
+		if _, err := s.Host.Run(c.Context, remote.Command{Argv: []string{"rm", "-rf", "--one-file-system", "--", dir}, Idempotent: true}); err != nil {
+			errs = append(errs, fmt.Errorf("array %s: %w", name, err))
+			continue
+		}
+	}
+	return errors.Join(errs...)
 }

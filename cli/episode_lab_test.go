@@ -99,6 +99,7 @@ func TestEpisodeLab(t *testing.T) {
 	t.Run("SubmitWatchCancel", x.testSubmitWatchCancel)
 	t.Run("CancelBeforeTrainWhileWatched", x.testCancelBeforeTrainWhileWatched)
 	t.Run("Clean", x.testClean)
+	t.Run("CleanArray", x.testCleanArray)
 	t.Run("Preflight", x.testPreflight)
 	t.Run("ConfigGone", x.testConfigGone)
 	t.Run("ResultUnknown", x.testResultUnknown)
@@ -557,6 +558,11 @@ type ledgerEntry struct {
 		Intent  time.Time `json:"intent"`
 		JobID   string    `json:"job_id"`
 		Adopted bool      `json:"adopted"`
+		Array   *struct {
+			Name   string `json:"name"`
+			Script string `json:"script"`
+			Task   int    `json:"task"`
+		} `json:"array"`
 	} `json:"jobs"`
 	CancelRequested string          `json:"cancel_requested"`
 	Outcome         json.RawMessage `json:"outcome"`
@@ -1311,6 +1317,29 @@ func (x *labCLI) testClean(t *testing.T) {
 	}
 	if _, err := os.Stat(x.lab.Workdir + "/" + ep2); err != nil {
 		t.Errorf("unfinished episode dir after a refused clean: %v", err)
+	}
+}
+
+// testCleanArray: the authors of submit --count 2 are one job array; the
+// array's directory (its script) stays while either episode's does, and
+// goes with the last one cleaned.
+func (x *labCLI) testCleanArray(t *testing.T) {
+	t.Parallel()
+	state, cfg := t.TempDir(), x.config(t, "author", "--no-patch")
+	eps := x.submitCount(t, state, cfg, 2)
+	x.run(t, state, episodeTimeout, "watch", "--json", eps[0], eps[1]).want(t, ExitOK)
+	arr := readLedger(t, state, eps[0]).Jobs["author"].Array
+	if arr == nil || readLedger(t, state, eps[1]).Jobs["author"].Array == nil || readLedger(t, state, eps[1]).Jobs["author"].Array.Name != arr.Name {
+		t.Fatalf("submit --count 2: authors %+v, %+v: want one array", readLedger(t, state, eps[0]).Jobs["author"], readLedger(t, state, eps[1]).Jobs["author"])
+	}
+	dir := filepath.Dir(arr.Script)
+	x.run(t, state, quickTimeout, "clean", eps[0]).want(t, ExitOK)
+	if _, err := os.Stat(arr.Script); err != nil {
+		t.Fatalf("the array's script after cleaning one of its two episodes: %v, want kept", err)
+	}
+	x.run(t, state, quickTimeout, "clean", eps[1]).want(t, ExitOK)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the array's directory %s after cleaning both episodes: %v, want gone", dir, err)
 	}
 }
 
