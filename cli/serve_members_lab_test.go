@@ -166,14 +166,16 @@ func TestServeMembersLab(t *testing.T) {
 				t.Errorf("%s: no %s job", ep, stage)
 				continue
 			}
-			id, _ := strconv.Atoi(j.JobID)
+			// An array task's id ("A_T") is numbered by its array's.
+			array, _, _ := strings.Cut(j.JobID, "_")
+			id, _ := strconv.Atoi(array)
 			// Cluster 2 numbers its jobs from 10,000,000 (lab/README.md).
 			if onC2 := e.Cluster == "fed/"+c2 || e.Cluster == "late"; onC2 != (id >= 10_000_000) {
 				t.Errorf("%s on %s: %s job %s is the other cluster's", ep, e.Cluster, stage, j.JobID)
 			}
 			if e.Cluster == "fed/"+c2 {
 				// Slurm's own accounting of that cluster has it, completed.
-				out, err := exec.Command("sacct", "--clusters="+c2, "-X", "-n", "-P", "--format=JobIDRaw,State,Cluster", "--jobs="+j.JobID).Output()
+				out, err := exec.Command("sacct", "--clusters="+c2, "-X", "-n", "-P", "--format=JobID,State,Cluster", "--jobs="+j.JobID).Output()
 				if err != nil || !strings.Contains(string(out), j.JobID+"|COMPLETED|"+c2) {
 					t.Errorf("sacct --clusters=%s --jobs=%s: %q %v", c2, j.JobID, out, err)
 				}
