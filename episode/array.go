@@ -138,6 +138,7 @@ func renderArray(parent string, stage stages.Stage, ps []*pending, version strin
 # in the episode's own %s. A script that is missing or differs
 # is refused (exit %d): only a process of this user changes a staged file.
 set -u
+export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 case ${SLURM_ARRAY_TASK_ID:-} in
 %s  *) echo "nemorl: array task ${SLURM_ARRAY_TASK_ID:-none} is not in the table of array %s" >&2; exit 1 ;;
 esac

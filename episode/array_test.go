@@ -52,7 +52,8 @@ func arrayCase(t *testing.T, n int, body func(i int) string) (string, []*pending
 func runTask(t *testing.T, arr *jobArray, task string) int {
 	t.Helper()
 	cmd := exec.Command("/bin/bash", arr.path)
-	cmd.Env = append(os.Environ(), "SLURM_ARRAY_TASK_ID="+task)
+	// As under --export=NONE: nothing but Slurm's variables (no PATH).
+	cmd.Env = []string{"SLURM_ARRAY_TASK_ID=" + task}
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
 		t.Logf("task %s: exit %d: %s", task, ee.ExitCode(), out)
@@ -154,5 +155,23 @@ func TestRenderArrayNeedsOneShape(t *testing.T) {
 	}
 	if arr, err := renderArray(filepath.Dir(ps[0].e.Dir), stages.Author, ps[:1], "test", time.Now()); arr != nil || err != nil {
 		t.Errorf("one episode: %v, %v; want nil, nil", arr, err)
+	}
+}
+
+// TestArrayScriptShellcheck: the array's script, as rendered, is
+// shellcheck clean (make shellcheck checks files; this one is rendered
+// per array). lab/up installs shellcheck; without it the test skips
+// unless the lab is required.
+func TestArrayScriptShellcheck(t *testing.T) {
+	sc, err := exec.LookPath("shellcheck")
+	if err != nil {
+		if os.Getenv("NEMORL_REQUIRE_LAB") == "1" {
+			t.Fatal("shellcheck is not installed (lab/up installs it)")
+		}
+		t.Skip("no shellcheck")
+	}
+	_, _, arr := arrayCase(t, 3, func(int) string { return "exit 0\n" })
+	if out, err := exec.Command(sc, "-s", "bash", arr.path).CombinedOutput(); err != nil {
+		t.Errorf("shellcheck of the array's script: %v\n%s", err, out)
 	}
 }
