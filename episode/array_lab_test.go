@@ -119,8 +119,8 @@ func testAuthorArray(t *testing.T, s labtest.Slurm) {
 // TestAuthorArrayCancelOneTaskLab: cancelling one episode cancels its
 // author's task alone; its siblings' tasks go on. A task cancelled while
 // still pending in its array's record leaves no record (squeue and sacct
-// both forget it, on 22.05 and 24.11): it reads Unknown, as a job Slurm
-// forgot.
+// both forget it, on 22.05 and 24.11): it reads Unknown, withdrawn from
+// its array (slurm.SourceWithdrawn) once sacct knows the array.
 func TestAuthorArrayCancelOneTaskLab(t *testing.T) {
 	labtest.EachSlurm(t, testAuthorArrayCancelOne)
 }
@@ -172,7 +172,9 @@ func testAuthorArrayCancelOne(t *testing.T, s labtest.Slurm) {
 		// A task cancelled while still pending in its array's record
 		// leaves no record at all (every Slurm: the task is cleared from
 		// the array's bitmap): Unknown, never failed.
-		vanished := c.State.Class == slurm.Unknown && c.Source == slurm.SourceNone && s1.Source != slurm.SourceNone
+		// Withdrawn: its array known (a sibling's record), the task in
+		// none; none at all while slurmdbd has no record of the array.
+		vanished := c.State.Class == slurm.Unknown && (c.Source == slurm.SourceWithdrawn || c.Source == slurm.SourceNone) && s1.Source != slurm.SourceNone
 		if c.State.Terminal() || vanished {
 			if s1.State.Terminal() || s2.State.Terminal() {
 				t.Fatalf("after cancelling task %s: siblings %s %s, %s %s: want them still pending or running", ids[0], ids[1], s1.State.Raw, ids[2], s2.State.Raw)
