@@ -26,7 +26,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -171,13 +170,4 @@ exec /bin/bash -c "$nemorl_body" "$nemorl_script"
 // taskOf is episode p's place in array a, task i, for its ledger entry.
 func (a *jobArray) taskOf(i int) *ledger.ArrayTask {
 	return &ledger.ArrayTask{Name: a.name, Comment: a.comment, ScriptSHA256: a.sum, Script: a.path, Task: i}
-}
-
-// indexList is an --array list of tasks.
-func indexList(tasks []int) string {
-	s := make([]string, len(tasks))
-	for i, t := range tasks {
-		s[i] = strconv.Itoa(t)
-	}
-	return strings.Join(s, ",")
 }

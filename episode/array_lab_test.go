@@ -130,22 +130,7 @@ func testAuthorArrayCancelOne(t *testing.T, s labtest.Slurm) {
 	d, _ := dialLabAt(t, s.Lab, nil, 0)
 	d.Config.Stages.Author.Command = []string{"/opt/nemorl-lab/stand-ins/author", "--sleep-forever"}
 	ctx := context.Background()
-	res := d.Submit(ctx, []Spec{{Prompt: []byte("p")}, {Prompt: []byte("p")}, {Prompt: []byte("p")}})
-	var es []*ledger.Entry
-	for i, r := range res {
-		if r.Err != nil {
-			t.Fatalf("episode %d: %v", i, r.Err)
-		}
-		r.Lock.Unlock()
-		es = append(es, r.Entry)
-	}
-	t.Cleanup(func() {
-		for _, e := range es {
-			if e, err := d.Ledger.Load(e.Episode); err == nil {
-				cancelAsOwner(d, e)
-			}
-		}
-	})
+	es := submitThree(t, d)
 	ids := make([]string, len(es))
 	for i, e := range es {
 		ids[i] = e.JobID(stages.Author)
@@ -207,22 +192,7 @@ func testAuthorArrayWithdrawn(t *testing.T, s labtest.Slurm) {
 	d, _ := dialLabAt(t, s.Lab, nil, 0)
 	d.Config.Cluster.ExtraSbatch = append(d.Config.Cluster.ExtraSbatch, "--begin=now+1hour")
 	ctx := context.Background()
-	res := d.Submit(ctx, []Spec{{Prompt: []byte("p")}, {Prompt: []byte("p")}, {Prompt: []byte("p")}})
-	var es []*ledger.Entry
-	for i, r := range res {
-		if r.Err != nil {
-			t.Fatalf("episode %d: %v", i, r.Err)
-		}
-		r.Lock.Unlock()
-		es = append(es, r.Entry)
-	}
-	t.Cleanup(func() {
-		for _, e := range es {
-			if e, err := d.Ledger.Load(e.Episode); err == nil {
-				cancelAsOwner(d, e)
-			}
-		}
-	})
+	es := submitThree(t, d)
 	lock, _, err := d.Ledger.TryLock(es[0].Episode)
 	if err != nil {
 		t.Fatal(err)
@@ -253,4 +223,27 @@ func testAuthorArrayWithdrawn(t *testing.T, s labtest.Slurm) {
 	if j := infos[es[2].JobID(stages.Author)]; err != nil || j.State.Class != slurm.Pending {
 		t.Errorf("episode 2's task, untouched: %+v %v, want still pending", j, err)
 	}
+}
+
+// submitThree submits three episodes together (their authors one array)
+// and cancels whatever of them is left when t ends.
+func submitThree(t *testing.T, d *Driver) []*ledger.Entry {
+	t.Helper()
+	res := d.Submit(context.Background(), []Spec{{Prompt: []byte("p")}, {Prompt: []byte("p")}, {Prompt: []byte("p")}})
+	var es []*ledger.Entry
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("episode %d: %v", i, r.Err)
+		}
+		r.Lock.Unlock()
+		es = append(es, r.Entry)
+	}
+	t.Cleanup(func() {
+		for _, e := range es {
+			if e, err := d.Ledger.Load(e.Episode); err == nil {
+				cancelAsOwner(d, e)
+			}
+		}
+	})
+	return es
 }

@@ -545,7 +545,7 @@ func TestRestageRendersTheSameScripts(t *testing.T) {
 	d, _ := stageDriver(t)
 	sg := d.parts().stager
 	sg.slurmConfig = func(context.Context) (slurm.Config, error) { return slurm.Config{KillWait: 5 * time.Second}, nil }
-	p, err := d.parts().submitter.prepare(context.Background(), Spec{Prompt: []byte("p\n")})
+	p, err := d.parts().submitter.prepare(Spec{Prompt: []byte("p\n")}, sg.killWait(context.Background()))
 	if err != nil {
 		t.Fatal(err)
 	}

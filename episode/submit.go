@@ -124,9 +124,11 @@ type Submitted struct {
 // and lock, then stages and submits them in batches.
 func (sb *submitter) submitAll(ctx context.Context, specs []Spec) []Submitted {
 	out := make([]Submitted, len(specs))
+	// The cluster's KillWait, once for the lot (every script gets it).
+	killWait := sb.stager.killWait(ctx).Truncate(time.Second)
 	var ready []*pending
 	for i, s := range specs {
-		p, err := sb.prepare(ctx, s)
+		p, err := sb.prepare(s, killWait)
 		if err != nil {
 			out[i] = Submitted{Entry: entryOf(p), Err: err}
 			continue
@@ -277,9 +279,10 @@ func (sb *submitter) parallel(ps []*pending, f func(*pending) error, fail func(*
 	wg.Wait()
 }
 
-// prepare renders one episode and makes its entry, with the author's
+// prepare renders one episode (its scripts with the cluster's killWait,
+// which its entry records) and makes its entry, with the author's
 // intent, in memory.
-func (sb *submitter) prepare(ctx context.Context, s Spec) (*pending, error) {
+func (sb *submitter) prepare(s Spec, killWait time.Duration) (*pending, error) {
 	id := s.ID
 	if id == "" {
 		id = stages.NewID(sb.now())
@@ -288,7 +291,6 @@ func (sb *submitter) prepare(ctx context.Context, s Spec) (*pending, error) {
 		return nil, fmt.Errorf("%w %q: want letters, digits and ._- only", ledger.ErrBadEpisodeID, id)
 	}
 	endpoint := sb.stager.pickPolicyBaseURL()
-	killWait := sb.stager.killWait(ctx).Truncate(time.Second)
 	tree, err := sb.stager.render(id, s.Prompt, endpoint, killWait)
 	if err != nil {
 		return nil, err
