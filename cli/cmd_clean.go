@@ -66,6 +66,7 @@ func (e *env) clean(c *ucli.Context) error {
 		failed = append(failed, ep+": "+err.Error())
 	}
 	for _, s := range sessions {
+		arrays := map[string]string{} // the cleaned episodes' author arrays: name → directory
 		for _, ep := range s.episodes {
 			en, err := lg.Load(ep)
 			if err == nil {
@@ -80,8 +81,11 @@ func (e *env) clean(c *ucli.Context) error {
 			}
 			cleaned = append(cleaned, ep)
 			e.logf("%s: removed %s on %s", ep, en.Dir, s.Host.Name())
+			if sub := en.Jobs[stages.Author]; sub != nil && sub.Array != nil {
+				arrays[sub.Array.Name] = path.Dir(sub.Array.Script)
+			}
 		}
-		if err := removeArrayDirs(c, s, lg); err != nil {
+		if err := removeArrayDirs(c, s, lg, arrays); err != nil {
 			failed = append(failed, err.Error())
 		}
 		s.close()
@@ -121,21 +125,11 @@ func removeEpisodeDir(c *ucli.Context, s *session, en *ledger.Entry) error {
 }
 
 // removeArrayDirs removes, from s's cluster, the directory of each job
-// array (WORKDIR/.arrays/ID: its script, Slurm's own output of its tasks)
-// one of s's episodes ran its author in, once every episode of the ledger
-// in that array is cleaned: an array's script stays while any of its
-// episodes' directories does.
-func removeArrayDirs(c *ucli.Context, s *session, lg *ledger.Ledger) error {
-	dirs := map[string]string{} // array name: its directory
-	for _, ep := range s.episodes {
-		en, err := lg.Load(ep)
-		if err != nil || en.Cleaned.IsZero() {
-			continue
-		}
-		if sub := en.Jobs[stages.Author]; sub != nil && sub.Array != nil {
-			dirs[sub.Array.Name] = path.Dir(sub.Array.Script)
-		}
-	}
+// array in dirs (name → WORKDIR/.arrays/ID: its script, Slurm's own output
+// of its tasks: those the episodes just cleaned ran their authors in)
+// once every episode of the ledger in that array is cleaned: an array's
+// script stays while any of its episodes' directories does.
+func removeArrayDirs(c *ucli.Context, s *session, lg *ledger.Ledger, dirs map[string]string) error {
 	if len(dirs) == 0 {
 		return nil
 	}
