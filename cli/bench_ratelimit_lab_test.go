@@ -375,26 +375,7 @@ func (s *benchServe) waitSubmitted(b *testing.B, n int, limit time.Duration) {
 	b.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		resp, err := http.Get(s.base + "/episodes")
-		if err != nil {
-			b.Fatalf("/episodes: %v", err)
-		}
-		var doc struct {
-			Episodes []struct {
-				JobID string `json:"job_id"`
-			} `json:"episodes"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&doc)
-		resp.Body.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		with := 0
-		for _, e := range doc.Episodes {
-			if e.JobID != "" {
-				with++
-			}
-		}
+		with := episodesWithJob(b, s.base)
 		if with >= n {
 			return
 		}

@@ -162,26 +162,7 @@ func serveBurst(b *testing.B, bin string, port, n int) burstResult {
 	var secs float64
 	for {
 		time.Sleep(250 * time.Millisecond)
-		resp, err := http.Get(base + "/episodes")
-		if err != nil {
-			b.Fatalf("/episodes: %v", err)
-		}
-		var doc struct {
-			Episodes []struct {
-				JobID string `json:"job_id"`
-			} `json:"episodes"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&doc)
-		resp.Body.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		withJob := 0
-		for _, e := range doc.Episodes {
-			if e.JobID != "" {
-				withJob++
-			}
-		}
+		withJob := episodesWithJob(b, base)
 		if withJob >= n {
 			secs = time.Since(start).Seconds()
 			break
@@ -270,4 +251,30 @@ func removeLedgerDirs(state string) {
 			_ = os.RemoveAll(e.Dir)
 		}
 	}
+}
+
+// episodesWithJob is how many of the episodes serve at base follows have
+// their author job id (its /episodes).
+func episodesWithJob(b *testing.B, base string) int {
+	b.Helper()
+	resp, err := http.Get(base + "/episodes")
+	if err != nil {
+		b.Fatalf("/episodes: %v", err)
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Episodes []struct {
+			JobID string `json:"job_id"`
+		} `json:"episodes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		b.Fatalf("/episodes: %v", err)
+	}
+	with := 0
+	for _, e := range doc.Episodes {
+		if e.JobID != "" {
+			with++
+		}
+	}
+	return with
 }
