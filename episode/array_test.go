@@ -1,10 +1,13 @@
 package episode
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,5 +176,38 @@ func TestArrayScriptShellcheck(t *testing.T) {
 	_, _, arr := arrayCase(t, 3, func(int) string { return "exit 0\n" })
 	if out, err := exec.Command(sc, "-s", "bash", arr.path).CombinedOutput(); err != nil {
 		t.Errorf("shellcheck of the array's script: %v\n%s", err, out)
+	}
+}
+
+// TestArrayScriptPassesEveryStatus: the array's task ends with exactly
+// the status its episode's script ends with, for every status 0–255 and a
+// death by signal (the task execs the script: it is the batch shell), so
+// the scripts' exit rule (stages.ScriptExit, TestLabExitStatusTable) holds
+// for array tasks as for jobs of their own.
+func TestArrayScriptPassesEveryStatus(t *testing.T) {
+	_, _, arr := arrayCase(t, 2, func(int) string { return "if [ \"$NEMORL_T\" = kill ]; then kill -TERM $$; fi\nexit \"$NEMORL_T\"\n" })
+	run := func(v string) int {
+		cmd := exec.Command("/bin/bash", arr.path)
+		cmd.Env = []string{"SLURM_ARRAY_TASK_ID=1", "NEMORL_T=" + v}
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ee) && ee.ExitCode() >= 0:
+			return ee.ExitCode()
+		case errors.As(err, &ee):
+			return 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
+		}
+		t.Fatal(err)
+		return -1
+	}
+	for status := range 256 {
+		if got := run(strconv.Itoa(status)); got != status {
+			t.Errorf("the script exits %d, the task %d", status, got)
+		}
+	}
+	if got := run("kill"); got != 128+int(syscall.SIGTERM) {
+		t.Errorf("the script killed by TERM, the task ended %d, want %d", got, 128+int(syscall.SIGTERM))
 	}
 }
