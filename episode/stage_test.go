@@ -365,6 +365,29 @@ func testSubmitBatch(t *testing.T, arrays bool) {
 	_ = root
 }
 
+// TestSubmitBatchesAtOnceFreshWorkdir: the first batches of arrays into a
+// workdir without .arrays, two at once (Submit's pace), all submitted. CI
+// saw submit --count 200 lose a batch: each batch's script tested for
+// .arrays and then made it, and the second mkdir failed ("File exists");
+// before the fix most rounds here lost one.
+func TestSubmitBatchesAtOnceFreshWorkdir(t *testing.T) {
+	for round := range 5 {
+		d, _ := stageDriver(t)
+		specs := make([]Spec, 4*MaxBatch)
+		for i := range specs {
+			specs[i] = Spec{Prompt: []byte(fmt.Sprintf("prompt %d\n", i))}
+		}
+		for i, r := range d.Submit(context.Background(), specs) {
+			if r.Lock != nil {
+				r.Lock.Unlock()
+			}
+			if r.Err != nil {
+				t.Fatalf("round %d: episode %d of %d: %v", round, i, len(specs), r.Err)
+			}
+		}
+	}
+}
+
 // TestSubmitRate: under cluster.submit_rate the batch's sbatch start one
 // after another at the rate's pace, on the cluster (the batch script),
 // and a train submission right after waits its turn behind them; without

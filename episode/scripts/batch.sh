@@ -90,7 +90,7 @@ if [ "$mode" = array ]; then
 	[ -n "$tasks" ] || exit 0
 	# shellcheck disable=SC2154 # script is set by the eval above
 	adir=${script%/*}
-	[ -d "$parent/.arrays" ] || mkdir -- "$parent/.arrays" || exit 92
+	mkdir -p -- "$parent/.arrays" || exit 92 # -p: two batches at once make it
 	mv -- "$tmp/.arrays/${adir##*/}" "$parent/.arrays/" || exit 92
 	mkdir -- "$tmp/.res" || exit 92
 	timeout --foreground -k 5 "$deadline" "$@" --array="${tasks#,}" "$script" >"$tmp/.res/array" 2>&1 </dev/null
