@@ -46,3 +46,38 @@ func TestEmbedScripts(t *testing.T) {
 		})
 	}
 }
+
+// TestSubmitScriptWritesManifestWithoutReader: the tool gone while sbatch
+// runs (its end of stdout closed): submit.sh still writes the new job id
+// into the manifest, which adopt reads back (manifestJob). Without
+// ignoring SIGPIPE the script died at printing sbatch's answer, before the
+// manifest: a crash there left no trace of the job but Slurm's, which
+// lags.
+func TestSubmitScriptWritesManifestWithoutReader(t *testing.T) {
+	dir := t.TempDir()
+	sbatch := filepath.Join(dir, "sbatch")
+	// sbatch answers only after the reader is gone.
+	if err := os.WriteFile(sbatch, []byte("#!/bin/sh\nsleep 0.5\necho 4242\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "manifest.json")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", submitScript, "sh", manifest, `{"jobs":{"train":"`, `"}}`, sbatch, "x.sbatch")
+	cmd.Stdout = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	r.Close() // the tool is gone before sbatch answers
+	_ = cmd.Wait()
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatalf("manifest after the reader went away: %v", err)
+	}
+	if got := manifestJobID(b, "train"); got != "4242" {
+		t.Fatalf("manifest %q names train job %q, want 4242", b, got)
+	}
+}

@@ -46,6 +46,12 @@ type submitter struct {
 
 	gateOnce sync.Once
 	gate     *pacer // cluster.submit_rate; nil: no cap
+
+	// unknownSince: when adopt first found a job id that an episode's
+	// manifest names for a stage unknown to Slurm (manifestJob), by
+	// "episode/stage/id".
+	unknownMu    sync.Mutex
+	unknownSince map[string]time.Time
 }
 
 // arrays reports whether the authors of a batch are submitted as one job
@@ -660,7 +666,13 @@ func (sb *submitter) adopt(ctx context.Context, e *ledger.Entry, stage stages.St
 		return false, fmt.Errorf("episode %s: look for the %s job before submitting it again: %w", e.Episode, stage, err)
 	}
 	if len(found) == 0 {
-		return false, nil
+		// Not found by name or tag: the manifest on the cluster may
+		// still name a job that Slurm forgot before slurmdbd recorded it.
+		j, err := sb.manifestJob(ctx, e, stage, retired)
+		if err != nil || j == nil {
+			return false, err
+		}
+		found = []slurm.JobInfo{*j}
 	}
 	var genuine []slurm.JobInfo
 	imp := &ImpostorError{Episode: e.Episode, Stage: stage}

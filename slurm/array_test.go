@@ -53,13 +53,13 @@ func TestSplitTaskID(t *testing.T) {
 // Slurm would not print as a task's are refused before any command runs.
 func TestTaskIDsAccepted(t *testing.T) {
 	for _, id := range []string{"123", "123_4", "123_0", "123+0", "0123"} {
-		if !validJobID(id) {
-			t.Errorf("validJobID(%q) = false", id)
+		if !ValidJobID(id) {
+			t.Errorf("ValidJobID(%q) = false", id)
 		}
 	}
 	for _, id := range []string{"", "123_04", "123_[1-3]", "123_4_5", "123_", "x_1", "123_-1"} {
-		if validJobID(id) {
-			t.Errorf("validJobID(%q) = true", id)
+		if ValidJobID(id) {
+			t.Errorf("ValidJobID(%q) = true", id)
 		}
 		f := &fakeRunner{handlers: map[string]func([]string) (string, string, int){}}
 		c := New(f)

@@ -491,7 +491,7 @@ func cleanIDs(ids []string) ([]string, error) {
 	seen := make(map[string]bool, len(ids))
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if !validJobID(id) {
+		if !ValidJobID(id) {
 			return nil, fmt.Errorf("slurm: bad job id %q", id)
 		}
 		if !seen[id] {

@@ -27,7 +27,7 @@ func addCaptures(f *testing.F, pattern string) {
 func checkJobs(t *testing.T, jobs []JobInfo) {
 	seen := map[string]bool{}
 	for _, j := range jobs {
-		if !validJobID(j.ID) {
+		if !ValidJobID(j.ID) {
 			t.Fatalf("invalid id %q", j.ID)
 		}
 		if seen[j.ID] {
@@ -211,7 +211,7 @@ func FuzzParseTimeLimit(f *testing.F) {
 }
 
 // FuzzArrayIDs: task ids and --array specs. SplitTaskID and TaskID are
-// each other's inverse, on what validJobID accepts as a task's id; a spec
+// each other's inverse, on what ValidJobID accepts as a task's id; a spec
 // SbatchArgs takes names indices Slurm takes, and the range records
 // sacct and squeue print read back the tasks they name.
 func FuzzArrayIDs(f *testing.F) {
@@ -220,10 +220,10 @@ func FuzzArrayIDs(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string, task int) {
 		if array, n, ok := SplitTaskID(s); ok {
-			if TaskID(array, n) != s || !validJobID(s) || n < 0 || n > MaxArrayIndex {
+			if TaskID(array, n) != s || !ValidJobID(s) || n < 0 || n > MaxArrayIndex {
 				t.Fatalf("%q → %q %d", s, array, n)
 			}
-		} else if strings.Contains(s, "_") && validJobID(s) {
+		} else if strings.Contains(s, "_") && ValidJobID(s) {
 			t.Fatalf("%q: not a task, yet a valid job id", s)
 		}
 		if id := TaskID(s, task); id != "" {

@@ -113,7 +113,7 @@ func parseSacctSet(out []byte, loc *time.Location) (*jobSet, error) {
 		f := row.f
 		raw := strings.TrimSpace(f[saIDRaw])
 		rawJob, stepID, isStep := strings.Cut(raw, ".")
-		if !validJobID(rawJob) || strings.Contains(rawJob, "_") || (isStep && stepID == "") {
+		if !ValidJobID(rawJob) || strings.Contains(rawJob, "_") || (isStep && stepID == "") {
 			errs = append(errs, fmt.Errorf("sacct line %d: bad job id %.40q", row.line, raw))
 			continue
 		}
@@ -302,10 +302,10 @@ func nodeList(s string) string {
 	return s
 }
 
-// validJobID accepts a job id as sbatch prints it (123), an array task's
+// ValidJobID accepts a job id as sbatch prints it (123), an array task's
 // as Slurm prints it (123_4: SplitTaskID) or a heterogeneous component
 // (123+0).
-func validJobID(id string) bool {
+func ValidJobID(id string) bool {
 	if id == "" || len(id) > 32 {
 		return false
 	}

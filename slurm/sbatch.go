@@ -101,7 +101,7 @@ func SbatchArgs(req SubmitRequest) ([]string, error) {
 	var deps []string
 	if len(req.AfterOK) > 0 {
 		for _, id := range req.AfterOK {
-			if !validJobID(id) {
+			if !ValidJobID(id) {
 				return nil, fmt.Errorf("slurm: submit: bad dependency job id %q", id)
 			}
 		}

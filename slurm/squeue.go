@@ -67,7 +67,7 @@ func parseSqueueSet(out []byte, loc *time.Location) (*jobSet, error) {
 			shown = raw
 		}
 		// raw is a job's own id (%A): never a task's "123_4".
-		if !validJobID(raw) || strings.Contains(raw, "_") || shown == "" {
+		if !ValidJobID(raw) || strings.Contains(raw, "_") || shown == "" {
 			errs = append(errs, fmt.Errorf("squeue line %d: bad job id %.40q", row.line, field))
 			continue
 		}

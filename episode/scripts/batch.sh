@@ -10,6 +10,11 @@
 # sbatch stopped at its DEADLINE, seconds; 0: none). Exit 90: a preflight
 # file is missing (named on stderr); 92: mkdir, mktemp or tar failed.
 set -uf
+# The tool may go away while this runs (killed, its connection lost): the
+# job ids still reach the manifests, which adopt reads back after a
+# crash (ManifestJobWait); a write to a closed stdout fails instead of
+# killing the script.
+trap '' HUP PIPE
 umask 077
 parent=$1 mode=$2 gap=$3 deadline=$4 n=$5
 shift 5

@@ -5,6 +5,11 @@
 # Prints sbatch's output; on success writes PRE ID POST to MANIFEST. Exits
 # with sbatch's status when it fails, else 0.
 set -u
+# The tool may go away while this runs (killed, its connection lost): the
+# job ids still reach the manifests, which adopt reads back after a
+# crash (ManifestJobWait); a write to a closed stdout fails instead of
+# killing the script.
+trap '' HUP PIPE
 umask 077
 m=$1 pre=$2 post=$3
 shift 3
