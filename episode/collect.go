@@ -28,6 +28,9 @@ type collector struct {
 	config  *configs.Config
 	now     func() time.Time // Driver.now: the Driver's clock at each call
 	account *account         // the cluster user, asked once
+	// decided, when set, is told of every rules.Decide call (Driver's
+	// onDecide: the engine's tests count them).
+	decided func(ep string)
 }
 
 // TailBytes is how much of the end of a stage's output file the collector
@@ -64,6 +67,9 @@ func (c *collector) facts(e *ledger.Entry, infos map[string]slurm.JobInfo, waite
 func (c *collector) decide(ctx context.Context, e *ledger.Entry, f *rules.Facts) (rules.Decision, error) {
 	for {
 		dec := rules.Decide(f)
+		if c.decided != nil {
+			c.decided(e.Episode)
+		}
 		if dec.Need == 0 {
 			return dec, nil
 		}

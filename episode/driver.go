@@ -62,6 +62,10 @@ type Driver struct {
 	// (configs.ApplySets): recorded in every entry submitted.
 	Overrides []string
 
+	// onDecide, when set before the first call, is told of every
+	// rules.Decide call, by episode (tests walk one episode with it).
+	onDecide func(ep string)
+
 	partsOnce sync.Once
 	built     *driverParts // by parts, at the first call
 }
@@ -70,6 +74,7 @@ type Driver struct {
 // uses: the cluster user (account), the facts rules.Decide asks for
 // (collector), staging (stager) and sbatch (submitter).
 type driverParts struct {
+	entries   *entries // the one owner of the entries' changes (apply.go)
 	account   *account
 	collector *collector
 	stager    *stager
@@ -83,13 +88,15 @@ type driverParts struct {
 func (d *Driver) parts() *driverParts {
 	d.partsOnce.Do(func() {
 		acct := &account{host: d.Host}
-		stg := &stager{host: d.Host, config: d.Config, ledger: d.Ledger, version: d.Version, logf: d.logf, now: d.now, slurmConfig: d.Slurm.Config}
+		own := &entries{ledger: d.Ledger}
+		stg := &stager{host: d.Host, config: d.Config, ledger: d.Ledger, entries: own, version: d.Version, logf: d.logf, now: d.now, slurmConfig: d.Slurm.Config}
 		d.built = &driverParts{
+			entries:   own,
 			account:   acct,
-			collector: &collector{host: d.Host, slurm: d.Slurm, config: d.Config, now: d.now, account: acct},
+			collector: &collector{host: d.Host, slurm: d.Slurm, config: d.Config, now: d.now, account: acct, decided: d.onDecide},
 			stager:    stg,
 			submitter: &submitter{
-				host: d.Host, slurm: d.Slurm, config: d.Config, ledger: d.Ledger,
+				host: d.Host, slurm: d.Slurm, config: d.Config, ledger: d.Ledger, entries: own,
 				configPath: d.ConfigPath, configSHA256: d.ConfigSHA256, overrides: d.Overrides,
 				labels:            func() map[string]string { return d.Labels },
 				discardNotCreated: func() bool { return d.DiscardNotCreated },
@@ -175,11 +182,12 @@ func (d *Driver) Cancel(ctx context.Context, e *ledger.Entry, reason string, loc
 	if err != nil {
 		return nil, err
 	}
-	e.CancelRequested = first
 	if owner {
-		if err := d.Ledger.Save(e); err != nil {
+		if err := d.parts().entries.apply(e, change{cancelRequested: first}); err != nil {
 			return nil, err
 		}
+	} else {
+		e.CancelRequested = first // shown; the owner records it
 	}
 	var ids []string
 	for _, s := range stages.All {
@@ -201,8 +209,7 @@ func (d *Driver) Cancel(ctx context.Context, e *ledger.Entry, reason string, loc
 		}
 	}
 	if owner {
-		e.RecordCancels(ids)
-		if err := d.Ledger.Save(e); err != nil {
+		if err := d.parts().entries.apply(e, change{cancels: ids}); err != nil {
 			return nil, err
 		}
 	}

@@ -97,7 +97,7 @@ func TestFinishCancelsLiveJobs(t *testing.T) {
 		stages.Author: {ID: "1", State: "COMPLETED"}, stages.Train: {ID: "2", State: "RUNNING"}, stages.Eval: {ID: "3", State: "PENDING"}}}, rules.InfraFailure, stages.Author, rules.ReasonJobLost, "x")
 	infos := map[string]slurm.JobInfo{"1": {ID: "1", State: slurm.ParseState("COMPLETED", "")},
 		"2": {ID: "2", State: slurm.ParseState("RUNNING", "")}, "3": {ID: "3", State: slurm.ParseState("PENDING", "")}}
-	if err := d.finish(context.Background(), e, o, infos); err != nil {
+	if err := d.finish(context.Background(), e, o, infos, change{}); err != nil {
 		t.Fatal(err)
 	}
 	scancel := rec.args("scancel")

@@ -34,8 +34,9 @@ import (
 // could still rerun a NODE_FAIL job; an eval waits on the retired train)
 // and moves their output files aside; the next advance submits the stage
 // again. It reports whether it did; when not, o's detail says why when the
-// attempts ran out.
-func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, infos map[string]slurm.JobInfo) (bool, error) {
+// attempts ran out. with is what the same decision records besides: one
+// save holds both.
+func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, infos map[string]slurm.JobInfo, with change) (bool, error) {
 	if e.CancelRequested != "" || ctx.Err() != nil {
 		return false, nil
 	}
@@ -52,10 +53,12 @@ func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, i
 	if stage == stages.Train {
 		redo = []stages.Stage{stages.Train, stages.Eval}
 	}
-	var ids []string
 	moves := map[string]string{}
 	// advance resolves an interrupted submission (adopts its job or
 	// submits it) before any outcome is decided: every sub has its id.
+	// The retirement, with the cancels it issues and what the decision
+	// recorded (with), is one change.
+	c := with
 	for _, s := range redo {
 		sub := e.Jobs[s]
 		if sub == nil {
@@ -66,23 +69,17 @@ func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, i
 			a.Reason, a.Detail = o.FailureReason, o.Detail
 		}
 		if sub.JobID != "" {
-			ids = append(ids, sub.JobID)
+			c.cancels = append(c.cancels, sub.JobID)
 			out := path.Join(e.Dir, stages.Output(s))
 			a.Output = strings.TrimSuffix(out, ".log") + fmt.Sprintf(".attempt-%d.log", a.Attempt)
 			moves[out] = a.Output
 		}
-		if e.Retried == nil {
-			e.Retried = map[stages.Stage][]rules.Attempt{}
-		}
-		e.Retried[s] = append(e.Retried[s], a)
-		delete(e.Jobs, s)
-		delete(e.Ended, s)
+		c.retire = append(c.retire, retired{stage: s, attempt: a})
 	}
-	e.EvalOutputChecked = false
-	e.RecordCancels(ids)
-	if err := d.Ledger.Save(e); err != nil {
+	if err := d.parts().entries.apply(e, c); err != nil {
 		return false, err
 	}
+	ids := c.cancels
 	d.logf("%s: %s job %s ended as %s (%s): running %s again, attempt %d of %d",
 		e.Episode, stage, o.Jobs[stage].ID, o.FailureReason, o.Jobs[stage].State, strings.Join(stageNames(redo), " and "), n+1, limit)
 	if err := d.Slurm.Cancel(ctx, ids); err != nil {

@@ -163,13 +163,13 @@ func TestNoRetryAfterCancel(t *testing.T) {
 	d := &Driver{Config: cfg, Host: &recordHost{Host: remote.NewLocal()}, Slurm: slurm.New(&recordRunner{}), Ledger: lg}
 	e := &ledger.Entry{Episode: "ep-c", Jobs: map[stages.Stage]*ledger.Submission{stages.Train: {JobID: "2"}}, CancelRequested: rules.ReasonDeadline}
 	o := failed(&rules.Outcome{Jobs: map[stages.Stage]rules.JobSummary{}}, rules.InfraFailure, stages.Train, string(slurm.FailureNodeFailure), "")
-	if ok, err := d.retry(context.Background(), e, o, nil); ok || err != nil || e.Retried != nil {
+	if ok, err := d.retry(context.Background(), e, o, nil, change{}); ok || err != nil || e.Retried != nil {
 		t.Errorf("retried after a cancel: %v %v %+v", ok, err, e.Retried)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	e.CancelRequested = ""
-	if ok, err := d.retry(ctx, e, o, nil); ok || err != nil {
+	if ok, err := d.retry(ctx, e, o, nil, change{}); ok || err != nil {
 		t.Errorf("retried after SIGINT (context ended): %v %v", ok, err)
 	}
 }

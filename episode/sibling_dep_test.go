@@ -204,7 +204,7 @@ func TestSubmitDependencyProblem(t *testing.T) {
 				},
 			}}
 			d, e, _ := siblingEpisode(t, host, sl, train)
-			err := d.parts().submitter.submit(context.Background(), e, stages.Eval, train)
+			err := d.parts().submitter.submit(context.Background(), e, stages.Eval, train, change{})
 			calls := host.calls()
 			if c.ok {
 				if err != nil {
@@ -277,7 +277,7 @@ func TestSubmitDeadline(t *testing.T) {
 	sub := d.parts().submitter
 
 	start := time.Now()
-	err := sub.submit(context.Background(), e, stages.Eval, train)
+	err := sub.submit(context.Background(), e, stages.Eval, train, change{})
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("submit took %v", took)
 	}
@@ -303,7 +303,7 @@ func TestSubmitDeadline(t *testing.T) {
 	mu.Lock()
 	made = true
 	mu.Unlock()
-	if err := sub.submit(context.Background(), e, stages.Eval, train); err != nil {
+	if err := sub.submit(context.Background(), e, stages.Eval, train, change{}); err != nil {
 		t.Fatal(err)
 	}
 	if s := e.Jobs[stages.Eval]; s.JobID != "4300" || !s.Adopted {

@@ -74,7 +74,8 @@ const MaxBatch = 50
 type stager struct {
 	host    remote.Host
 	config  *configs.Config
-	ledger  *ledger.Ledger
+	ledger  *ledger.Ledger // its prompts (restage)
+	entries *entries       // records the staging
 	version string
 	// logf and now are the Driver's: they read its Logf and Now at each
 	// call.
@@ -158,11 +159,7 @@ func (sg *stager) stage(ctx context.Context, e *ledger.Entry, tree *templates.Tr
 	if err := sg.stageAgain(ctx, e, tree); err != nil {
 		return err
 	}
-	if e.Scripts == nil {
-		e.Scripts = scriptHashes(tree)
-	}
-	e.Staged = true
-	if err := sg.ledger.Save(e); err != nil {
+	if err := sg.entries.apply(e, change{staged: true, scripts: scriptHashes(tree)}); err != nil {
 		return err
 	}
 	sg.logf("%s: staged %s on %s", e.Episode, e.Dir, sg.host.Name())
@@ -410,6 +407,9 @@ type pending struct {
 	lock *ledger.Lock
 	// created: its ledger entry was written.
 	created bool
+	// done is what its batch's command did, recorded once the batch is
+	// through (the staging and the author's job id).
+	done change
 }
 
 // batchResult is what batchScript said of one episode.
@@ -434,11 +434,12 @@ const (
 )
 
 // batchCommand runs batchScript for ps, the authors' sbatch of a batchNew
-// paced by g (cluster.submit_rate; nil: no cap), each under sbatchDeadline
-// (0: none), and parses what it printed. With arr (batchArray), the
+// started gap apart on the cluster (cluster.submit_rate's pace, which the
+// submitter keeps; 0: four at a time), each under sbatchDeadline (0:
+// none), and parses what it printed. With arr (batchArray), the
 // authors are submitted as that job array, p its task p.e's author
 // submission names, in one sbatch.
-func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, arr *jobArray, g *pacer, sbatchDeadline time.Duration) (map[string]*batchResult, error) {
+func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, arr *jobArray, gap, sbatchDeadline time.Duration) (map[string]*batchResult, error) {
 	submit := mode == batchNew || mode == batchArray
 	if len(ps) == 0 {
 		return nil, nil
@@ -452,26 +453,15 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
-	gap := "0"
-	if submit && g != nil {
-		// The batch's sbatch are paced on the cluster, gap apart;
-		// their starts are taken here, so that train and eval
-		// submissions wait behind them.
-		n := len(ps)
-		if arr != nil {
-			n = 1 // one sbatch
-		}
-		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), n))); err != nil {
-			return nil, err
-		}
-		defer func() { g.ranUntil(time.Now()) }()
-		gap = strconv.FormatFloat(g.gap.Seconds(), 'f', 3, 64)
+	gapArg := "0"
+	if submit && gap > 0 {
+		gapArg = strconv.FormatFloat(gap.Seconds(), 'f', 3, 64)
 	}
 	deadline := "0"
 	if submit && sbatchDeadline > 0 {
 		deadline = strconv.FormatFloat(sbatchDeadline.Seconds(), 'f', 3, 64)
 	}
-	argv := []string{"sh", "-c", batchScript, "sh", parent, string(mode), gap, deadline}
+	argv := []string{"sh", "-c", batchScript, "sh", parent, string(mode), gapArg, deadline}
 	if submit {
 		checks := sg.preflightChecks()
 		keys := make([]string, 0, len(checks))
@@ -696,7 +686,7 @@ func (sg *stager) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.T
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
 func (sg *stager) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
-	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil, nil, 0)
+	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil, 0, 0)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
 	}

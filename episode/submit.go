@@ -30,7 +30,8 @@ type submitter struct {
 	host                     remote.Host
 	slurm                    *slurm.Client
 	config                   *configs.Config
-	ledger                   *ledger.Ledger
+	ledger                   *ledger.Ledger // new entries (Create), their locks
+	entries                  *entries       // records every change of an entry
 	configPath, configSHA256 string
 	overrides                []string
 	// labels, discardNotCreated, logf and now read the Driver's Labels,
@@ -347,7 +348,7 @@ func (sb *submitter) runBatch(ctx context.Context, ps []*pending, arr *jobArray,
 	if arr != nil {
 		mode = batchArray
 	}
-	res, err := sb.stager.batchCommand(bctx, ps, mode, arr, sb.submitGate(), sb.slurm.Deadline(slurm.KindSbatch))
+	res, err := sb.batchOnCluster(bctx, ps, mode, arr)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBatchDeadline) {
 		err = fmt.Errorf("%w (%v)", &slurm.DeadlineError{Kind: slurm.KindSbatch, Deadline: d,
 			Command: fmt.Sprintf("staging and sbatch of %d episodes on %s", len(ps), sb.host.Name())}, err)
@@ -368,8 +369,7 @@ func (sb *submitter) runBatch(ctx context.Context, ps []*pending, arr *jobArray,
 		case err != nil && errors.Is(err, remote.ErrOutcomeUnknown):
 			// The command may have staged and submitted: look.
 			if adopted, aerr := sb.adopt(ctx, p.e, stages.Author); aerr == nil && adopted {
-				p.e.Staged = true
-				sb.settle(p, out, sb.ledger.Save(p.e))
+				sb.settle(p, out, sb.entries.apply(p.e, change{staged: true}))
 				continue
 			}
 			sb.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, err))
@@ -386,26 +386,26 @@ func (sb *submitter) runBatch(ctx context.Context, ps []*pending, arr *jobArray,
 			}
 			sb.discard(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
 		case r.sbatchErr != nil:
-			p.e.Staged = true
+			c := change{staged: true}
 			if slurm.SubmitNotCreated(r.sbatchErr) {
-				delete(p.e.Jobs, stages.Author) // no job made: the retry submits without a look-up
+				// No job made: the retry submits without a look-up.
+				c.stage, c.withdraw = stages.Author, true
 			}
-			if serr := sb.ledger.Save(p.e); serr != nil {
+			if serr := sb.entries.apply(p.e, c); serr != nil {
 				sb.settle(p, out, serr)
 				continue
 			}
 			sb.settle(p, out, fmt.Errorf("episode %s: submit %s: %w", p.e.Episode, stages.Author, r.sbatchErr))
 		default:
-			sub := p.e.Jobs[stages.Author]
-			sub.JobID, sub.Submitted = r.job.JobID, sb.now().UTC()
-			if sub.Array != nil {
-				sub.JobID = slurm.TaskID(r.job.JobID, sub.Array.Task)
+			id := r.job.JobID
+			if a := p.e.Jobs[stages.Author].Array; a != nil {
+				id = slurm.TaskID(r.job.JobID, a.Task)
 			}
-			p.e.Staged = true
+			p.done = change{staged: true, stage: stages.Author, job: &submittedJob{id: id, at: sb.now().UTC()}}
 			for _, w := range r.job.Warnings {
 				sb.logf("%s: %s: sbatch: %s", p.e.Episode, stages.Author, w)
 			}
-			sb.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, sb.host.Name(), stages.Author, sub.JobID)
+			sb.logf("%s: staged %s on %s; submitted %s as job %s", p.e.Episode, p.e.Dir, sb.host.Name(), stages.Author, id)
 			out[p.i] = Submitted{Entry: p.e}
 		}
 	}
@@ -426,12 +426,32 @@ func (sb *submitter) runBatch(ctx context.Context, ps []*pending, arr *jobArray,
 			saved = append(saved, p)
 		}
 	}
-	sb.parallel(saved, func(p *pending) error { return sb.ledger.Save(p.e) }, func(p *pending, err error) { sb.settle(p, out, err) })
+	sb.parallel(saved, func(p *pending) error { return sb.entries.apply(p.e, p.done) }, func(p *pending, err error) { sb.settle(p, out, err) })
 	for _, p := range saved {
 		if out[p.i].Err == nil {
 			out[p.i].Lock = p.lock
 		}
 	}
+}
+
+// batchOnCluster runs the batch's command (the stager's: staging and the
+// authors' sbatch), its sbatch starts taken from cluster.submit_rate's
+// pace first, so that train and eval submissions wait behind them; the
+// batch script starts them the pace's gap apart on the cluster.
+func (sb *submitter) batchOnCluster(ctx context.Context, ps []*pending, mode batchMode, arr *jobArray) (map[string]*batchResult, error) {
+	var gap time.Duration
+	if g := sb.submitGate(); g != nil && len(ps) > 0 {
+		n := len(ps)
+		if arr != nil {
+			n = 1 // one sbatch
+		}
+		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), n))); err != nil {
+			return nil, err
+		}
+		defer func() { g.ranUntil(time.Now()) }()
+		gap = g.gap
+	}
+	return sb.stager.batchCommand(ctx, ps, mode, arr, gap, sb.slurm.Deadline(slurm.KindSbatch))
 }
 
 // settle ends p with err (nil: done), the entry kept for resume.
@@ -520,11 +540,23 @@ func (sb *submitter) submitRemote(ctx context.Context, e *ledger.Entry, stage st
 // is on record but whose id is not (a crash, or a connection lost during
 // sbatch) is first looked up on the cluster by its job name and --comment
 // tag, and adopted when found: a stage is never submitted twice. after is
-// the job it waits for (afterok), or "".
-func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.Stage, after string) error {
+// the job it waits for (afterok), or "". with is what the decision to
+// submit records besides (the author's verified record before train): it
+// goes into the ledger with the intent, one save.
+func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.Stage, after string, with change) error {
 	sub := e.Jobs[stage]
-	if sub != nil && sub.JobID != "" {
-		return nil
+	if sub != nil && (sub.JobID != "" || !with.empty()) {
+		// Nothing to submit, or a look-up first: what the decision
+		// records goes on its own.
+		if !with.empty() {
+			if err := sb.entries.apply(e, with); err != nil {
+				return err
+			}
+			with = change{}
+		}
+		if sub.JobID != "" {
+			return nil
+		}
 	}
 	if sub != nil {
 		adopted, err := sb.adopt(ctx, e, stage)
@@ -541,8 +573,9 @@ func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.S
 			return fmt.Errorf("episode %s: cancel the retired %s jobs %s before attempt %d: %w", e.Episode, stage, strings.Join(retired, ", "), sub.Attempt, err)
 		}
 	}
-	e.Jobs[stage] = sub
-	if err := sb.ledger.Save(e); err != nil {
+	// The intent, on record before sbatch (change: the exception).
+	with.stage, with.intent = stage, sub
+	if err := sb.entries.apply(e, with); err != nil {
 		return err
 	}
 	req := submitRequest(e, stage, after)
@@ -576,8 +609,8 @@ func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.S
 		}
 		return fmt.Errorf("episode %s: submit %s: %w", e.Episode, stage, err)
 	}
-	sub.JobID, sub.Submitted = res.JobID, sb.now().UTC()
-	if err := sb.ledger.Save(e); err != nil {
+	// The id, on record after it.
+	if err := sb.entries.apply(e, change{stage: stage, job: &submittedJob{id: res.JobID, at: sb.now().UTC()}}); err != nil {
 		return err
 	}
 	for _, w := range res.Warnings {
@@ -594,9 +627,7 @@ func (sb *submitter) forgetIntent(e *ledger.Entry, stage stages.Stage, sub *ledg
 	if e.Jobs[stage] != sub || sub.JobID != "" {
 		return
 	}
-	delete(e.Jobs, stage)
-	if err := sb.ledger.Save(e); err != nil {
-		e.Jobs[stage] = sub
+	if err := sb.entries.apply(e, change{stage: stage, withdraw: true}); err != nil {
 		sb.logf("%s: %v", e.Episode, err)
 	}
 }
@@ -716,12 +747,10 @@ func (sb *submitter) adopt(ctx context.Context, e *ledger.Entry, stage stages.St
 		return false, fmt.Errorf("episode %s: %d %s jobs on the cluster (%s); expected one: cancel the extra ones with scancel, then resume",
 			e.Episode, len(genuine), stage, strings.Join(ids, ", "))
 	}
-	sub := e.Jobs[stage]
-	sub.JobID, sub.Submitted, sub.Adopted = genuine[0].ID, sb.now().UTC(), true
-	if err := sb.ledger.Save(e); err != nil {
+	if err := sb.entries.apply(e, change{stage: stage, job: &submittedJob{id: genuine[0].ID, at: sb.now().UTC(), adopted: true}}); err != nil {
 		return false, err
 	}
-	sb.logf("%s: adopted %s job %s found on the cluster (its batch script, user and submit time check out)", e.Episode, stage, sub.JobID)
+	sb.logf("%s: adopted %s job %s found on the cluster (its batch script, user and submit time check out)", e.Episode, stage, genuine[0].ID)
 	return true, sb.stager.writeManifest(ctx, e)
 }
 

@@ -445,29 +445,33 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 			return err
 		}
 		w.keep(dec.Waits)
+		// What the decision records (the author's verified record,
+		// eval's files checked) goes into the ledger with its verdict
+		// when it has one, else on its own, before its next step.
+		var rec change
 		if a := dec.AuthorVerified; a != nil && e.Author == nil {
-			e.Author, f.Author = a, a
-			e.MarkEnded(stages.Author, f.Jobs[stages.Author])
-			if err := d.Ledger.Save(e); err != nil {
-				return err
-			}
+			rec.author, rec.authorJob = a, f.Jobs[stages.Author]
 		}
 		if dec.EvalOutputChecked && !e.EvalOutputChecked {
-			e.EvalOutputChecked, f.EvalOutputChecked = true, true
-			if err := d.Ledger.Save(e); err != nil {
-				return err
-			}
+			rec.evalOutputChecked = true
 		}
 		if v := dec.Verdict; v != nil {
 			w.keep(nil) // a retry's attempt starts its waits afresh
 			o := d.parts().collector.outcome(e, infos, v)
 			if v.Retryable {
-				if retried, err := d.retry(ctx, e, o, infos); retried || err != nil {
+				if retried, err := d.retry(ctx, e, o, infos, rec); retried || err != nil {
 					return err
 				}
 			}
 			// The episode ends here, any impostors with it.
-			return d.finish(ctx, e, o, infos, impostors...)
+			return d.finish(ctx, e, o, infos, rec, impostors...)
+		}
+		if !rec.empty() && dec.Next != rules.SubmitStage {
+			if err := d.parts().entries.apply(e, rec); err != nil {
+				return err
+			}
+			f.Author, f.EvalOutputChecked = e.Author, e.EvalOutputChecked
+			rec = change{}
 		}
 		switch dec.Next {
 		case rules.Restage:
@@ -480,7 +484,8 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 			if i := slices.Index(stages.All, stage); i > 0 {
 				after = e.JobID(stages.All[i-1])
 			}
-			err := d.parts().submitter.submit(ctx, e, stage, after)
+			err := d.parts().submitter.submit(ctx, e, stage, after, rec)
+			f.Author, f.EvalOutputChecked = e.Author, e.EvalOutputChecked
 			var imp *ImpostorError
 			if errors.As(err, &imp) {
 				f.Submit[stage] = rules.Submit{Impostor: imp.Error()}
@@ -516,13 +521,12 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 // eval left pending, a train whose episode was judged lost; infos are the
 // jobs' states o was made from), and extra (impostor jobs found under its
 // name): on record first, in the same save as the outcome, so their
-// CANCELLED is never read as the policy's.
-func (d *Driver) finish(ctx context.Context, e *ledger.Entry, o *rules.Outcome, infos map[string]slurm.JobInfo, extra ...string) error {
+// CANCELLED is never read as the policy's. with is what the same decision
+// records besides: one save holds both.
+func (d *Driver) finish(ctx context.Context, e *ledger.Entry, o *rules.Outcome, infos map[string]slurm.JobInfo, with change, extra ...string) error {
 	live := append(liveJobs(e, infos), extra...)
-	e.RecordCancels(live)
-	e.Outcome = o
-	if err := d.Ledger.Save(e); err != nil {
-		e.Outcome = nil
+	with.cancels, with.outcome = append(with.cancels, live...), o
+	if err := d.parts().entries.apply(e, with); err != nil {
 		return err
 	}
 	if len(live) > 0 {

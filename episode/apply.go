@@ -1,0 +1,203 @@
+package episode
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/record"
+	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
+)
+
+// change is one decided change of an episode's ledger entry: what
+// rules.Decide said (the author's verified record, eval's files checked,
+// the outcome), a retry's retired attempts, a staging, a submission, a
+// cancel. Only entries.apply makes it, and saves it: no other code of the
+// engine writes an entry's fields or calls ledger.Save (ledger.Create
+// writes a new entry once).
+//
+// A change is saved once, whole. A submission is the one exception, a
+// decision saved twice: its intent (intent) before sbatch, so that a crash
+// during sbatch leaves the look-up that adopts the job rather than a
+// second one, and its job id (job) after; or, when sbatch made no job, the
+// intent dropped (withdraw).
+type change struct {
+	// rules.Decide's Decision.AuthorVerified, and the author's job as it
+	// ended (kept: not queried again).
+	author    *record.Author
+	authorJob slurm.JobInfo
+	// Decision.EvalOutputChecked.
+	evalOutputChecked bool
+	// retire: a retry's attempts (retry.go), each the stage's current
+	// attempt ending: its submission and ended job dropped, eval's check
+	// with them.
+	retire []retired
+	// cancels are the jobs the tool is about to scancel: on record first,
+	// so that their CANCELLED is never read as the policy's.
+	cancels []string
+	// cancelRequested: why the episode is cancelled (Cancel).
+	cancelRequested string
+	// staged: the episode's tree is on the cluster; scripts are its
+	// scripts' sha256s, recorded unless the entry has them (a restage
+	// renders the same).
+	staged  bool
+	scripts map[stages.Stage]string
+	// A submission of stage: its intent, its job (sbatch's answer, or one
+	// found on the cluster: adopted), or its intent withdrawn.
+	stage    stages.Stage
+	intent   *ledger.Submission
+	job      *submittedJob
+	withdraw bool
+	// outcome: the episode ends (Decision.Verdict, or a refusal).
+	outcome *rules.Outcome
+}
+
+// retired is one stage's attempt a retry ends.
+type retired struct {
+	stage   stages.Stage
+	attempt rules.Attempt
+}
+
+// submittedJob is a submission's job id and when the tool learnt it.
+type submittedJob struct {
+	id      string
+	at      time.Time
+	adopted bool
+}
+
+// what names c for errors: the parts it holds.
+func (c change) what() string {
+	var s string
+	add := func(p string) {
+		if s != "" {
+			s += ", "
+		}
+		s += p
+	}
+	if c.staged {
+		add("staged")
+	}
+	switch {
+	case c.intent != nil:
+		add(string(c.stage) + "'s submission intent")
+	case c.job != nil:
+		add(string(c.stage) + " job " + c.job.id)
+	case c.withdraw:
+		add(string(c.stage) + "'s intent withdrawn")
+	}
+	if c.author != nil {
+		add("the author's verified record")
+	}
+	if c.evalOutputChecked {
+		add("eval's files checked")
+	}
+	if len(c.retire) > 0 {
+		add("a retry")
+	}
+	if len(c.cancels) > 0 {
+		add("cancels")
+	}
+	if c.cancelRequested != "" {
+		add("a cancel request")
+	}
+	if c.outcome != nil {
+		add("the outcome " + string(c.outcome.Outcome))
+	}
+	if s == "" {
+		return "nothing"
+	}
+	return s
+}
+
+// empty reports a change that changes nothing.
+func (c change) empty() bool { return c.what() == "nothing" }
+
+// applyTo makes c in e. It only writes e: the decision is made (rules,
+// retry, submit), this records it.
+func (c change) applyTo(e *ledger.Entry) {
+	if c.staged {
+		e.Staged = true
+		if e.Scripts == nil && c.scripts != nil {
+			e.Scripts = maps.Clone(c.scripts)
+		}
+	}
+	if c.stage != "" {
+		if e.Jobs == nil {
+			e.Jobs = map[stages.Stage]*ledger.Submission{}
+		}
+		switch {
+		case c.intent != nil:
+			e.Jobs[c.stage] = c.intent
+		case c.job != nil:
+			if sub := e.Jobs[c.stage]; sub != nil {
+				sub.JobID, sub.Submitted, sub.Adopted = c.job.id, c.job.at, c.job.adopted
+			}
+		case c.withdraw:
+			delete(e.Jobs, c.stage)
+		}
+	}
+	if c.author != nil && e.Author == nil {
+		e.Author = c.author
+		e.MarkEnded(stages.Author, c.authorJob)
+	}
+	if c.evalOutputChecked {
+		e.EvalOutputChecked = true
+	}
+	if len(c.retire) > 0 {
+		if e.Retried == nil {
+			e.Retried = map[stages.Stage][]rules.Attempt{}
+		}
+		for _, r := range c.retire {
+			e.Retried[r.stage] = append(e.Retried[r.stage], r.attempt)
+			delete(e.Jobs, r.stage)
+			delete(e.Ended, r.stage)
+		}
+		e.EvalOutputChecked = false
+	}
+	e.RecordCancels(c.cancels)
+	if c.cancelRequested != "" {
+		e.CancelRequested = c.cancelRequested
+	}
+	if c.outcome != nil && e.Outcome == nil {
+		e.Outcome = c.outcome
+	}
+}
+
+// entries is the one owner of the episodes' ledger entries while the
+// engine runs: apply.
+type entries struct {
+	ledger *ledger.Ledger
+}
+
+// apply makes c in e and saves e. A failed save leaves e as it was, in
+// memory as on disk: nothing the engine did not record is acted upon.
+func (w *entries) apply(e *ledger.Entry, c change) error {
+	before, err := cloneEntry(e)
+	if err != nil {
+		return fmt.Errorf("episode %s: record %s: %w", e.Episode, c.what(), err)
+	}
+	c.applyTo(e)
+	if err := w.ledger.Save(e); err != nil {
+		*e = *before
+		return fmt.Errorf("episode %s: record %s: %w", e.Episode, c.what(), err)
+	}
+	return nil
+}
+
+// cloneEntry is a deep copy of e (its JSON, which is what the ledger
+// keeps).
+func cloneEntry(e *ledger.Entry) (*ledger.Entry, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	var c ledger.Entry
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
