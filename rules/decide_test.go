@@ -156,10 +156,18 @@ func TestTableRows(t *testing.T) {
 			f.Jobs[stages.Eval] = j
 			set(f, stages.Eval, "TIMEOUT", "0:0")
 		}, policy(stages.Eval, ReasonJobModified, true)},
-		{"author-task-withdrawn", "a sibling's code scancelled the author's pending task, no isolation", false, withdrawnAuthor,
+		{"task-withdrawn", "a sibling's code scancelled the author's pending task, no isolation", false, withdrawnAuthor,
 			policy(stages.Author, ReasonForeignCancel, true)},
-		{"author-task-withdrawn", "the author's pending task withdrawn under isolation: an administrator", true, withdrawnAuthor,
+		{"task-withdrawn", "the author's pending task withdrawn under isolation: an administrator", true, withdrawnAuthor,
 			infra(stages.Author, ReasonCancelled)},
+		{"task-withdrawn", "a sibling's code scancelled the train task, no isolation", false, func(f *Facts) { withdrawnTask(f, stages.Train) },
+			policy(stages.Train, ReasonForeignCancel, true)},
+		{"task-withdrawn", "the eval task withdrawn after train completed, under isolation", true, func(f *Facts) { withdrawnTask(f, stages.Eval) },
+			infra(stages.Eval, ReasonCancelled)},
+		{"train-failed-record-ok", "the eval task withdrawn by its dependency on a failed train task: train's end decides", false, func(f *Facts) {
+			withdrawnTask(f, stages.Eval)
+			set(f, stages.Train, "FAILED", "1:0")
+		}, policy(stages.Train, ReasonTrainFailed, false)},
 		{"cancel-on-record", "the tool cancelled the author's pending task: no record of it remains", false, func(f *Facts) {
 			withdrawnAuthor(f)
 			f.CancelRequested = ReasonCancelled
@@ -965,6 +973,55 @@ func withdrawnAuthor(f *Facts) {
 	delete(f.Outputs, stages.Train)
 	delete(f.Outputs, stages.Eval)
 	f.Waited["withdrawn-7_1"] = WithdrawnAfter + time.Second
+}
+
+// withdrawnTask: stage's job is an array task withdrawn before it ran
+// for longer than WithdrawnAfter (train: eval then never submitted);
+// the stages before it ended as healthy has them.
+func withdrawnTask(f *Facts, stage stages.Stage) {
+	f.Jobs[stage] = slurm.JobInfo{ID: "8_2", ArrayJobID: "8", ArrayTask: 2, State: slurm.State{ByUID: -1}, Source: slurm.SourceWithdrawn}
+	delete(f.Outputs, stage)
+	if stage == stages.Train {
+		delete(f.Jobs, stages.Eval)
+		delete(f.Outputs, stages.Eval)
+	}
+	f.Waited["withdrawn-8_2"] = WithdrawnAfter + time.Second
+}
+
+// TestEvalRecordNamesTheTasksOwnJob: an eval that ran as an array task
+// ("8_2") names in its record the job it ran in, the task's own id
+// (sacct's JobIDRaw, $SLURM_JOB_ID in the task): that is scored; its
+// ARRAY_TASK or a sibling's id is rejected; an unknown own id waits.
+func TestEvalRecordNamesTheTasksOwnJob(t *testing.T) {
+	asTask := func(f *Facts, raw, named string) {
+		j := f.Jobs[stages.Eval]
+		j.ID, j.RawID, j.ArrayJobID, j.ArrayTask = "8_2", raw, "8", 2
+		f.Jobs[stages.Eval] = j
+		o := f.Outputs[stages.Eval]
+		ev := *o.Record.(*record.Eval)
+		ev.SlurmJobID = named
+		o.Record = &ev
+		f.Outputs[stages.Eval] = o
+	}
+	for _, isolated := range []bool{false, true} {
+		f := healthy(isolated)
+		asTask(f, "11", "11")
+		if dec := decideAll(t, f); dec.Verdict == nil || dec.Verdict.Kind != Scored {
+			t.Errorf("isolated %v: the task's own id: %+v, want scored", isolated, dec.Verdict)
+		}
+		for _, named := range []string{"8", "12"} {
+			f = healthy(isolated)
+			asTask(f, "11", named)
+			if dec := decideAll(t, f); dec.Verdict == nil || dec.Verdict.Reason != string(record.ReasonJobIDMismatch) {
+				t.Errorf("isolated %v: record names %s for task 8_2 (own id 11): %+v, want %s", isolated, named, dec.Verdict, record.ReasonJobIDMismatch)
+			}
+		}
+		f = healthy(isolated)
+		asTask(f, "", "11")
+		if dec := decideAll(t, f); dec.Verdict != nil {
+			t.Errorf("isolated %v: own id unknown: %+v, want no verdict yet", isolated, dec.Verdict)
+		}
+	}
 }
 
 // TestWithdrawnNeedsContinuousEvidence: an author task withdrawn for less

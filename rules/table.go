@@ -128,23 +128,36 @@ var table = []Rule{
 		}
 		return r
 	}},
-	{"author-task-withdrawn", ThePolicy, func(v view) (r Result) {
-		// An author's array task withdrawn before it ran: Slurm keeps
-		// no record of a task cancelled while pending in its array's
-		// record, so its uid is unknown; the tool's own cancel is on
-		// record (cancel-on-record). Without isolation the policy's code
-		// (a sibling episode's, the same user) can scancel it; with
-		// isolation it cannot reach Slurm: an administrator.
-		a, ok := v.job(stages.Author)
-		if !ok || !v.withdrawn(&r, a) {
-			return r
+	{"task-withdrawn", ThePolicy, func(v view) (r Result) {
+		// An array task withdrawn before it ran: Slurm keeps no record
+		// of a task cancelled while pending in its array's record (nor,
+		// on 24.11, of a split-out one once slurmctld forgot it), so its
+		// uid is unknown; the tool's own cancel is on record
+		// (cancel-on-record). A task whose dependency can never be met
+		// is withdrawn too (KillOnInvalidDep): an eval task is this
+		// row's only while its train task COMPLETED; otherwise train's
+		// end decides. Author and train tasks wait on nothing. Without
+		// isolation the policy's code (a sibling episode's, the same
+		// user) can scancel a task; with isolation it cannot reach
+		// Slurm: an administrator.
+		for _, s := range stages.All {
+			j, ok := v.job(s)
+			if !ok || !v.withdrawn(&r, j) {
+				continue
+			}
+			if s == stages.Eval {
+				if t, ended := v.ended(&r, stages.Train); !ended || t.State.Name != "COMPLETED" {
+					continue
+				}
+			}
+			detail := fmt.Sprintf("%s job %s was withdrawn from its job array before it ran: Slurm has kept no record of it for %s while its array's other tasks have theirs, which only a scancel of that task does, and nemorl-slurm did not cancel it",
+				s, j.ID, v.f.Waited["withdrawn-"+j.ID].Round(time.Second))
+			if v.f.Isolated {
+				return r.with(fail(InfraFailure, s, ReasonCancelled, detail+"; with isolation the policy cannot reach Slurm: an administrator"))
+			}
+			return r.with(fail(PolicyFailure, s, ReasonForeignCancel, detail+"; without isolation the policy's code (a sibling episode's, the same user) can").tampered())
 		}
-		detail := fmt.Sprintf("author job %s was withdrawn from its job array before it ran: Slurm has kept no record of it for %s while its array's other tasks have theirs, which only a scancel of that task does, and nemorl-slurm did not cancel it",
-			a.ID, v.f.Waited["withdrawn-"+a.ID].Round(time.Second))
-		if v.f.Isolated {
-			return r.with(fail(InfraFailure, stages.Author, ReasonCancelled, detail+"; with isolation the policy cannot reach Slurm: an administrator"))
-		}
-		return r.with(fail(PolicyFailure, stages.Author, ReasonForeignCancel, detail+"; without isolation the policy's code (a sibling episode's, the same user) can").tampered())
+		return r
 	}},
 	{"job-lost", TheCluster, func(v view) (r Result) {
 		// A job Slurm forgot, after JobLostAfter of continuous evidence:
@@ -552,7 +565,17 @@ var table = []Rule{
 			return r.with(vd)
 		}
 		ev, _ := o.Record.(*record.Eval)
-		if err := record.VerifyEvalJob(ev, e.ID); err != nil {
+		// The record names the job it ran in ($SLURM_JOB_ID): an array
+		// task's own id (sacct's JobIDRaw), not its ARRAY_TASK.
+		own := e.ID
+		if e.ArrayJobID != "" {
+			if e.RawID == "" {
+				r.Pending = true // Slurm has not said yet
+				return r
+			}
+			own = e.RawID
+		}
+		if err := record.VerifyEvalJob(ev, own); err != nil {
 			return r.with(recordRejected(stages.Eval, err))
 		}
 		return r
