@@ -94,8 +94,21 @@ func arrayDirectives(script []byte) []string {
 // nil when the episodes' scripts ask Slurm for different resources (no one
 // array can run them all): they are then submitted one by one.
 func renderArray(parent string, stage stages.Stage, ps []*pending, version string, now time.Time) (*jobArray, error) {
+	tasks := make([]int, len(ps))
+	for i := range tasks {
+		tasks[i] = i
+	}
+	return renderArrayTasks(parent, stage, ps, tasks, version, now)
+}
+
+// renderArrayTasks is renderArray with ps[i] as task tasks[i] (an eval
+// array's tasks take their train tasks' indexes: aftercorr pairs them).
+func renderArrayTasks(parent string, stage stages.Stage, ps []*pending, tasks []int, version string, now time.Time) (*jobArray, error) {
 	if len(ps) < minArray {
 		return nil, nil
+	}
+	if len(tasks) != len(ps) {
+		return nil, fmt.Errorf("job array of %d episodes with %d task indexes", len(ps), len(tasks))
 	}
 	id := newArrayID(now)
 	a := &jobArray{id: id, stage: stage, name: arrayJobName(id, stage), comment: arrayComment(id, stage),
@@ -119,8 +132,11 @@ func renderArray(parent string, stage stages.Stage, ps []*pending, version strin
 			return nil, fmt.Errorf("episode %s: %s is not in %s with the others of its array", p.e.Episode, p.e.Dir, parent)
 		}
 		sum := sha256.Sum256(f.Data)
+		if i > 0 && tasks[i] <= tasks[i-1] || tasks[i] < 0 {
+			return nil, fmt.Errorf("job array task indexes %v: not increasing from 0", tasks)
+		}
 		fmt.Fprintf(&table, "  %d) nemorl_episode=%s nemorl_script=%s nemorl_sha256=%s ;;\n",
-			i, shell.Quote(p.e.Episode), shell.Quote(path.Join(p.e.Dir, rel)), hex.EncodeToString(sum[:]))
+			tasks[i], shell.Quote(p.e.Episode), shell.Quote(path.Join(p.e.Dir, rel)), hex.EncodeToString(sum[:]))
 	}
 	b.WriteString("#!/bin/bash\n")
 	fmt.Fprintf(&b, "#SBATCH --job-name=%s\n", a.name)
@@ -167,7 +183,8 @@ exec /bin/bash -c "$nemorl_body" "$nemorl_script"
 	return a, nil
 }
 
-// taskOf is episode p's place in array a, task i, for its ledger entry.
+// taskOf is the place of the episode of task i in array a, for its
+// ledger entry.
 func (a *jobArray) taskOf(i int) *ledger.ArrayTask {
 	return &ledger.ArrayTask{Name: a.name, Comment: a.comment, ScriptSHA256: a.sum, Script: a.path, Task: i}
 }

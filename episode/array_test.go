@@ -2,8 +2,10 @@ package episode
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/internal/shell"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/stages"
 	"github.com/nemorl/nemorl-slurm/templates"
@@ -209,5 +212,49 @@ func TestArrayScriptPassesEveryStatus(t *testing.T) {
 	}
 	if got := run("kill"); got != 128+int(syscall.SIGTERM) {
 		t.Errorf("the script killed by TERM, the task ended %d, want %d", got, 128+int(syscall.SIGTERM))
+	}
+}
+
+// TestStageArrayScriptsHoldNoSecret: the train and eval arrays' scripts,
+// readable by every task of the user (a sibling episode's code among
+// them), hold the tasks' table and nothing secret: rendered from real
+// episode trees with a policy API key set, neither the key nor the
+// secrets file's name appears; each names its tasks' staged scripts with
+// the sha256s the ledger records, at the indexes given (an eval array's
+// are its train tasks').
+func TestStageArrayScriptsHoldNoSecret(t *testing.T) {
+	d, _ := stageDriver(t)
+	key := d.Config.PolicyModel.APIKey.Reveal()
+	if key == "" {
+		t.Fatal("the example config has no policy API key set here")
+	}
+	sg := d.parts().stager
+	var ps []*pending
+	for i := range 3 {
+		id := fmt.Sprintf("ep-20261207T050000Z-0000000%d", i)
+		tree, err := sg.render(id, []byte("prompt"), "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, &pending{e: &ledger.Entry{Episode: id, Dir: tree.Dir, Scripts: scriptHashes(tree)}, tree: tree})
+	}
+	for _, stage := range []stages.Stage{stages.Train, stages.Eval} {
+		arr, err := renderArrayTasks(path.Dir(ps[0].e.Dir), stage, ps, []int{1, 4, 7}, "test", time.Now())
+		if err != nil || arr == nil {
+			t.Fatalf("%s: %v %v", stage, arr, err)
+		}
+		s := string(arr.script)
+		if strings.Contains(s, key) || strings.Contains(s, "secrets.env") {
+			t.Errorf("%s array's script holds the key or names the secrets file", stage)
+		}
+		for i, p := range ps {
+			row := fmt.Sprintf("  %d) nemorl_episode=%s nemorl_script=%s nemorl_sha256=%s ;;", []int{1, 4, 7}[i], p.e.Episode, shell.Quote(path.Join(p.e.Dir, stages.Script(stage))), p.e.Scripts[stage])
+			if !strings.Contains(s, row+"\n") {
+				t.Errorf("%s array's script lacks the row %q", stage, row)
+			}
+		}
+	}
+	if _, err := renderArrayTasks(path.Dir(ps[0].e.Dir), stages.Eval, ps, []int{4, 1, 7}, "test", time.Now()); err == nil {
+		t.Error("task indexes out of order: rendered")
 	}
 }

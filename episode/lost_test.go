@@ -42,7 +42,7 @@ func TestLostNeedsContinuousEvidence(t *testing.T) {
 	step := func(after time.Duration, infos map[string]slurm.JobInfo) {
 		t.Helper()
 		now = now.Add(after)
-		if err := d.advance(context.Background(), e, infos, w); err != nil {
+		if err := d.advance(context.Background(), e, infos, w, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,7 +176,7 @@ func TestNodeFailSettles(t *testing.T) {
 	step := func(after time.Duration, train string) {
 		t.Helper()
 		now = now.Add(after)
-		if err := d.advance(context.Background(), e, infos(train), w); err != nil {
+		if err := d.advance(context.Background(), e, infos(train), w, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -59,7 +59,7 @@ func TestRetryTrain(t *testing.T) {
 		"2": {ID: "2", State: slurm.ParseState("NODE_FAIL", ""), Runs: 1, Source: slurm.SourceSacct},
 		"3": {ID: "3", State: slurm.ParseState("CANCELLED", "DependencyNeverSatisfied"), Runs: 1, Source: slurm.SourceSacct},
 	}
-	if err := d.advance(context.Background(), e, infos, w); err != nil {
+	if err := d.advance(context.Background(), e, infos, w, nil); err != nil {
 		t.Fatal(err)
 	}
 	if e.Final() {
@@ -122,7 +122,7 @@ func TestRetryTrain(t *testing.T) {
 	e.Jobs[stages.Eval] = &ledger.Submission{JobID: "5", Attempt: 2, After: "4"}
 	infos["4"] = slurm.JobInfo{ID: "4", State: slurm.ParseState("NODE_FAIL", ""), Runs: 1, Source: slurm.SourceSacct}
 	infos["5"] = slurm.JobInfo{ID: "5", State: slurm.ParseState("CANCELLED", "DependencyNeverSatisfied"), Runs: 1, Source: slurm.SourceSacct}
-	if err := d.advance(context.Background(), e, infos, w); err != nil {
+	if err := d.advance(context.Background(), e, infos, w, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !e.Final() || e.Outcome.FailureReason != string(slurm.FailureNodeFailure) || !e.Outcome.MaskSample {

@@ -10,10 +10,11 @@ import (
 
 // embeddedScripts are the cluster-side scripts of scripts/, by file name.
 var embeddedScripts = map[string]string{
-	"batch.sh":      batchScript,
-	"submit.sh":     submitScript,
-	"collect.sh":    collectScript,
-	"move_aside.sh": moveAsideScript,
+	"batch.sh":        batchScript,
+	"submit.sh":       submitScript,
+	"collect.sh":      collectScript,
+	"move_aside.sh":   moveAsideScript,
+	"array_submit.sh": arraySubmitScript,
 }
 
 // TestEmbedScripts checks that every script of scripts/ is embedded, starts

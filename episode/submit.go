@@ -48,6 +48,9 @@ type submitter struct {
 	gateOnce sync.Once
 	gate     *pacer // cluster.submit_rate; nil: no cap
 
+	// failed: the stages whose arrays sbatch refused for good here.
+	failed arrayFailed
+
 	// unknownSince: when adopt first found a job id that an episode's
 	// manifest names for a stage unknown to Slurm (manifestJob), by
 	// "episode/stage/id".

@@ -404,15 +404,49 @@ func (d *Driver) poll(ctx context.Context, st *watchState, act bool) ([]Row, err
 }
 
 // advanceAll advances every claimed, unfinished episode, at most
-// episodes.concurrency at once.
+// episodes.concurrency at once. With job arrays (cluster.job_arrays), the
+// first train submissions this cycle's decisions ask for are one array,
+// and the evals that follow them one array chained to it task for task
+// (stage_array.go).
 func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[string]slurm.JobInfo) {
+	var mu sync.Mutex // guards st.since
+	var all []*ledger.Entry
+	for _, ep := range st.order {
+		if e := st.entries[ep]; !e.Final() && st.locks[ep] != nil {
+			all = append(all, e)
+		}
+	}
+	var train *stageBatch
+	if d.Config.Cluster.Arrays() {
+		train = &stageBatch{stage: stages.Train}
+	}
+	d.advanceEach(ctx, st, infos, all, train, &mu)
+	if train == nil || len(train.items) == 0 {
+		return
+	}
+	sb := d.parts().submitter
+	name, job, alone := sb.submitStageArray(ctx, train, "")
+	d.advanceEach(ctx, st, infos, alone, nil, &mu)
+	if name == "" {
+		return
+	}
+	eval := &stageBatch{stage: stages.Eval, of: name}
+	d.advanceEach(ctx, st, infos, train.entries(), eval, &mu)
+	if len(eval.items) == 0 {
+		return
+	}
+	_, _, alone = sb.submitStageArray(ctx, eval, job)
+	d.advanceEach(ctx, st, infos, alone, nil, &mu)
+}
+
+// advanceEach advances es, at most episodes.concurrency at once; b, when
+// not nil, gathers the first submissions of its stage (advance).
+func (d *Driver) advanceEach(ctx context.Context, st *watchState, infos map[string]slurm.JobInfo, es []*ledger.Entry, b *stageBatch, mu *sync.Mutex) {
 	n := max(d.Config.Episodes.Concurrency, 1)
 	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
-	var mu sync.Mutex // guards st.since
-	for _, ep := range st.order {
-		e := st.entries[ep]
-		if e.Final() || st.locks[ep] == nil {
+	for _, e := range es {
+		if e.Final() {
 			continue
 		}
 		wg.Add(1)
@@ -420,7 +454,7 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := d.advance(ctx, e, infos, st.waitsFor(e.Episode, d.now, &mu)); err != nil && ctx.Err() == nil {
+			if err := d.advance(ctx, e, infos, st.waitsFor(e.Episode, d.now, mu), b); err != nil && ctx.Err() == nil {
 				d.logf("%s: %v (will retry)", e.Episode, err)
 			}
 		}()
@@ -432,8 +466,10 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 // the facts rules.Decide asks for and does what it says (submit the next
 // stage, record the author's verified patch, end the episode), until
 // Decide has nothing more to say before the next poll; w times the waits
-// Decide asks for (a job unknown, a requeue, times unknown).
-func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]slurm.JobInfo, w waits) error {
+// Decide asks for (a job unknown, a requeue, times unknown). b, when not
+// nil, takes the first submission of its stage: the episode stops there
+// until the batch is submitted (stage_array.go).
+func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]slurm.JobInfo, w waits, b *stageBatch) error {
 	if e.Final() {
 		return nil
 	}
@@ -483,6 +519,9 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 			stage, after := dec.Stage, ""
 			if i := slices.Index(stages.All, stage); i > 0 {
 				after = e.JobID(stages.All[i-1])
+			}
+			if b.take(e, stage, rec, after) {
+				return nil
 			}
 			err := d.parts().submitter.submit(ctx, e, stage, after, rec)
 			f.Author, f.EvalOutputChecked = e.Author, e.EvalOutputChecked

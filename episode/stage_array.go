@@ -1,0 +1,303 @@
+package episode
+
+// Train and eval as job arrays. In a poll cycle, the episodes whose next
+// step (rules.Decide's) is the first submission of train are gathered
+// (stageBatch) instead of each running its own sbatch; once every episode
+// has been advanced, they are submitted as one train array, then advanced
+// again: those whose next step is then eval's first submission, and whose
+// train is a task of that array, are submitted as one eval array whose
+// task i waits for train's task i (aftercorr): one sbatch per stage for
+// up to MaxBatch episodes where each cost one. An episode whose train
+// failed has its eval task withdrawn by Slurm (--kill-on-invalid-dep),
+// never run; its siblings' tasks go on. A retried stage (attempt 2 on),
+// a stage whose intent a crash left, and a batch of one are submitted as
+// jobs of their own, as before: a task's retry or cancel never touches
+// its siblings. Each task runs exactly its episode's staged script
+// (array.go), whose sha256 the array's script holds.
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/shell"
+	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
+)
+
+// arraySubmitScript writes an array's script and submits it, then the
+// manifests of its tasks' episodes with their ids.
+//
+// It is scripts/array_submit.sh.
+//
+//go:embed scripts/array_submit.sh
+var arraySubmitScript string
+
+// stageBatch gathers, in one poll cycle, the episodes ready for the
+// first submission of stage.
+type stageBatch struct {
+	stage stages.Stage
+	// of, for eval: the train array whose tasks the episodes' trains must
+	// be (ledger.ArrayTask.Name), each eval task taking its train task's
+	// index; "" for train.
+	of string
+
+	mu    sync.Mutex
+	items []*batchItem
+}
+
+// batchItem is one episode of a stageBatch: what its decision records
+// with the submission (change), and the job it waits for.
+type batchItem struct {
+	e     *ledger.Entry
+	with  change
+	after string
+	task  int
+}
+
+// take reports whether e's submission of b's stage goes into the batch
+// (then added): its first attempt, no intent on record, and for eval its
+// train a task of b's train array.
+func (b *stageBatch) take(e *ledger.Entry, stage stages.Stage, with change, after string) bool {
+	if b == nil || stage != b.stage || e.Jobs[stage] != nil || len(e.Retried[stage]) > 0 || e.CancelRequested != "" {
+		return false
+	}
+	task := -1
+	if b.of != "" {
+		t := e.Jobs[stages.Train]
+		if t == nil || t.Array == nil || t.Array.Name != b.of || t.JobID == "" || len(e.Retried[stages.Train]) > 0 {
+			return false
+		}
+		task = t.Array.Task
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if task < 0 {
+		task = len(b.items)
+	}
+	b.items = append(b.items, &batchItem{e: e, with: with, after: after, task: task})
+	return true
+}
+
+// arrayFailed is why an array of stage cannot be submitted on this
+// cluster (sbatch refused it for good): its episodes go one by one from
+// then on.
+type arrayFailed struct {
+	mu  sync.Mutex
+	why map[stages.Stage]string
+}
+
+func (a *arrayFailed) get(stage stages.Stage) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.why[stage]
+}
+
+func (a *arrayFailed) set(stage stages.Stage, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.why == nil {
+		a.why = map[stages.Stage]string{}
+	}
+	a.why[stage] = why
+}
+
+// submitStageArray submits b's episodes as one job array of b's stage;
+// after, for eval, is the train array's job id (aftercorr). It returns
+// the episodes it did not submit (too few for an array, scripts that ask
+// for different resources, the array refused): the caller advances them
+// again, one by one. An episode whose intent was saved and whose array's
+// sbatch did not say what it made is left to its next advance, which
+// looks for its task (adopt) as for any interrupted submission.
+func (sb *submitter) submitStageArray(ctx context.Context, b *stageBatch, after string) (arrayName, arrayJob string, rest []*ledger.Entry) {
+	all := b.entries
+	if len(b.items) < minArray || sb.failed.get(b.stage) != "" {
+		return "", "", all()
+	}
+	slices.SortFunc(b.items, func(x, y *batchItem) int { return x.task - y.task })
+	// The scripts as staged, rendered again (the same, sha256 checked):
+	// the array's table pins each.
+	ps := make([]*pending, 0, len(b.items))
+	for _, it := range b.items {
+		e := it.e
+		prompt, err := os.ReadFile(sb.ledger.PromptPath(e.Episode))
+		if err != nil {
+			sb.logf("%s: %s as a job array: %v: submitted on its own", e.Episode, b.stage, err)
+			return "", "", all()
+		}
+		tree, err := sb.stager.render(e.Episode, prompt, e.PolicyBaseURL, time.Duration(e.KillWaitSeconds)*time.Second)
+		if err != nil {
+			sb.logf("%s: %s as a job array: %v: submitted on its own", e.Episode, b.stage, err)
+			return "", "", all()
+		}
+		if got := scriptHashes(tree)[b.stage]; got != e.Scripts[b.stage] {
+			sb.logf("%s: %s as a job array: its script renders with sha256 %s, the ledger has %s: submitted on its own", e.Episode, b.stage, got, e.Scripts[b.stage])
+			return "", "", all()
+		}
+		ps = append(ps, &pending{e: e, tree: tree})
+	}
+	parent := path.Dir(ps[0].e.Dir)
+	arr, err := renderArrayTasks(parent, b.stage, ps, b.taskIndexes(), sb.stager.version, sb.now())
+	if err != nil || arr == nil {
+		if err != nil {
+			sb.logf("%s array of %d episodes: %v: submitted one by one", b.stage, len(ps), err)
+		}
+		return "", "", all()
+	}
+	// The intents, each with its task, on record before sbatch.
+	now := sb.now().UTC()
+	var mu sync.Mutex
+	var ready []*batchItem
+	sb.parallel(ps, func(p *pending) error {
+		it := b.item(p.e)
+		c := it.with
+		c.stage = b.stage
+		c.intent = &ledger.Submission{Intent: now, Attempt: p.e.AttemptNumber(b.stage), After: it.after, Array: arr.taskOf(it.task)}
+		if err := sb.entries.apply(p.e, c); err != nil {
+			return err
+		}
+		mu.Lock()
+		ready = append(ready, it)
+		mu.Unlock()
+		return nil
+	}, func(p *pending, err error) { sb.logf("%s: %v (will retry)", p.e.Episode, err) })
+	if len(ready) == 0 {
+		return "", "", nil
+	}
+	slices.SortFunc(ready, func(x, y *batchItem) int { return x.task - y.task })
+	req := slurm.SubmitRequest{ScriptPath: arr.path, Name: arr.name, Comment: arr.comment, KillOnInvalidDep: true}
+	var tasks []string
+	for _, it := range ready {
+		tasks = append(tasks, strconv.Itoa(it.task))
+	}
+	req.Array = strings.Join(tasks, ",")
+	if after != "" {
+		req.AfterCorr = []string{after}
+	}
+	res, err := sb.runArraySubmit(ctx, arr, ready, req)
+	if err != nil {
+		if slurm.SubmitNotCreated(err) || errors.Is(err, errArrayNotWritten) {
+			for _, it := range ready {
+				sb.forgetIntent(it.e, b.stage, it.e.Jobs[b.stage])
+			}
+			if why, refused := slurm.SubmitRefused(err); refused {
+				sb.failed.set(b.stage, why)
+				sb.logf("%s as a job array: sbatch refused it for good (%s): %s jobs go one by one from now on", b.stage, why, b.stage)
+				return "", "", all()
+			}
+		}
+		sb.logf("%s array %s of %d episodes: %v (each is looked for or submitted again at its next poll)", b.stage, arr.id, len(ready), err)
+		return "", "", nil
+	}
+	for _, w := range res.Warnings {
+		sb.logf("%s array %s: sbatch: %s", b.stage, arr.id, w)
+	}
+	at := sb.now().UTC()
+	sb.parallel(ps, func(p *pending) error {
+		it := b.item(p.e)
+		if p.e.Jobs[b.stage] == nil || p.e.Jobs[b.stage].Array == nil {
+			return nil // its intent was not saved: not in the array
+		}
+		return sb.entries.apply(p.e, change{stage: b.stage, job: &submittedJob{id: slurm.TaskID(res.JobID, it.task), at: at}})
+	}, func(p *pending, err error) {
+		sb.logf("%s: %v (its task is looked for at its next poll)", p.e.Episode, err)
+	})
+	sb.logf("submitted the %s jobs of %d episodes as job array %s (%s)", b.stage, len(ready), res.JobID, arr.id)
+	return arr.name, res.JobID, nil
+}
+
+// entries are b's episodes.
+func (b *stageBatch) entries() []*ledger.Entry {
+	var es []*ledger.Entry
+	for _, it := range b.items {
+		es = append(es, it.e)
+	}
+	return es
+}
+
+// item is e's item of b.
+func (b *stageBatch) item(e *ledger.Entry) *batchItem {
+	for _, it := range b.items {
+		if it.e == e {
+			return it
+		}
+	}
+	return nil
+}
+
+// taskIndexes are b's items' task indexes, in order.
+func (b *stageBatch) taskIndexes() []int {
+	out := make([]int, len(b.items))
+	for i, it := range b.items {
+		out[i] = it.task
+	}
+	return out
+}
+
+// errArrayNotWritten: the array's script could not be written on the
+// cluster (array_submit.sh's exit 91); no sbatch ran.
+var errArrayNotWritten = errors.New("the job array's script could not be written")
+
+// runArraySubmit writes the array's script and submits it in one command,
+// which also writes each episode's manifest with its task's id.
+func (sb *submitter) runArraySubmit(ctx context.Context, arr *jobArray, items []*batchItem, req slurm.SubmitRequest) (slurm.SubmitResult, error) {
+	sbatch, err := slurm.SbatchArgs(req)
+	if err != nil {
+		return slurm.SubmitResult{}, err
+	}
+	var stdin bytes.Buffer
+	argv := []string{"sh", "-c", arraySubmitScript, "sh", arr.path, strconv.Itoa(len(items))}
+	for _, it := range items {
+		m, err := sb.stager.manifest(it.e, arr.stage)
+		if err != nil {
+			return slurm.SubmitResult{}, err
+		}
+		stdin.Write(m) // one line
+		argv = append(argv, strconv.Itoa(it.task), path.Join(it.e.Dir, ManifestFile))
+	}
+	stdin.Write(arr.script)
+	argv = append(argv, sbatch...)
+	if g := sb.submitGate(); g != nil {
+		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), 1))); err != nil {
+			return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: waiting for cluster.submit_rate: %w", err)
+		}
+	}
+	res, err := sb.slurm.RunVia(ctx, sb.host, slurm.KindSbatch, remote.Command{Argv: argv, Stdin: &stdin, Label: "sbatch"})
+	var ce *remote.CommandError
+	if errors.As(err, &ce) {
+		if ce.ExitStatus == 91 {
+			return slurm.SubmitResult{}, fmt.Errorf("%w: %s on %s", errArrayNotWritten, arr.path, sb.host.Name())
+		}
+		c := *ce
+		c.Command = shell.Join(sbatch)
+		if c.Stderr == "" && res != nil {
+			c.Stderr = remote.TrimStderr(res.Stderr)
+		}
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &c)
+	}
+	var de *slurm.DeadlineError
+	if errors.As(err, &de) {
+		d := *de
+		d.Command = remote.Brief(shell.Join(sbatch))
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &d)
+	}
+	if err != nil {
+		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %s: %w", shell.Join(sbatch), err)
+	}
+	r, err := slurm.ParseSbatch(res.Stdout, res.Stderr)
+	if err != nil {
+		return r, fmt.Errorf("%w: %s", err, shell.Join(sbatch))
+	}
+	return r, nil
+}

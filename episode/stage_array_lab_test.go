@@ -1,0 +1,230 @@
+package episode
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nemorl/nemorl-slurm/internal/labtest"
+	"github.com/nemorl/nemorl-slurm/ledger"
+	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
+	"github.com/nemorl/nemorl-slurm/slurm"
+	"github.com/nemorl/nemorl-slurm/stages"
+)
+
+// stageArrayEpisodes submits three episodes whose first id ends in
+// first (the stand-in train's --only-episode picks it), their authors one
+// array, and waits until every author has ended: the next poll then
+// decides all three at once. The returned driver counts its commands.
+func stageArrayEpisodes(t *testing.T, s labtest.Slurm, train []string, first string) (*Driver, *remote.Counted, []string) {
+	t.Helper()
+	labtest.UseLab(t)
+	d, _ := dialLabAt(t, s.Lab, train, 0)
+	counted := remote.NewCounted(d.Host)
+	d.Host = counted // before the Driver's first call builds its parts
+	ctx := context.Background()
+	specs := []Spec{{ID: "ep-" + time.Now().UTC().Format("20060102T150405Z") + "-" + first, Prompt: []byte("stand-in prompt")},
+		{Prompt: []byte("stand-in prompt")}, {Prompt: []byte("stand-in prompt")}}
+	var eps, authors []string
+	for i, r := range d.Submit(ctx, specs) {
+		if r.Err != nil {
+			t.Fatalf("episode %d: %v", i, r.Err)
+		}
+		r.Lock.Unlock()
+		eps, authors = append(eps, r.Entry.Episode), append(authors, r.Entry.JobID(stages.Author))
+	}
+	t.Cleanup(func() {
+		for _, ep := range eps {
+			if e, err := d.Ledger.Load(ep); err == nil && !e.Final() {
+				cancelAsOwner(d, e)
+			}
+		}
+	})
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		infos, err := d.Slurm.Query(ctx, authors)
+		ended := err == nil
+		for _, id := range authors {
+			ended = ended && infos[id].State.Terminal()
+		}
+		if ended {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the authors %v have not all ended after 2 minutes: %v %v", authors, infos, err)
+		}
+	}
+	return d, counted, eps
+}
+
+// TestStageArraysLab: on each Slurm, three episodes whose authors ended
+// before one poll have their train jobs submitted as one job array (one
+// sbatch) and their eval jobs as one array chained to it task for task
+// (aftercorr): each eval task has its train task's index. One episode's
+// train crashes (the stand-in's --trainer-crash, for it alone): its eval
+// task never runs, its outcome is train's failure (train_failed, the
+// policy's), and its siblings are scored: their eval records name their
+// tasks' own job ids (sacct's JobIDRaw), which the rules check.
+func TestStageArraysLab(t *testing.T) {
+	labtest.EachSlurm(t, testStageArrays)
+}
+
+func testStageArrays(t *testing.T, s labtest.Slurm) {
+	d, counted, eps := stageArrayEpisodes(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--only-episode", "*-crash0", "--trainer-crash"}, "crash0")
+	before := counted.Counts()["run sbatch"]
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counted.Counts()["run sbatch"] - before; n != 2 {
+		t.Errorf("the train and eval jobs of 3 episodes took %d sbatch, want 2 (one array each)", n)
+	}
+	var trainArray, evalArray string
+	for i, ep := range eps {
+		e := got[ep]
+		tr, ev := e.Jobs[stages.Train], e.Jobs[stages.Eval]
+		if tr == nil || tr.Array == nil || ev == nil || ev.Array == nil {
+			t.Fatalf("episode %d: train %+v, eval %+v: want tasks of arrays", i, tr, ev)
+		}
+		if (trainArray != "" && tr.Array.Name != trainArray) || (evalArray != "" && ev.Array.Name != evalArray) {
+			t.Errorf("episode %d: train in %s, eval in %s: want the arrays %s and %s", i, tr.Array.Name, ev.Array.Name, trainArray, evalArray)
+		}
+		trainArray, evalArray = tr.Array.Name, ev.Array.Name
+		_, tt, ok1 := slurm.SplitTaskID(tr.JobID)
+		_, et, ok2 := slurm.SplitTaskID(ev.JobID)
+		if !ok1 || !ok2 || tt != tr.Array.Task || et != ev.Array.Task || et != tt {
+			t.Errorf("episode %d: train %s (task %d), eval %s (task %d): want eval task i waiting for train task i", i, tr.JobID, tr.Array.Task, ev.JobID, ev.Array.Task)
+		}
+		if ev.After != tr.JobID {
+			t.Errorf("episode %d: eval waits for %q, want its train task %s", i, ev.After, tr.JobID)
+		}
+		o := e.Outcome
+		if i == 0 {
+			if o == nil || o.Outcome != rules.PolicyFailure || o.FailureStage != stages.Train || o.FailureReason != rules.ReasonTrainFailed {
+				t.Errorf("episode %d (train crashed): outcome %+v, want policy_failure train %s", i, o, rules.ReasonTrainFailed)
+			} else if j := o.Jobs[stages.Eval]; !j.Start.IsZero() {
+				t.Errorf("episode %d: its eval task %s started at %s: want it never run", i, j.ID, j.Start)
+			}
+			continue
+		}
+		if o == nil || o.Outcome != rules.Scored || o.Reward == nil {
+			t.Errorf("episode %d: outcome %+v, want scored", i, o)
+		}
+	}
+	t.Logf("%s: train array %s, eval array %s (aftercorr): 2 sbatch for 3 episodes; the crashed train's eval never ran; %s",
+		s.Name, trainArray, evalArray, outcomes(got, eps))
+}
+
+// outcomes is a line of eps' outcomes.
+func outcomes(got map[string]*ledger.Entry, eps []string) string {
+	var out []string
+	for _, ep := range eps {
+		if o := got[ep].Outcome; o != nil {
+			out = append(out, string(o.Outcome)+"/"+o.FailureReason)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// TestStageArraysCancelSiblingLab: the policy's train code, in one task of
+// a train array, scancels its sibling episodes' train tasks (the stand-in
+// train's --cancel-siblings, for that episode alone; runtime none: the
+// policy has the user's Slurm rights). Each sibling's outcome is decided
+// on its own: a cancel the tool did not issue, the policy's
+// (foreign_cancel, tampering), never a masked sample; the attacker's own
+// episode is scored, and its task and eval are untouched.
+func TestStageArraysCancelSiblingLab(t *testing.T) {
+	labtest.EachSlurm(t, testStageArraysCancelSibling)
+}
+
+func testStageArraysCancelSibling(t *testing.T, s labtest.Slurm) {
+	d, _, eps := stageArrayEpisodes(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "20", "--only-episode", "*-attack0", "--cancel-siblings"}, "attack0")
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ep := range eps {
+		o := got[ep].Outcome
+		if i == 0 {
+			if o == nil || o.Outcome != rules.Scored {
+				t.Errorf("episode %d (the attacker): outcome %+v, want scored", i, o)
+			}
+			continue
+		}
+		if o == nil || o.Outcome != rules.PolicyFailure || o.FailureStage != stages.Train || o.FailureReason != rules.ReasonForeignCancel || !o.Tampering {
+			t.Errorf("episode %d (its train task cancelled by a sibling's code): outcome %+v, want policy_failure train %s with tampering", i, o, rules.ReasonForeignCancel)
+		}
+	}
+	t.Logf("%s: one train task cancelled its siblings: %s", s.Name, outcomes(got, eps))
+}
+
+// replyDropped is a host whose first sbatch of a train array runs on the
+// cluster but whose answer never reaches the tool: the outcome of a
+// connection lost between a command and its answer
+// (remote.ErrOutcomeUnknown).
+type replyDropped struct {
+	remote.Host
+	once  sync.Once
+	fired bool
+}
+
+func (h *replyDropped) Run(ctx context.Context, c remote.Command) (*remote.Result, error) {
+	res, err := h.Host.Run(ctx, c)
+	if c.Label == "sbatch" && strings.Contains(strings.Join(c.Argv, " "), "--job-name=nemorl-train-arr-") {
+		dropped := false
+		h.once.Do(func() { h.fired, dropped = true, true })
+		if dropped {
+			return nil, fmt.Errorf("%s: the answer to sbatch was lost: %w", h.Name(), remote.ErrOutcomeUnknown)
+		}
+	}
+	return res, err
+}
+
+// TestStageArraysReplyLostLab: the train array's sbatch runs but its
+// answer is lost. No episode's train is submitted twice: at the next poll
+// each finds its own task by the array's name and proves it by the
+// array's script (adopt), and all are scored; Slurm has one train array.
+func TestStageArraysReplyLostLab(t *testing.T) {
+	labtest.EachSlurm(t, testStageArraysReplyLost)
+}
+
+func testStageArraysReplyLost(t *testing.T, s labtest.Slurm) {
+	d, counted, eps := stageArrayEpisodes(t, s, nil, "lost0")
+	h := &replyDropped{Host: counted}
+	d.Host = h
+	d.built.submitter.host = h // the parts are built: the submitter's host, as a lost connection would reach it
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.fired {
+		t.Fatal("no train array's sbatch went through the host")
+	}
+	arrays := map[string]bool{}
+	for i, ep := range eps {
+		e := got[ep]
+		if o := e.Outcome; o == nil || o.Outcome != rules.Scored {
+			t.Errorf("episode %d: outcome %+v, want scored", i, o)
+		}
+		tr := e.Jobs[stages.Train]
+		if tr == nil || tr.Array == nil || !tr.Adopted {
+			t.Errorf("episode %d: train %+v: want its task of the array adopted", i, tr)
+			continue
+		}
+		a, _, _ := slurm.SplitTaskID(tr.JobID)
+		arrays[a] = true
+	}
+	if len(arrays) != 1 {
+		t.Errorf("train arrays %v: want one", arrays)
+	}
+	t.Logf("%s: the train array's answer lost; every task adopted from array %v; %s", s.Name, arrays, outcomes(got, eps))
+}
