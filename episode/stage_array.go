@@ -187,15 +187,17 @@ func (sb *submitter) submitStageArray(ctx context.Context, b *stageBatch, after 
 	}
 	res, err := sb.runArraySubmit(ctx, arr, ready, req)
 	if err != nil {
-		if slurm.SubmitNotCreated(err) || errors.Is(err, errArrayNotWritten) {
+		why, refused := slurm.SubmitRefused(err)
+		if refused || slurm.SubmitNotCreated(err) || errors.Is(err, errArrayNotWritten) {
+			// No job was made: no intent stays to be looked for.
 			for _, it := range ready {
 				sb.forgetIntent(it.e, b.stage, it.e.Jobs[b.stage])
 			}
-			if why, refused := slurm.SubmitRefused(err); refused {
-				sb.failed.set(b.stage, why)
-				sb.logf("%s as a job array: sbatch refused it for good (%s): %s jobs go one by one from now on", b.stage, why, b.stage)
-				return "", "", all()
-			}
+		}
+		if refused {
+			sb.failed.set(b.stage, why)
+			sb.logf("%s as a job array: sbatch refused it for good (%s): %s jobs go one by one from now on", b.stage, why, b.stage)
+			return "", "", all()
 		}
 		sb.logf("%s array %s of %d episodes: %v (each is looked for or submitted again at its next poll)", b.stage, arr.id, len(ready), err)
 		return "", "", nil
