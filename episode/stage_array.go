@@ -34,6 +34,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
+	"github.com/nemorl/nemorl-slurm/templates"
 )
 
 // arraySubmitScript writes an array's script and submits it, then the
@@ -121,31 +122,29 @@ func (a *arrayFailed) set(stage stages.Stage, why string) {
 // sbatch did not say what it made is left to its next advance, which
 // looks for its task (adopt) as for any interrupted submission.
 func (sb *submitter) submitStageArray(ctx context.Context, b *stageBatch, after string) (arrayName, arrayJob string, rest []*ledger.Entry) {
-	all := b.entries
 	if len(b.items) < minArray || sb.failed.get(b.stage) != "" {
-		return "", "", all()
+		return "", "", b.entries()
 	}
 	slices.SortFunc(b.items, func(x, y *batchItem) int { return x.task - y.task })
 	// The scripts as staged, rendered again (the same, sha256 checked):
-	// the array's table pins each.
+	// the array's table pins each. An episode whose script does not
+	// render the same (another config's) goes on its own.
 	ps := make([]*pending, 0, len(b.items))
+	var alone []*ledger.Entry
+	kept := b.items[:0]
 	for _, it := range b.items {
 		e := it.e
-		prompt, err := os.ReadFile(sb.ledger.PromptPath(e.Episode))
+		tree, err := sb.stagedTree(e, b.stage)
 		if err != nil {
-			sb.logf("%s: %s as a job array: %v: submitted on its own", e.Episode, b.stage, err)
-			return "", "", all()
+			sb.logf("%s: %s as a job array task: %v: submitted on its own", e.Episode, b.stage, err)
+			alone = append(alone, e)
+			continue
 		}
-		tree, err := sb.stager.render(e.Episode, prompt, e.PolicyBaseURL, time.Duration(e.KillWaitSeconds)*time.Second)
-		if err != nil {
-			sb.logf("%s: %s as a job array: %v: submitted on its own", e.Episode, b.stage, err)
-			return "", "", all()
-		}
-		if got := scriptHashes(tree)[b.stage]; got != e.Scripts[b.stage] {
-			sb.logf("%s: %s as a job array: its script renders with sha256 %s, the ledger has %s: submitted on its own", e.Episode, b.stage, got, e.Scripts[b.stage])
-			return "", "", all()
-		}
-		ps = append(ps, &pending{e: e, tree: tree})
+		ps, kept = append(ps, &pending{e: e, tree: tree}), append(kept, it)
+	}
+	b.items = kept
+	if len(ps) < minArray {
+		return "", "", append(alone, b.entries()...)
 	}
 	parent := path.Dir(ps[0].e.Dir)
 	arr, err := renderArrayTasks(parent, b.stage, ps, b.taskIndexes(), sb.stager.version, sb.now())
@@ -153,7 +152,7 @@ func (sb *submitter) submitStageArray(ctx context.Context, b *stageBatch, after 
 		if err != nil {
 			sb.logf("%s array of %d episodes: %v: submitted one by one", b.stage, len(ps), err)
 		}
-		return "", "", all()
+		return "", "", append(alone, b.entries()...)
 	}
 	// The intents, each with its task, on record before sbatch.
 	now := sb.now().UTC()
@@ -173,7 +172,7 @@ func (sb *submitter) submitStageArray(ctx context.Context, b *stageBatch, after 
 		return nil
 	}, func(p *pending, err error) { sb.logf("%s: %v (will retry)", p.e.Episode, err) })
 	if len(ready) == 0 {
-		return "", "", nil
+		return "", "", alone
 	}
 	slices.SortFunc(ready, func(x, y *batchItem) int { return x.task - y.task })
 	req := slurm.SubmitRequest{ScriptPath: arr.path, Name: arr.name, Comment: arr.comment, KillOnInvalidDep: true}
@@ -197,10 +196,10 @@ func (sb *submitter) submitStageArray(ctx context.Context, b *stageBatch, after 
 		if refused {
 			sb.failed.set(b.stage, why)
 			sb.logf("%s as a job array: sbatch refused it for good (%s): %s jobs go one by one from now on", b.stage, why, b.stage)
-			return "", "", all()
+			return "", "", append(alone, b.entries()...)
 		}
 		sb.logf("%s array %s of %d episodes: %v (each is looked for or submitted again at its next poll)", b.stage, arr.id, len(ready), err)
-		return "", "", nil
+		return "", "", alone
 	}
 	for _, w := range res.Warnings {
 		sb.logf("%s array %s: sbatch: %s", b.stage, arr.id, w)
@@ -216,7 +215,24 @@ func (sb *submitter) submitStageArray(ctx context.Context, b *stageBatch, after 
 		sb.logf("%s: %v (its task is looked for at its next poll)", p.e.Episode, err)
 	})
 	sb.logf("submitted the %s jobs of %d episodes as job array %s (%s)", b.stage, len(ready), res.JobID, arr.id)
-	return arr.name, res.JobID, nil
+	return arr.name, res.JobID, alone
+}
+
+// stagedTree renders e's tree again, as staged: its stage script must
+// have the sha256 the ledger recorded at staging.
+func (sb *submitter) stagedTree(e *ledger.Entry, stage stages.Stage) (*templates.Tree, error) {
+	prompt, err := os.ReadFile(sb.ledger.PromptPath(e.Episode))
+	if err != nil {
+		return nil, err
+	}
+	tree, err := sb.stager.render(e.Episode, prompt, e.PolicyBaseURL, time.Duration(e.KillWaitSeconds)*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if got := scriptHashes(tree)[stage]; got != e.Scripts[stage] {
+		return nil, fmt.Errorf("its %s renders with sha256 %s here, the ledger has %s (staged under another config)", stages.Script(stage), got, e.Scripts[stage])
+	}
+	return tree, nil
 }
 
 // entries are b's episodes.

@@ -131,3 +131,32 @@ func TestSubmitStageArray(t *testing.T) {
 		t.Fatalf("after the refusal: %d alone, sbatch ran again: %v", len(alone), args() != before)
 	}
 }
+
+// TestSubmitStageArrayLeavesOutAForeignScript: an episode whose train
+// script does not render here with the sha256 its ledger recorded (staged
+// under another config) is left out of the array, to go on its own; the
+// others are one array.
+func TestSubmitStageArrayLeavesOutAForeignScript(t *testing.T) {
+	d, root := stageDriver(t)
+	ctx := context.Background()
+	out := d.Submit(ctx, []Spec{{Prompt: []byte("a")}, {Prompt: []byte("b")}, {Prompt: []byte("c")}})
+	b := &stageBatch{stage: stages.Train}
+	for i, r := range out {
+		if r.Err != nil {
+			t.Fatalf("episode %d: %v", i, r.Err)
+		}
+		r.Lock.Unlock()
+		b.take(r.Entry, stages.Train, change{}, r.Entry.JobID(stages.Author))
+	}
+	foreign := b.items[0].e
+	foreign.Scripts[stages.Train] = strings.Repeat("0", 64)
+	t.Setenv("FAKE_SBATCH_OUT", "6161")
+	name, job, alone := d.parts().submitter.submitStageArray(ctx, b, "")
+	if name == "" || job != "6161" || len(alone) != 1 || alone[0] != foreign || foreign.Jobs[stages.Train] != nil {
+		t.Fatalf("array %q job %q, alone %d (want the foreign episode alone, no intent: %+v)", name, job, len(alone), foreign.Jobs[stages.Train])
+	}
+	a, _ := os.ReadFile(filepath.Join(root, "sbatch.args"))
+	if !strings.Contains(string(a), "--array=1,2\n") {
+		t.Errorf("sbatch: %s: want tasks 1 and 2", a)
+	}
+}
