@@ -13,7 +13,6 @@ import (
 	"github.com/nemorl/nemorl-slurm/episode"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
-	"github.com/nemorl/nemorl-slurm/stages"
 )
 
 func cleanCommand(e *env) *ucli.Command {
@@ -66,7 +65,7 @@ func (e *env) clean(c *ucli.Context) error {
 		failed = append(failed, ep+": "+err.Error())
 	}
 	for _, s := range sessions {
-		arrays := map[string]string{} // the cleaned episodes' author arrays: name → directory
+		arrays := map[string]string{} // the cleaned episodes' job arrays: name → directory
 		for _, ep := range s.episodes {
 			en, err := lg.Load(ep)
 			if err == nil {
@@ -81,8 +80,10 @@ func (e *env) clean(c *ucli.Context) error {
 			}
 			cleaned = append(cleaned, ep)
 			e.logf("%s: removed %s on %s", ep, en.Dir, s.Host.Name())
-			if sub := en.Jobs[stages.Author]; sub != nil && sub.Array != nil {
-				arrays[sub.Array.Name] = path.Dir(sub.Array.Script)
+			for _, sub := range en.Jobs {
+				if sub != nil && sub.Array != nil {
+					arrays[sub.Array.Name] = path.Dir(sub.Array.Script)
+				}
 			}
 		}
 		if err := removeArrayDirs(c, s, lg, arrays); err != nil {
@@ -126,7 +127,7 @@ func removeEpisodeDir(c *ucli.Context, s *session, en *ledger.Entry) error {
 
 // removeArrayDirs removes, from s's cluster, the directory of each job
 // array in dirs (name → WORKDIR/.arrays/ID: its script, Slurm's own output
-// of its tasks: those the episodes just cleaned ran their authors in)
+// of its tasks: those the episodes just cleaned ran a stage in)
 // once every episode of the ledger in that array is cleaned: an array's
 // script stays while any of its episodes' directories does.
 func removeArrayDirs(c *ucli.Context, s *session, lg *ledger.Ledger, dirs map[string]string) error {
@@ -138,8 +139,13 @@ func removeArrayDirs(c *ucli.Context, s *session, lg *ledger.Ledger, dirs map[st
 		return err
 	}
 	for _, en := range all {
-		if sub := en.Jobs[stages.Author]; sub != nil && sub.Array != nil && en.Cleaned.IsZero() {
-			delete(dirs, sub.Array.Name) // an episode of it not cleaned yet
+		if !en.Cleaned.IsZero() {
+			continue
+		}
+		for _, sub := range en.Jobs {
+			if sub != nil && sub.Array != nil {
+				delete(dirs, sub.Array.Name) // an episode of it not cleaned yet
+			}
 		}
 	}
 	var errs []error

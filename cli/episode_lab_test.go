@@ -640,7 +640,7 @@ func sacctEpisodeOn(s labtest.Slurm, ep string) ([]sacctJob, error) {
 }
 
 // sacctStage is the stage of ep that j belongs to, or "": by its job name
-// or comment, or, for a task of a job array of authors (named and tagged
+// or comment, or, for a task of a job array of a stage (named and tagged
 // as its array), by the task the episode's manifest names.
 func sacctStage(ep string, j sacctJob) string {
 	for _, s := range labStages {
@@ -648,16 +648,28 @@ func sacctStage(ep string, j sacctJob) string {
 			return s
 		}
 	}
-	if arrayJob(j) && j.ID == manifestJob(ep, "author") {
-		return "author"
+	for _, s := range labStages {
+		if arrayJobOf(j, s) && j.ID == manifestJob(ep, s) {
+			return s
+		}
 	}
 	return ""
 }
 
-// arrayJob reports whether j is a task of a job array of authors: named
-// and tagged as its array (episode/array.go).
+// arrayJob reports whether j is a task of a job array of one stage's
+// jobs: named and tagged as its array (episode/array.go).
 func arrayJob(j sacctJob) bool {
-	return strings.HasPrefix(j.Name, "nemorl-author-arr-") && strings.HasPrefix(j.Comment, "nemorl-array:arr-")
+	for _, s := range labStages {
+		if arrayJobOf(j, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// arrayJobOf reports whether j is a task of a job array of stage's jobs.
+func arrayJobOf(j sacctJob, stage string) bool {
+	return strings.HasPrefix(j.Name, "nemorl-"+stage+"-arr-") && strings.HasPrefix(j.Comment, "nemorl-array:arr-") && strings.HasSuffix(j.Comment, ":"+stage)
 }
 
 // manifestJob is stage's job id in ep's manifest on the lab (under its

@@ -644,11 +644,16 @@ func (x *labCLI) testSlurmdbdOutage(t *testing.T) {
 	outage := time.Now()
 	labDaemon(t, "stop", "slurmdbd")
 	t.Cleanup(func() { _ = exec.Command(labtest.Script(t, "daemon"), "start", "slurmdbd").Run() })
-	// Both episodes' jobs end, and slurmctld forgets them.
+	// Both episodes' jobs end, and slurmctld forgets them (a job array's
+	// tasks carry the array's name).
 	var names []string
 	for _, ep := range eps {
+		e := readLedger(t, state, ep)
 		for _, s := range labStages {
 			names = append(names, jobName(ep, s))
+			if a := e.Jobs[s].Array; a != nil && !slices.Contains(names, a.Name) {
+				names = append(names, a.Name)
+			}
 		}
 	}
 	eventually(t, 90*time.Second, time.Second, func() string {
