@@ -564,8 +564,30 @@ type ledgerEntry struct {
 			Task   int    `json:"task"`
 		} `json:"array"`
 	} `json:"jobs"`
+	Retried map[string][]struct {
+		JobID string `json:"job_id"`
+	} `json:"retried"`
 	CancelRequested string          `json:"cancel_requested"`
 	Outcome         json.RawMessage `json:"outcome"`
+}
+
+// sbatchUnits adds to units what e's train and eval jobs took to submit,
+// current and retired: one sbatch per job of its own, one per job array
+// ("stage A" for every task A_T of it).
+func (e ledgerEntry) sbatchUnits(units map[string]bool) {
+	for _, stage := range []string{"train", "eval"} {
+		ids := []string{e.Jobs[stage].JobID}
+		for _, a := range e.Retried[stage] {
+			ids = append(ids, a.JobID)
+		}
+		for _, id := range ids {
+			if id == "" {
+				continue
+			}
+			array, _, _ := strings.Cut(id, "_")
+			units[stage+" "+array] = true
+		}
+	}
 }
 
 func readLedger(t *testing.T, state, ep string) ledgerEntry {

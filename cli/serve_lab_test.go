@@ -257,12 +257,18 @@ func TestServeLab(t *testing.T) {
 	polls, sacct := metricValue(t, raw, "nemorl_serve_sacct_polls_total"), metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sacct"}`)
 	squeue, sacctJobs := metricValue(t, raw, `nemorl_serve_remote_commands_total{program="squeue"}`), metricValue(t, raw, "nemorl_serve_poll_sacct_jobs_total")
 	staged, sbatch := metricValue(t, raw, `nemorl_serve_remote_commands_total{program="stage+sbatch"}`), metricValue(t, raw, `nemorl_serve_remote_commands_total{program="sbatch"}`)
-	t.Logf("%d polls, %d squeue, %d sacct (for %d job ids); %d commands staged and submitted authors, %d submitted train and eval, for %d episodes", polls, squeue, sacct, sacctJobs, staged, sbatch, len(rows)-1)
-	// One sbatch each for train and eval, but for the episode without a
-	// patch (none) and the eval that prints no record: it is run twice
-	// more (episodes.retries: 2, the evaluator dying is the cluster's).
-	if staged < 1 || staged > int64(len(rows)-1) || sbatch != 2*int64(len(rows)-1-1)+2 {
-		t.Errorf("%d staging commands and %d sbatch for %d episodes (one without a patch, one eval retried twice): want at most one staging command per episode, and one sbatch each for train and eval, and two for the retries", staged, sbatch, len(rows)-1)
+	t.Logf("%d polls, %d squeue, %d sacct (for %d job ids); %d commands staged and submitted authors, %d submitted train and eval (jobs and job arrays), for %d episodes", polls, squeue, sacct, sacctJobs, staged, sbatch, len(rows)-1)
+	// One sbatch per train or eval job of its own, one per job array of
+	// them (one poll's trains, their evals), as the ledger records them:
+	// none for the episode without a patch; the eval that prints no
+	// record is run twice more (episodes.retries: 2, the evaluator dying
+	// is the cluster's), each retry a job of its own.
+	units := map[string]bool{}
+	for _, a := range answers[1:] {
+		readLedger(t, state, str(a["episode"])).sbatchUnits(units)
+	}
+	if staged < 1 || staged > int64(len(rows)-1) || sbatch != int64(len(units)) || len(units) > 2*(len(rows)-1-1)+2 {
+		t.Errorf("%d staging commands and %d sbatch for %d episodes (one without a patch, one eval retried twice): want at most one staging command per episode, and one sbatch per train or eval job or job array the ledger records (%d: %v), at most one each and two for the retries", staged, sbatch, len(rows)-1, len(units), units)
 	}
 	if polls < 5 || squeue < 1 || squeue > polls || sacct < 1 || sacct > polls || sacctJobs < sacct {
 		t.Errorf("%d squeue and %d sacct commands (for %d job ids) for %d polls, want at most one squeue and one sacct per poll, and sacct for the jobs that ended", squeue, sacct, sacctJobs, polls)
