@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,7 +122,11 @@ func TestApplySaveFails(t *testing.T) {
 	if err != nil || !saved.EvalOutputChecked {
 		t.Fatalf("after apply: %+v %v", saved, err)
 	}
-	before, _ := cloneEntry(e)
+	before, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeEntry := snapshot(e)
 	// The entry's file replaced by a directory: the next save fails.
 	p := filepath.Join(dir, "episodes", e.Episode+".json")
 	if err := os.Remove(p); err != nil {
@@ -134,7 +139,8 @@ func TestApplySaveFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "eval job 12") {
 		t.Fatalf("apply over a failing save: %v, want an error naming the change", err)
 	}
-	if !reflect.DeepEqual(e, before) {
-		t.Fatalf("entry after a failed save:\n got %+v\nwant %+v", e, before)
+	after, _ := json.Marshal(e)
+	if string(after) != string(before) || !reflect.DeepEqual(*e, beforeEntry) {
+		t.Fatalf("entry after a failed save:\n got %s\nwant %s", after, before)
 	}
 }
