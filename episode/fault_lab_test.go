@@ -63,27 +63,10 @@ func TestFaultReplyLost(t *testing.T) {
 	d, _ := dialLabAt(t, lab, nil, 0)
 	h := &replyLost{Host: d.Host, t: t, sshd: sshd}
 	d.Host = h
-	ctx := context.Background()
-	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock.Unlock()
-	t.Cleanup(func() {
-		if e, err := d.Ledger.Load(e.Episode); err == nil && !e.Final() {
-			cancelAsOwner(d, e)
-		}
-	})
-	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
-	got, err := d.Watch(wctx, []string{e.Episode}, WatchOptions{Act: true, PollMin: 300 * time.Millisecond, PollMax: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fin := submitOneWatched(t, d)
 	if !h.fired {
 		t.Fatal("the fault never fired: no train sbatch went through the host")
 	}
-	fin := got[e.Episode]
 	if o := fin.Outcome; o == nil || o.Outcome != rules.Scored {
 		t.Fatalf("outcome %+v, want scored", o)
 	}
@@ -92,7 +75,7 @@ func TestFaultReplyLost(t *testing.T) {
 	}
 	// Slurm's view: exactly one train job under the episode's name.
 	out, err := exec.Command("sacct", "-a", "-X", "-n", "-P", "--starttime=now-1hour", "--duplicates",
-		"--name=nemorl-train-"+e.Episode, "--format=JobIDRaw,State,Comment").Output()
+		"--name=nemorl-train-"+fin.Episode, "--format=JobIDRaw,State,Comment").Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -102,7 +85,7 @@ func TestFaultReplyLost(t *testing.T) {
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	if len(lines) != 1 || !strings.HasPrefix(lines[0], fin.Jobs[stages.Train].JobID+"|COMPLETED|") {
-		t.Fatalf("sacct's train jobs for %s:\n%s\nwant exactly job %s COMPLETED", e.Episode, out, fin.Jobs[stages.Train].JobID)
+		t.Fatalf("sacct's train jobs for %s:\n%s\nwant exactly job %s COMPLETED", fin.Episode, out, fin.Jobs[stages.Train].JobID)
 	}
 	t.Logf("fault 5: sbatch reply lost to an sshd restart; train job %s adopted, one train job in sacct (%s); %s",
 		fin.Jobs[stages.Train].JobID, strings.TrimSpace(string(out)), time.Since(start).Round(time.Second))

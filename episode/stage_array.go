@@ -29,7 +29,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nemorl/nemorl-slurm/internal/shell"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
 	"github.com/nemorl/nemorl-slurm/slurm"
@@ -286,36 +285,10 @@ func (sb *submitter) runArraySubmit(ctx context.Context, arr *jobArray, items []
 	}
 	stdin.Write(arr.script)
 	argv = append(argv, sbatch...)
-	if g := sb.submitGate(); g != nil {
-		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), 1))); err != nil {
-			return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: waiting for cluster.submit_rate: %w", err)
-		}
-	}
-	res, err := sb.slurm.RunVia(ctx, sb.host, slurm.KindSbatch, remote.Command{Argv: argv, Stdin: &stdin, Label: "sbatch"})
-	var ce *remote.CommandError
-	if errors.As(err, &ce) {
+	return sb.runSbatch(ctx, remote.Command{Argv: argv, Stdin: &stdin, Label: "sbatch"}, sbatch, func(ce *remote.CommandError) error {
 		if ce.ExitStatus == 91 {
-			return slurm.SubmitResult{}, fmt.Errorf("%w: %s on %s", errArrayNotWritten, arr.path, sb.host.Name())
+			return fmt.Errorf("%w: %s on %s", errArrayNotWritten, arr.path, sb.host.Name())
 		}
-		c := *ce
-		c.Command = shell.Join(sbatch)
-		if c.Stderr == "" && res != nil {
-			c.Stderr = remote.TrimStderr(res.Stderr)
-		}
-		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &c)
-	}
-	var de *slurm.DeadlineError
-	if errors.As(err, &de) {
-		d := *de
-		d.Command = remote.Brief(shell.Join(sbatch))
-		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %w", &d)
-	}
-	if err != nil {
-		return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: %s: %w", shell.Join(sbatch), err)
-	}
-	r, err := slurm.ParseSbatch(res.Stdout, res.Stderr)
-	if err != nil {
-		return r, fmt.Errorf("%w: %s", err, shell.Join(sbatch))
-	}
-	return r, nil
+		return nil
+	})
 }

@@ -504,17 +504,29 @@ func (sb *submitter) submitRemote(ctx context.Context, e *ledger.Entry, stage st
 		return slurm.SubmitResult{}, err
 	}
 	argv := append([]string{"sh", "-c", submitScript, "sh", path.Join(e.Dir, ManifestFile), pre, post}, sbatch...)
+	return sb.runSbatch(ctx, remote.Command{Argv: argv, Label: "sbatch"}, sbatch, nil)
+}
+
+// runSbatch runs cmd, a command around one sbatch (its argv sbatch: the
+// submit scripts), paced by cluster.submit_rate, and reads sbatch's
+// answer. Under the sbatch deadline: one stopped there is a
+// *slurm.DeadlineError, its outcome unknown (remote.ErrOutcomeUnknown),
+// like a lost connection. own, when not nil, tells a failure of the
+// command's own (an exit status sbatch does not give) from sbatch's.
+func (sb *submitter) runSbatch(ctx context.Context, cmd remote.Command, sbatch []string, own func(*remote.CommandError) error) (slurm.SubmitResult, error) {
 	if g := sb.submitGate(); g != nil {
 		if err := sleepCtx(ctx, time.Until(g.reserve(time.Now(), 1))); err != nil {
 			return slurm.SubmitResult{}, fmt.Errorf("slurm: submit: waiting for cluster.submit_rate: %w", err)
 		}
 	}
-	// Under the sbatch deadline: one stopped there is a *slurm.DeadlineError,
-	// its outcome unknown (remote.ErrOutcomeUnknown), like a lost
-	// connection.
-	res, err := sb.slurm.RunVia(ctx, sb.host, slurm.KindSbatch, remote.Command{Argv: argv, Label: "sbatch"})
+	res, err := sb.slurm.RunVia(ctx, sb.host, slurm.KindSbatch, cmd)
 	var ce *remote.CommandError
 	if errors.As(err, &ce) {
+		if own != nil {
+			if err := own(ce); err != nil {
+				return slurm.SubmitResult{}, err
+			}
+		}
 		c := *ce
 		c.Command = shell.Join(sbatch)
 		if c.Stderr == "" && res != nil {

@@ -51,6 +51,26 @@ func TestWalkOfOneEpisodeLab(t *testing.T) {
 	}
 	decides := 0
 	d.onDecide = func(string) { mu.Lock(); decides++; mu.Unlock() }
+	e := submitOneWatched(t, d)
+	if o := e.Outcome; o == nil || o.Outcome != rules.Scored {
+		t.Fatalf("outcome %+v, want scored", o)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var lines []string
+	for i, c := range changed {
+		if len(c) == 0 {
+			t.Errorf("save %d of %d wrote the entry unchanged", i+1, len(changed))
+		}
+		lines = append(lines, strings.Join(c, ","))
+	}
+	t.Logf("one episode, submit to scored: %d saves, %d rules.Decide calls; each save changed: %s", len(changed), decides, strings.Join(lines, " | "))
+}
+
+// submitOneWatched submits one episode through d and watches it to its
+// end (4 minutes at most); it is cancelled when the test ends first.
+func submitOneWatched(t *testing.T, d *Driver) *ledger.Entry {
+	t.Helper()
 	ctx := context.Background()
 	e, lock, err := d.SubmitOne(ctx, "", []byte("stand-in prompt"))
 	if err != nil {
@@ -68,17 +88,5 @@ func TestWalkOfOneEpisodeLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := got[e.Episode].Outcome; o == nil || o.Outcome != rules.Scored {
-		t.Fatalf("outcome %+v, want scored", o)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	var lines []string
-	for i, c := range changed {
-		if len(c) == 0 {
-			t.Errorf("save %d of %d wrote the entry unchanged", i+1, len(changed))
-		}
-		lines = append(lines, strings.Join(c, ","))
-	}
-	t.Logf("one episode, submit to scored: %d saves, %d rules.Decide calls; each save changed: %s", len(changed), decides, strings.Join(lines, " | "))
+	return got[e.Episode]
 }
