@@ -3,6 +3,8 @@ package episode
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,19 +18,21 @@ import (
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
-// stageArrayEpisodes submits three episodes whose first id ends in
-// first (the stand-in train's --only-episode picks it), their authors one
-// array, and waits until every author has ended: the next poll then
-// decides all three at once. The returned driver counts its commands.
-func stageArrayEpisodes(t *testing.T, s labtest.Slurm, train []string, first string) (*Driver, *remote.Counted, []string) {
+// stageArrayEpisodes submits n episodes whose first id ends in first (the
+// stand-in train's --only-episode picks it), their authors one array, and
+// waits until every author has ended: the next poll then decides all of
+// them at once. The returned driver counts its commands.
+func stageArrayEpisodes(t *testing.T, s labtest.Slurm, train []string, first string, n int) (*Driver, *remote.Counted, []string) {
 	t.Helper()
 	labtest.UseLab(t)
 	d, _ := dialLabAt(t, s.Lab, train, 0)
 	counted := remote.NewCounted(d.Host)
 	d.Host = counted // before the Driver's first call builds its parts
 	ctx := context.Background()
-	specs := []Spec{{ID: "ep-" + time.Now().UTC().Format("20060102T150405Z") + "-" + first, Prompt: []byte("stand-in prompt")},
-		{Prompt: []byte("stand-in prompt")}, {Prompt: []byte("stand-in prompt")}}
+	specs := []Spec{{ID: "ep-" + time.Now().UTC().Format("20060102T150405Z") + "-" + first, Prompt: []byte("stand-in prompt")}}
+	for len(specs) < n {
+		specs = append(specs, Spec{Prompt: []byte("stand-in prompt")})
+	}
 	var eps, authors []string
 	for i, r := range d.Submit(ctx, specs) {
 		if r.Err != nil {
@@ -60,6 +64,22 @@ func stageArrayEpisodes(t *testing.T, s labtest.Slurm, train []string, first str
 	return d, counted, eps
 }
 
+// runStageArrays is stageArrayEpisodes watched to the end (within limit):
+// every episode's final entry, by episode, and the episodes in order. Two
+// episodes: cluster 3 has two GPUs, and a sibling attack needs the
+// attacker's train task and its sibling's to run at once.
+func runStageArrays(t *testing.T, s labtest.Slurm, train []string, first string, limit time.Duration) (map[string]*ledger.Entry, []string) {
+	t.Helper()
+	d, _, eps := stageArrayEpisodes(t, s, train, first, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, eps
+}
+
 // TestStageArraysLab: on each Slurm, three episodes whose authors ended
 // before one poll have their train jobs submitted as one job array (one
 // sbatch) and their eval jobs as one array chained to it task for task
@@ -73,7 +93,7 @@ func TestStageArraysLab(t *testing.T) {
 }
 
 func testStageArrays(t *testing.T, s labtest.Slurm) {
-	d, counted, eps := stageArrayEpisodes(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--only-episode", "*-crash0", "--trainer-crash"}, "crash0")
+	d, counted, eps := stageArrayEpisodes(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--only-episode", "*-crash0", "--trainer-crash"}, "crash0", 3)
 	before := counted.Counts()["run sbatch"]
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -143,13 +163,7 @@ func TestStageArraysCancelSiblingLab(t *testing.T) {
 }
 
 func testStageArraysCancelSibling(t *testing.T, s labtest.Slurm) {
-	d, _, eps := stageArrayEpisodes(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "20", "--only-episode", "*-attack0", "--cancel-siblings"}, "attack0")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, eps := runStageArrays(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "20", "--only-episode", "*-attack0", "--cancel-siblings"}, "attack0", 6*time.Minute)
 	for i, ep := range eps {
 		o := got[ep].Outcome
 		if i == 0 {
@@ -196,7 +210,7 @@ func TestStageArraysReplyLostLab(t *testing.T) {
 }
 
 func testStageArraysReplyLost(t *testing.T, s labtest.Slurm) {
-	d, counted, eps := stageArrayEpisodes(t, s, nil, "lost0")
+	d, counted, eps := stageArrayEpisodes(t, s, nil, "lost0", 3)
 	h := &replyDropped{Host: counted}
 	d.Host = h
 	d.built.submitter.host = h // the parts are built: the submitter's host, as a lost connection would reach it
@@ -227,4 +241,87 @@ func testStageArraysReplyLost(t *testing.T, s labtest.Slurm) {
 		t.Errorf("train arrays %v: want one", arrays)
 	}
 	t.Logf("%s: the train array's answer lost; every task adopted from array %v; %s", s.Name, arrays, outcomes(got, eps))
+}
+
+// TestStageArraysRequeueSiblingLab: the policy's train code, in one task
+// of a train array, requeues its sibling episodes' running train tasks
+// (the stand-in train's --requeue-siblings, for that episode alone). Each
+// sibling's task runs again from the start (Slurm holds a requeued job
+// about two minutes first), its second run counted as an attempt, and its
+// episode is scored on its own: nothing of the attack reaches a sibling's
+// reward, and the attacker's episode is scored too.
+func TestStageArraysRequeueSiblingLab(t *testing.T) {
+	labtest.EachSlurm(t, testStageArraysRequeueSibling)
+}
+
+func testStageArraysRequeueSibling(t *testing.T, s labtest.Slurm) {
+	got, eps := runStageArrays(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "20", "--only-episode", "*-requeue0", "--requeue-siblings"}, "requeue0", 7*time.Minute)
+	for i, ep := range eps {
+		o := got[ep].Outcome
+		if o == nil || o.Outcome != rules.Scored {
+			t.Errorf("episode %d: outcome %+v, want scored", i, o)
+			continue
+		}
+		if i == 0 {
+			continue
+		}
+		// Slurm's own account: the sibling's train task ran twice.
+		id := got[ep].Jobs[stages.Train].JobID
+		out, err := s.Command("sacct", "-n", "-P", "-X", "--duplicates", "-j", id, "--format=JobID,State").Output()
+		if err != nil {
+			t.Fatalf("sacct -j %s: %v", id, err)
+		}
+		if n := strings.Count(strings.TrimSpace(string(out)), "\n") + 1; n != 2 {
+			t.Errorf("episode %d: sacct --duplicates shows %d runs of its train task %s, want 2 (requeued once):\n%s", i, n, id, out)
+		}
+	}
+	t.Logf("%s: one train task requeued its siblings: %s", s.Name, outcomes(got, eps))
+}
+
+// TestStageArraysForgedSiblingRecordLab: the policy's train code, in one
+// task of a train array, reads the array's script (its table of tasks:
+// every episode's directory) and appends a perfect eval record to each
+// sibling episode's eval/out.log before that eval runs (the stand-in
+// train's --forge-sibling-eval). The table holds nothing secret, and the
+// forgery never counts: each eval task starts its out.log afresh, and the
+// record read is the one the sibling's own eval printed (its task's own
+// job id, its weights). Every episode is scored with its own reward.
+func TestStageArraysForgedSiblingRecordLab(t *testing.T) {
+	labtest.EachSlurm(t, testStageArraysForgedSiblingRecord)
+}
+
+func testStageArraysForgedSiblingRecord(t *testing.T, s labtest.Slurm) {
+	got, eps := runStageArrays(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "5", "--only-episode", "*-forge0", "--forge-sibling-eval"}, "forge0", 4*time.Minute)
+	// The attack was mounted: the attacker's train log names both forgeries.
+	log, err := os.ReadFile(filepath.Join(got[eps[0]].Dir, stages.Output(stages.Train)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), "attack: a forged eval record appended to"); n != len(eps)-1 {
+		t.Fatalf("the attacker's train appended %d forged records, want %d (one per sibling):\n%s", n, len(eps)-1, log)
+	}
+	// Each sibling: its eval started its out.log afresh after the forgery
+	// (scored, from its one record), or the forgery landed beside its
+	// eval's record (a record rejected: the policy's). Never the forged
+	// reward, never a masked sample.
+	for i, ep := range eps {
+		e := got[ep]
+		o := e.Outcome
+		if o == nil || o.MaskSample || (o.Reward != nil && *o.Reward == 1) {
+			t.Errorf("episode %d: outcome %+v: the forged record counted or masked the sample", i, o)
+			continue
+		}
+		out, err := os.ReadFile(filepath.Join(e.Dir, stages.Output(stages.Eval)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		records := strings.Count(string(out), "NEMORL_ENV_RESULT=")
+		switch {
+		case o.Outcome == rules.Scored && records == 1:
+		case i > 0 && o.Outcome == rules.PolicyFailure && o.FailureStage == stages.Eval && records == 2:
+		default:
+			t.Errorf("episode %d: outcome %s/%s with %d records in eval/out.log: want scored from its one record, or (a sibling) the policy's failure at eval with the forged record beside its own", i, o.Outcome, o.FailureReason, records)
+		}
+	}
+	t.Logf("%s: forged records appended to the siblings' eval/out.log before their evals: %s", s.Name, outcomes(got, eps))
 }
