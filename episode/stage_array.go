@@ -243,6 +243,18 @@ func (b *stageBatch) entries() []*ledger.Entry {
 	return es
 }
 
+// inArray are b's episodes whose stage submission is a task of the array
+// named name.
+func (b *stageBatch) inArray(name string) []*ledger.Entry {
+	var es []*ledger.Entry
+	for _, it := range b.items {
+		if sub := it.e.Jobs[b.stage]; sub != nil && sub.Array != nil && sub.Array.Name == name {
+			es = append(es, it.e)
+		}
+	}
+	return es
+}
+
 // item is e's item of b.
 func (b *stageBatch) item(e *ledger.Entry) *batchItem {
 	for _, it := range b.items {

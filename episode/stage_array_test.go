@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
 
@@ -158,5 +159,22 @@ func TestSubmitStageArrayLeavesOutAForeignScript(t *testing.T) {
 	a, _ := os.ReadFile(filepath.Join(root, "sbatch.args"))
 	if !strings.Contains(string(a), "--array=1,2\n") {
 		t.Errorf("sbatch: %s: want tasks 1 and 2", a)
+	}
+}
+
+// TestStageBatchInArray: after a train array's submission, only the
+// episodes whose train is a task of it go on to the eval batch (those
+// left out were advanced on their own already).
+func TestStageBatchInArray(t *testing.T) {
+	in := &ledger.Entry{Jobs: map[stages.Stage]*ledger.Submission{stages.Train: {JobID: "7_0", Array: &ledger.ArrayTask{Name: "a"}}}}
+	other := &ledger.Entry{Jobs: map[stages.Stage]*ledger.Submission{stages.Train: {JobID: "8_0", Array: &ledger.ArrayTask{Name: "b"}}}}
+	alone := &ledger.Entry{Jobs: map[stages.Stage]*ledger.Submission{stages.Train: {JobID: "9"}}}
+	none := &ledger.Entry{Jobs: map[stages.Stage]*ledger.Submission{}}
+	b := &stageBatch{stage: stages.Train}
+	for _, e := range []*ledger.Entry{in, other, alone, none} {
+		b.items = append(b.items, &batchItem{e: e})
+	}
+	if got := b.inArray("a"); len(got) != 1 || got[0] != in {
+		t.Fatalf("inArray(a) = %d entries, want the one whose train is a task of a", len(got))
 	}
 }

@@ -430,8 +430,10 @@ func (d *Driver) advanceAll(ctx context.Context, st *watchState, infos map[strin
 	if name == "" {
 		return
 	}
+	// Only the episodes whose train is a task of that array: those sent
+	// on alone were advanced above.
 	eval := &stageBatch{stage: stages.Eval, of: name}
-	d.advanceEach(ctx, st, infos, train.entries(), eval, &mu)
+	d.advanceEach(ctx, st, infos, train.inArray(name), eval, &mu)
 	if len(eval.items) == 0 {
 		return
 	}
