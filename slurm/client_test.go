@@ -381,6 +381,11 @@ func TestFindByComment(t *testing.T) {
 	if v, _ := flagValue(sa, "--starttime"); v != "now-10080minutes" {
 		t.Errorf("starttime %q", v)
 	}
+	// The jobs' lines only: a look-up reads no steps (one slurmdbd query
+	// per job with them).
+	if !contains(sa, "--allocations") {
+		t.Errorf("sacct argv %q: no --allocations", sa)
+	}
 	// A look-up since a moment reads that window only, rounded up.
 	if _, err := c.FindWithin(context.Background(), 90*time.Minute+time.Second, func(JobInfo) bool { return true }); err != nil {
 		t.Fatal(err)
