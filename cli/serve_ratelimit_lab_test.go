@@ -141,7 +141,8 @@ func TestServeRateLimitedLab(t *testing.T) {
 	if len(slow) == 0 {
 		t.Errorf("serve logged none of its Slurm commands as slow (a throttled or busy controller): the burst's own commands were not seen throttled")
 	}
-	checkSlurmMetrics(t, srv, "rl", scored)
+	sbatchAlone, _ := strconv.Atoi(ops["sbatch"])
+	checkSlurmMetrics(t, srv, "rl", scored, sbatchAlone)
 }
 
 // checkSlurmMetrics: once every row is answered (serve runs no Slurm
@@ -150,8 +151,10 @@ func TestServeRateLimitedLab(t *testing.T) {
 // (deadline 30s): a throttled or busy controller"); each slow command was
 // observed in the duration histogram above 2 s, and each other one at or
 // below; the train and eval sbatch of the scored rows (jobs or arrays)
-// and the polls' squeue were observed.
-func checkSlurmMetrics(t *testing.T, srv *serveProc, cluster string, scored int) {
+// and the polls' squeue were observed, and the authors' sbatch, run
+// within the staging command, beside the sbatchAlone run as commands of
+// their own.
+func checkSlurmMetrics(t *testing.T, srv *serveProc, cluster string, scored, sbatchAlone int) {
 	t.Helper()
 	type kindCounts struct{ slow, stopped, observed, over2s float64 }
 	var byKind map[string]*kindCounts
@@ -234,6 +237,12 @@ func checkSlurmMetrics(t *testing.T, srv *serveProc, cluster string, scored int)
 	// job array of them (one poll's trains, their evals): two at least.
 	if sb := byKind["sbatch"]; scored > 0 && (sb == nil || sb.observed < 2) {
 		t.Errorf("/metrics observed %v sbatch on cluster %s, want at least a train and an eval sbatch for the %d rows scored", sb, cluster, scored)
+	}
+	// The authors' sbatch ran inside the staging command, timed on the
+	// cluster: each is observed as well, so more sbatch are observed than
+	// serve ran as commands of their own.
+	if sb := byKind["sbatch"]; scored > 0 && (sb == nil || sb.observed <= float64(sbatchAlone)) {
+		t.Errorf("/metrics observed %v sbatch on cluster %s, the same as the %d sbatch serve ran alone: the authors' sbatch (in the staging command) were not observed", sb, cluster, sbatchAlone)
 	}
 	if sq := byKind["squeue"]; sq == nil || sq.observed == 0 {
 		t.Errorf("/metrics observed no squeue (the polls) on cluster %s", cluster)

@@ -419,6 +419,21 @@ type batchResult struct {
 	sbatchErr      error
 }
 
+// sbatchRun is one sbatch a batch command ran ("nemorl-sbatch MS RC"): how
+// long it took, timed on the cluster (known false where the cluster could
+// not time it), and its exit status.
+type sbatchRun struct {
+	took  time.Duration
+	known bool
+	rc    int
+}
+
+// stopped says the sbatch was stopped at its deadline (timeout's 124 or
+// 137).
+func (r sbatchRun) stopped() bool {
+	return r.rc == sbatchExitDeadline || r.rc == sbatchExitDeadlineKilled
+}
+
 // batchMode is what one run of batchScript does (its first argument).
 type batchMode string
 
@@ -438,14 +453,16 @@ const (
 // submitter keeps; 0: four at a time), each under sbatchDeadline (0:
 // none), and parses what it printed. With arr (batchArray), the
 // authors are submitted as that job array, p its task p.e's author
-// submission names, in one sbatch.
-func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, arr *jobArray, gap, sbatchDeadline time.Duration) (map[string]*batchResult, error) {
+// submission names, in one sbatch. It returns each episode's result, and
+// the sbatch runs in the order they ended: the submitter observes each as
+// a Slurm command of its own (how long the controller took).
+func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMode, arr *jobArray, gap, sbatchDeadline time.Duration) (map[string]*batchResult, []sbatchRun, error) {
 	submit := mode == batchNew || mode == batchArray
 	if len(ps) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if (mode == batchArray) != (arr != nil) {
-		return nil, fmt.Errorf("episode %s: batch mode %s with array %v", ps[0].e.Episode, mode, arr != nil)
+		return nil, nil, fmt.Errorf("episode %s: batch mode %s with array %v", ps[0].e.Episode, mode, arr != nil)
 	}
 	parent := path.Dir(ps[0].e.Dir)
 	// gzip at its fastest: the scripts shrink about sixfold, for about
@@ -479,15 +496,15 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 	argv = append(argv, strconv.Itoa(len(ps)))
 	for _, p := range ps {
 		if path.Dir(p.e.Dir) != parent {
-			return nil, fmt.Errorf("episode %s: %s is not in %s with the others of its batch", p.e.Episode, p.e.Dir, parent)
+			return nil, nil, fmt.Errorf("episode %s: %s is not in %s with the others of its batch", p.e.Episode, p.e.Dir, parent)
 		}
 		if err := sg.addToBundle(tw, p.e, p.tree); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if arr != nil {
 			t := p.e.Jobs[stages.Author].Array
 			if t == nil || t.ScriptSHA256 != arr.sum {
-				return nil, fmt.Errorf("episode %s: its author submission is not a task of array %s", p.e.Episode, arr.id)
+				return nil, nil, fmt.Errorf("episode %s: its author submission is not a task of array %s", p.e.Episode, arr.id)
 			}
 			argv = append(argv, p.e.Episode, strconv.Itoa(t.Task), "", arr.path)
 			continue
@@ -496,11 +513,11 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 	}
 	if arr != nil {
 		if err := addArrayToBundle(tw, arr, sg.now()); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := errors.Join(tw.Close(), zw.Close()); err != nil {
-		return nil, fmt.Errorf("episode %s: bundle: %w", ps[0].e.Episode, err)
+		return nil, nil, fmt.Errorf("episode %s: bundle: %w", ps[0].e.Episode, err)
 	}
 	var common []string
 	if submit {
@@ -511,7 +528,7 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 		}
 		args, err := slurm.SbatchArgs(req)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		common = args[:len(args)-1] // without the script
 		argv = append(argv, common...)
@@ -527,19 +544,19 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 		case stageExitPreflight:
 			f := strings.Split(strings.TrimSpace(lastLine(res.Stderr, "nemorl-stage: preflight\t")), "\t")
 			if len(f) == 3 {
-				return nil, &PreflightError{Key: f[0], Path: f[1], Host: sg.host.Name(), Err: preflightErr(f[2])}
+				return nil, nil, &PreflightError{Key: f[0], Path: f[1], Host: sg.host.Name(), Err: preflightErr(f[2])}
 			}
 		case stageExitFailed:
-			return nil, fmt.Errorf("stage in %s on %s: %s", parent, sg.host.Name(), remote.TrimStderr(res.Stderr))
+			return nil, nil, fmt.Errorf("stage in %s on %s: %s", parent, sg.host.Name(), remote.TrimStderr(res.Stderr))
 		}
-		return nil, fmt.Errorf("stage in %s on %s: exit status %d: %s", parent, sg.host.Name(), ce.ExitStatus, remote.TrimStderr(res.Stderr))
+		return nil, nil, fmt.Errorf("stage in %s on %s: exit status %d: %s", parent, sg.host.Name(), ce.ExitStatus, remote.TrimStderr(res.Stderr))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stage in %s on %s: %w", parent, sg.host.Name(), err)
+		return nil, nil, fmt.Errorf("stage in %s on %s: %w", parent, sg.host.Name(), err)
 	}
-	results, err := parseBatch(res.Stdout)
+	results, runs, err := parseBatch(res.Stdout)
 	if err != nil {
-		return nil, fmt.Errorf("stage in %s on %s: %w", parent, sg.host.Name(), err)
+		return nil, nil, fmt.Errorf("stage in %s on %s: %w", parent, sg.host.Name(), err)
 	}
 	for _, p := range ps {
 		r := results[p.e.Episode]
@@ -563,12 +580,14 @@ func (sg *stager) batchCommand(ctx context.Context, ps []*pending, mode batchMod
 			}
 		}
 	}
-	return results, nil
+	return results, runs, nil
 }
 
-// parseBatch parses batchScript's output.
-func parseBatch(b []byte) (map[string]*batchResult, error) {
+// parseBatch parses batchScript's output: each episode's result, and the
+// sbatch runs.
+func parseBatch(b []byte) (map[string]*batchResult, []sbatchRun, error) {
 	out := map[string]*batchResult{}
+	var runs []sbatchRun
 	type acc struct {
 		rc    int
 		lines []string
@@ -579,9 +598,17 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 		if line == "" {
 			continue
 		}
+		if rest, ok := strings.CutPrefix(line, "nemorl-sbatch\t"); ok {
+			r, ok := parseSbatchRun(rest)
+			if !ok {
+				return nil, nil, fmt.Errorf("unexpected output %.80q", line)
+			}
+			runs = append(runs, r)
+			continue
+		}
 		f := strings.SplitN(line, "\t", 4)
 		if len(f) < 3 || f[0] != "nemorl-batch" || !stages.ValidEpisode(f[1]) {
-			return nil, fmt.Errorf("unexpected output %.80q", line)
+			return nil, nil, fmt.Errorf("unexpected output %.80q", line)
 		}
 		ep := f[1]
 		r := out[ep]
@@ -603,7 +630,7 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 		case f[2] == "sbatch" && len(f) == 4:
 			rc, err := strconv.Atoi(f[3])
 			if err != nil || rc < 0 {
-				return nil, fmt.Errorf("unexpected output %.80q", line)
+				return nil, nil, fmt.Errorf("unexpected output %.80q", line)
 			}
 			a.rc = rc
 			order = append(order, ep)
@@ -611,7 +638,7 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 			a.lines = append(a.lines, f[3])
 		case f[2] == "out" && len(f) == 3:
 		default:
-			return nil, fmt.Errorf("unexpected output %.80q", line)
+			return nil, nil, fmt.Errorf("unexpected output %.80q", line)
 		}
 	}
 	for _, ep := range order {
@@ -635,7 +662,27 @@ func parseBatch(b []byte) (map[string]*batchResult, error) {
 		}
 		r.job = job
 	}
-	return out, nil
+	return out, runs, nil
+}
+
+// parseSbatchRun parses "MS\tRC", the rest of a "nemorl-sbatch" line (MS
+// empty: not timed).
+func parseSbatchRun(s string) (sbatchRun, bool) {
+	ms, rc, ok := strings.Cut(s, "\t")
+	var r sbatchRun
+	var err error
+	if r.rc, err = strconv.Atoi(rc); !ok || err != nil || r.rc < 0 || r.rc > 255 {
+		return sbatchRun{}, false
+	}
+	if ms == "" {
+		return r, true
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < 0 || n > int64(24*time.Hour/time.Millisecond) {
+		return sbatchRun{}, false
+	}
+	r.took, r.known = time.Duration(n)*time.Millisecond, true
+	return r, true
 }
 
 // addToBundle adds an episode's tree, secrets.env and manifest under
@@ -686,7 +733,7 @@ func (sg *stager) addToBundle(tw *tar.Writer, e *ledger.Entry, tree *templates.T
 // stageAgain puts an episode's tree on the cluster after a crash before
 // its staging was recorded: a complete directory is kept as it is.
 func (sg *stager) stageAgain(ctx context.Context, e *ledger.Entry, tree *templates.Tree) error {
-	res, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil, 0, 0)
+	res, _, err := sg.batchCommand(ctx, []*pending{{e: e, tree: tree, req: submitRequest(e, stages.Author, "")}}, batchRestage, nil, 0, 0)
 	if err != nil {
 		return fmt.Errorf("episode %s: %w", e.Episode, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -281,7 +282,7 @@ func TestSubmitBatchSbatchPastDeadline(t *testing.T) {
 	// batchScript's statuses of an sbatch stopped by timeout: 124
 	// (SIGTERM) and 137 (SIGKILL after -k).
 	for _, rc := range []string{"124", "137"} {
-		res, err := parseBatch([]byte("nemorl-batch\tep-1\tstaged\nnemorl-batch\tep-1\tsbatch\t" + rc + "\n"))
+		res, _, err := parseBatch([]byte("nemorl-batch\tep-1\tstaged\nnemorl-batch\tep-1\tsbatch\t" + rc + "\n"))
 		if err != nil || res["ep-1"] == nil || !errors.Is(res["ep-1"].sbatchErr, slurm.ErrDeadline) || !errors.Is(res["ep-1"].sbatchErr, remote.ErrOutcomeUnknown) {
 			t.Errorf("sbatch status %s: %+v, %v", rc, res["ep-1"], err)
 		}
@@ -590,4 +591,134 @@ func TestRestageRendersTheSameScripts(t *testing.T) {
 	if got := scriptHashes(dflt); maps.Equal(got, p.e.Scripts) {
 		t.Error("scripts rendered with the default KillWait are the same as with 5 s: the test shows nothing")
 	}
+}
+
+// observingHost is a host that is a slurm.Observer too, as serve's
+// cluster host is: it records each Slurm command observed.
+type observingHost struct {
+	remote.Host
+	mu   sync.Mutex
+	seen []observed
+}
+
+type observed struct {
+	kind    slurm.Kind
+	took    time.Duration
+	stopped bool
+}
+
+func (h *observingHost) ObserveSlurm(k slurm.Kind, took time.Duration, stopped bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen = append(h.seen, observed{k, took, stopped})
+}
+
+// TestBatchSbatchObserved (issue 41, item 4): each sbatch an authors'
+// batch runs on the cluster is a Slurm command of its own in serve's
+// metrics and the slow log, timed there, as a train's sbatch is: one per
+// author array, one per author job without arrays, and one stopped at the
+// sbatch deadline as stopped. Before, a batch's sbatch, the commands a
+// throttled controller slows first, were in neither.
+func TestBatchSbatchObserved(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		arrays bool
+		sleep  string // the stand-in sbatch's
+		want   int    // observations
+		stop   bool
+	}{
+		{"array", true, "0.6", 1, false},
+		{"jobs", false, "0.6", 5, false},
+		{"past its deadline", true, "30", 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, root := stageDriver(t)
+			d.Config.Cluster.JobArrays = &tc.arrays
+			h := &observingHost{Host: d.Host}
+			d.Host = h
+			d.Slurm = slurm.New(h)
+			d.Slurm.SlowAfter = 500 * time.Millisecond
+			d.Slurm.Deadlines.Sbatch = 2 * time.Second
+			var mu sync.Mutex
+			var slow []slurm.SlowCommand
+			d.Slurm.Slow = func(s slurm.SlowCommand) { mu.Lock(); slow = append(slow, s); mu.Unlock() }
+			fake := "#!/bin/sh\nsleep " + tc.sleep + "\necho 4242\n"
+			if err := os.WriteFile(filepath.Join(root, "bin", "sbatch"), []byte(fake), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range d.Submit(context.Background(), make([]Spec, 5)) {
+				if r.Lock != nil {
+					r.Lock.Unlock()
+				}
+				if !tc.stop && r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			// (The other commands: the cluster's KillWait, read once.)
+			sbatch := slices.DeleteFunc(slices.Clone(h.seen), func(o observed) bool { return o.kind != slurm.KindSbatch })
+			if len(sbatch) != tc.want || len(slow) != tc.want {
+				t.Fatalf("observed %+v, slow %+v: want %d sbatch", h.seen, slow, tc.want)
+			}
+			for i, o := range sbatch {
+				min, max := 600*time.Millisecond, 10*time.Second
+				if tc.stop {
+					min = 2 * time.Second
+				}
+				if o.kind != slurm.KindSbatch || o.stopped != tc.stop || o.took < min || o.took > max {
+					t.Errorf("observation %d: %+v, want sbatch, stopped %v, %s to %s", i, o, tc.stop, min, max)
+				}
+				s := slow[i]
+				if s.Kind != slurm.KindSbatch || s.Stopped != tc.stop || s.Took != o.took || s.Deadline != 2*time.Second || !strings.Contains(s.Command, "author") {
+					t.Errorf("slow %d: %+v", i, s)
+				}
+			}
+		})
+	}
+}
+
+func TestParseBatchSbatchRuns(t *testing.T) {
+	res, runs, err := parseBatch([]byte("nemorl-batch\tep-1\tstaged\nnemorl-sbatch\t2350\t0\nnemorl-batch\tep-1\tsbatch\t0\nnemorl-batch\tep-1\tout\t77\nnemorl-sbatch\t\t124\n"))
+	if err != nil || res["ep-1"] == nil || res["ep-1"].job.JobID != "77" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	want := []sbatchRun{{took: 2350 * time.Millisecond, known: true}, {rc: 124}}
+	if !slices.Equal(runs, want) || runs[0].stopped() || !runs[1].stopped() {
+		t.Errorf("runs %+v, want %+v", runs, want)
+	}
+	for _, bad := range []string{"nemorl-sbatch\t1\n", "nemorl-sbatch\t-1\t0\n", "nemorl-sbatch\t1\t256\n", "nemorl-sbatch\tx\t0\n", "nemorl-sbatch\t1\t0\textra\n", "nemorl-sbatch\t99999999999\t0\n"} {
+		if _, _, err := parseBatch([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// FuzzParseBatch: parseBatch never panics; what it accepts names only valid
+// episodes, sbatch runs it accepts have an exit status of a process and a
+// duration within a day, and an episode with a job has no sbatch error.
+func FuzzParseBatch(f *testing.F) {
+	f.Add([]byte("nemorl-batch\tep-1\tstaged\nnemorl-sbatch\t2350\t0\nnemorl-batch\tep-1\tsbatch\t0\nnemorl-batch\tep-1\tout\t77\n"))
+	f.Add([]byte("nemorl-batch\tep-2\texists\nnemorl-batch\tep-2\tsbatch\t124\nnemorl-sbatch\t\t124\n"))
+	f.Add([]byte("nemorl-batch\tep-3\tsbatch\t1\nnemorl-batch\tep-3\tout\tsbatch: error: x\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, runs, err := parseBatch(b)
+		if err != nil {
+			if res != nil || runs != nil {
+				t.Fatalf("error %v with results", err)
+			}
+			return
+		}
+		for ep, r := range res {
+			if !stages.ValidEpisode(ep) {
+				t.Errorf("episode %q accepted", ep)
+			}
+			if r.job.JobID != "" && r.sbatchErr != nil {
+				t.Errorf("%s: job %v and error %v", ep, r.job, r.sbatchErr)
+			}
+		}
+		for _, r := range runs {
+			if r.rc < 0 || r.rc > 255 || r.took < 0 || r.took > 24*time.Hour || (!r.known && r.took != 0) {
+				t.Errorf("run %+v accepted", r)
+			}
+		}
+	})
 }

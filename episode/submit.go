@@ -454,7 +454,23 @@ func (sb *submitter) batchOnCluster(ctx context.Context, ps []*pending, mode bat
 		defer func() { g.ranUntil(time.Now()) }()
 		gap = g.gap
 	}
-	return sb.stager.batchCommand(ctx, ps, mode, arr, gap, sb.slurm.Deadline(slurm.KindSbatch))
+	res, runs, err := sb.stager.batchCommand(ctx, ps, mode, arr, gap, sb.slurm.Deadline(slurm.KindSbatch))
+	// Each sbatch the batch ran, timed on the cluster, is a Slurm command
+	// of its own in the metrics and the slow log, as one run by itself
+	// is (a throttled controller slows the authors' sbatch too).
+	what := fmt.Sprintf("sbatch of an author job (a batch of %d episodes)", len(ps))
+	if arr != nil {
+		what = fmt.Sprintf("sbatch --array of author array %s (%d episodes)", arr.name, len(ps))
+	}
+	for _, r := range runs {
+		switch {
+		case r.known:
+			sb.slurm.Observe(sb.host, slurm.KindSbatch, what, r.took, r.stopped())
+		case r.stopped(): // not timed: it ran to its deadline
+			sb.slurm.Observe(sb.host, slurm.KindSbatch, what, sb.slurm.Deadline(slurm.KindSbatch), true)
+		}
+	}
+	return res, err
 }
 
 // settle ends p with err (nil: done), the entry kept for resume.

@@ -133,19 +133,27 @@ func (c *Client) RunVia(ctx context.Context, r remote.Runner, k Kind, cmd remote
 	res, err := r.Run(dctx, cmd)
 	took := time.Since(start)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(dctx), errPastDeadline) {
-		if o, ok := r.(Observer); ok {
-			o.ObserveSlurm(k, took, true)
-		}
-		c.slow(SlowCommand{Kind: k, Command: cmd.Brief(), Took: took, Deadline: d, Stopped: true})
+		c.Observe(r, k, cmd.Brief(), took, true)
 		return nil, &DeadlineError{Kind: k, Command: cmd.Brief(), Deadline: d}
 	}
-	if o, ok := r.(Observer); ok && ctx.Err() == nil {
-		o.ObserveSlurm(k, took, false)
-	}
-	if took >= c.slowAfter() {
-		c.slow(SlowCommand{Kind: k, Command: cmd.Brief(), Took: took, Deadline: d})
+	if ctx.Err() == nil {
+		c.Observe(r, k, cmd.Brief(), took, false)
 	}
 	return res, err
+}
+
+// Observe tells r, when it is an Observer, and the Client's Slow hook
+// (when took is SlowAfter or more, or the command was stopped at its
+// deadline) of a Slurm command of kind k, cmd, that ran for took: what
+// RunVia does once a command ends, for a command timed where it ran
+// (an sbatch among other work in one script on the cluster).
+func (c *Client) Observe(r remote.Runner, k Kind, cmd string, took time.Duration, stopped bool) {
+	if o, ok := r.(Observer); ok {
+		o.ObserveSlurm(k, took, stopped)
+	}
+	if stopped || took >= c.slowAfter() {
+		c.slow(SlowCommand{Kind: k, Command: cmd, Took: took, Deadline: c.Deadline(k), Stopped: stopped})
+	}
 }
 
 // Observer is told of every Slurm command that RunVia (and so every

@@ -7,8 +7,10 @@
 # each episode's task index). Prints one
 # tab-separated line per event: "nemorl-batch EP staged|exists|failed",
 # "nemorl-batch EP sbatch RC", "nemorl-batch EP out LINE" (RC 124 or 137:
-# sbatch stopped at its DEADLINE, seconds; 0: none). Exit 90: a preflight
-# file is missing (named on stderr); 92: mkdir, mktemp or tar failed.
+# sbatch stopped at its DEADLINE, seconds; 0: none), and for each sbatch
+# run "nemorl-sbatch MS RC" (how long it took, in milliseconds; empty
+# where /proc/uptime cannot be read). Exit 90: a preflight file is missing
+# (named on stderr); 92: mkdir, mktemp or tar failed.
 set -uf
 # The tool may go away while this runs (killed, its connection lost): the
 # job ids still reach the manifests, which adopt reads back after a
@@ -16,6 +18,23 @@ set -uf
 # killing the script.
 trap '' HUP PIPE
 umask 077
+# now: cs=the uptime in centiseconds (/proc/uptime: "12345.67 …"), read
+# without starting a process; empty where it cannot be read.
+now() {
+	cs=
+	read -r u _ 2>/dev/null </proc/uptime || return 0
+	case $u in
+	*[!0-9.]* | .* | *.*.*) ;;
+	*.[0-9][0-9]) c=${u#*.} && cs=$((${u%.*} * 100 + ${c#0})) ;;
+	esac
+}
+# took T0: ms=the milliseconds from uptime T0 (centiseconds) to now;
+# empty when either is unknown.
+took() {
+	now
+	ms=
+	[ -z "$1" ] || [ -z "$cs" ] || ms=$(((cs - $1) * 10))
+}
 parent=$1 mode=$2 gap=$3 deadline=$4 n=$5
 shift 5
 while [ "$n" -gt 0 ]; do
@@ -98,8 +117,12 @@ if [ "$mode" = array ]; then
 	mkdir -p -- "$parent/.arrays" || exit 92 # -p: two batches at once make it
 	mv -- "$tmp/.arrays/${adir##*/}" "$parent/.arrays/" || exit 92
 	mkdir -- "$tmp/.res" || exit 92
+	now
+	t0=$cs
 	timeout --foreground -k 5 "$deadline" "$@" --array="${tasks#,}" "$script" >"$tmp/.res/array" 2>&1 </dev/null
 	rc=$?
+	took "$t0"
+	printf 'nemorl-sbatch\t%s\t%s\n' "$ms" "$rc"
 	id=
 	while IFS= read -r line || [ -n "$line" ]; do
 		w=${line%%;*}
@@ -140,9 +163,13 @@ while [ $j -lt "$neps" ]; do
 		k=3 # the wait below: one sbatch at a time
 	fi
 	(
+		now
+		t0=$cs
 		# shellcheck disable=SC2154 # name, comment and script are set by the eval above
 		timeout --foreground -k 5 "$deadline" "$@" --job-name="$name" --comment="$comment" "$script" >"$tmp/.res/$ep" 2>&1 </dev/null
-		echo $? >"$tmp/.res/$ep.rc"
+		rc=$?
+		took "$t0"
+		echo "$rc $ms" >"$tmp/.res/$ep.rc"
 	) &
 	k=$((k + 1))
 	if [ $k -ge 4 ]; then
@@ -156,8 +183,9 @@ while [ $j -lt "$neps" ]; do
 	eval "ep=\$ep_$j"
 	j=$((j + 1))
 	[ -n "$ep" ] || continue
-	rc=
-	IFS= read -r rc <"$tmp/.res/$ep.rc"
+	rc='' ms=''
+	read -r rc ms <"$tmp/.res/$ep.rc"
+	printf 'nemorl-sbatch\t%s\t%s\n' "$ms" "${rc:-255}"
 	printf 'nemorl-batch\t%s\tsbatch\t%s\n' "$ep" "${rc:-255}"
 	id=
 	while IFS= read -r line || [ -n "$line" ]; do
