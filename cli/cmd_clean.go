@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"strings"
 	"time"
@@ -80,10 +81,8 @@ func (e *env) clean(c *ucli.Context) error {
 			}
 			cleaned = append(cleaned, ep)
 			e.logf("%s: removed %s on %s", ep, en.Dir, s.Host.Name())
-			for _, sub := range en.Jobs {
-				if sub != nil && sub.Array != nil {
-					arrays[sub.Array.Name] = path.Dir(sub.Array.Script)
-				}
+			for name, script := range en.ArrayScripts() {
+				arrays[name] = path.Dir(script)
 			}
 		}
 		if err := removeArrayDirs(c, s, lg, arrays); err != nil {
@@ -138,18 +137,8 @@ func removeArrayDirs(c *ucli.Context, s *session, lg *ledger.Ledger, dirs map[st
 	if err != nil {
 		return err
 	}
-	for _, en := range all {
-		if !en.Cleaned.IsZero() {
-			continue
-		}
-		for _, sub := range en.Jobs {
-			if sub != nil && sub.Array != nil {
-				delete(dirs, sub.Array.Name) // an episode of it not cleaned yet
-			}
-		}
-	}
 	var errs []error
-	for name, dir := range dirs {
+	for name, dir := range arrayDirsDone(dirs, all) {
 		if path.Dir(dir) != path.Join(s.Config.Cluster.Workdir, episode.ArraysDir) {
 			errs = append(errs, fmt.Errorf("array %s: the ledger names %s, not a directory under %s; remove it by hand", name, dir, path.Join(s.Config.Cluster.Workdir, episode.ArraysDir)))
 			continue
@@ -160,4 +149,20 @@ func removeArrayDirs(c *ucli.Context, s *session, lg *ledger.Ledger, dirs map[st
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// arrayDirsDone is dirs (array name → its directory) less the arrays that
+// an episode of all not cleaned yet ran a task of, in its current jobs or
+// a retired attempt: those whose directories can go.
+func arrayDirsDone(dirs map[string]string, all []*ledger.Entry) map[string]string {
+	out := maps.Clone(dirs)
+	for _, en := range all {
+		if !en.Cleaned.IsZero() {
+			continue
+		}
+		for name := range en.ArrayScripts() {
+			delete(out, name)
+		}
+	}
+	return out
 }

@@ -68,6 +68,9 @@ func (d *Driver) retry(ctx context.Context, e *ledger.Entry, o *rules.Outcome, i
 		if s == stage {
 			a.Reason, a.Detail = o.FailureReason, o.Detail
 		}
+		if sub.Array != nil {
+			a.Array, a.ArrayScript = sub.Array.Name, sub.Array.Script
+		}
 		if sub.JobID != "" {
 			c.cancels = append(c.cancels, sub.JobID)
 			out := path.Join(e.Dir, stages.Output(s))

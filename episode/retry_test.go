@@ -46,8 +46,10 @@ func TestRetryTrain(t *testing.T) {
 	host := &recordHost{Host: remote.NewLocal()}
 	d := &Driver{Config: cfg, Host: host, Slurm: slurm.New(sl), Ledger: lg, Now: func() time.Time { return now }}
 	dir := "/work/nemorl/ep-retry"
+	// The train was a task of a job array (its script under .arrays/).
+	trainArray := &ledger.ArrayTask{Name: "nemorl-train-arr-1", Script: "/work/nemorl/.arrays/arr-1/train.sh", Task: 0}
 	e := &ledger.Entry{Episode: "ep-retry", Staged: true, Dir: dir, Author: &record.Author{PatchBytes: 10}, Jobs: map[stages.Stage]*ledger.Submission{
-		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2"}, stages.Eval: {JobID: "3"}},
+		stages.Author: {JobID: "1"}, stages.Train: {JobID: "2", Array: trainArray}, stages.Eval: {JobID: "3"}},
 		Ended: map[stages.Stage]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}}
 	if err := lg.Create(e, []byte("p")); err != nil {
 		t.Fatal(err)
@@ -75,6 +77,14 @@ func TestRetryTrain(t *testing.T) {
 	}
 	if len(ev) != 1 || ev[0].JobID != "3" || ev[0].Reason != rules.ReasonTrainRetried {
 		t.Errorf("ledger's retired eval: %+v", ev)
+	}
+	// The retired task keeps its array's name and script: clean removes
+	// the array's directory only once this episode is cleaned too.
+	if tr[0].Array != trainArray.Name || tr[0].ArrayScript != trainArray.Script || ev[0].Array != "" {
+		t.Errorf("retired attempts' arrays: train %q %q, eval %q", tr[0].Array, tr[0].ArrayScript, ev[0].Array)
+	}
+	if a := got.ArrayScripts(); len(a) != 1 || a[trainArray.Name] != trainArray.Script {
+		t.Errorf("ArrayScripts after the retry: %v, want the retired train's array", a)
 	}
 	if got.Jobs[stages.Train] != nil || got.Jobs[stages.Eval] != nil || !slices.Contains(got.CancelsIssued, "2") || !slices.Contains(got.CancelsIssued, "3") {
 		t.Errorf("ledger after the retry: jobs %v, cancels %v", got.Jobs, got.CancelsIssued)

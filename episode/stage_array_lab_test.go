@@ -274,6 +274,10 @@ func testStageArraysRequeueSibling(t *testing.T, s labtest.Slurm) {
 		if n := strings.Count(strings.TrimSpace(string(out)), "\n") + 1; n != 2 {
 			t.Errorf("episode %d: sacct --duplicates shows %d runs of its train task %s, want 2 (requeued once):\n%s", i, n, id, out)
 		}
+		// The outcome says so too: two attempts at train, its job two runs.
+		if o.Attempts[stages.Train] != 2 || o.Jobs[stages.Train].Runs != 2 {
+			t.Errorf("episode %d: outcome attempts %v, train job %+v: want 2 attempts at train, its task 2 runs", i, o.Attempts, o.Jobs[stages.Train])
+		}
 	}
 	t.Logf("%s: one train task requeued its siblings: %s", s.Name, outcomes(got, eps))
 }

@@ -43,6 +43,26 @@ func (e *Entry) Attempts(stage stages.Stage, infos map[string]slurm.JobInfo) int
 	return n
 }
 
+// ArrayScripts are the job arrays the episode ran a task of, its current
+// submissions' and its retired attempts': array name → where the array's
+// script was staged.
+func (e *Entry) ArrayScripts() map[string]string {
+	out := map[string]string{}
+	for _, sub := range e.Jobs {
+		if sub != nil && sub.Array != nil {
+			out[sub.Array.Name] = sub.Array.Script
+		}
+	}
+	for _, as := range e.Retried {
+		for _, a := range as {
+			if a.Array != "" {
+				out[a.Array] = a.ArrayScript
+			}
+		}
+	}
+	return out
+}
+
 // AttemptNumber is the number of the stage's next submission.
 func (e *Entry) AttemptNumber(stage stages.Stage) int { return len(e.Retried[stage]) + 1 }
 

@@ -142,6 +142,11 @@ type Attempt struct {
 	Detail string `json:"detail,omitempty"`
 	// Output is where its output file was moved ("" if it had none).
 	Output string `json:"output,omitempty"`
+	// Array and ArrayScript, for a task of a job array: the array's job
+	// name and where its script was staged (clean removes the array's
+	// directory once every episode that ran a task of it is cleaned).
+	Array       string `json:"array,omitempty"`
+	ArrayScript string `json:"array_script,omitempty"`
 }
 
 // Apply writes the verdict into o, which carries the episode's jobs and
