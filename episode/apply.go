@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nemorl/nemorl-slurm/ledger"
@@ -69,52 +70,51 @@ type submittedJob struct {
 	adopted bool
 }
 
-// what names c for errors: the parts it holds.
-func (c change) what() string {
-	var s string
-	add := func(p string) {
-		if s != "" {
-			s += ", "
-		}
-		s += p
-	}
+// parts names the parts c holds.
+func (c change) parts() []string {
+	var p []string
 	if c.staged {
-		add("staged")
+		p = append(p, "staged")
 	}
 	switch {
 	case c.intent != nil:
-		add(string(c.stage) + "'s submission intent")
+		p = append(p, string(c.stage)+"'s submission intent")
 	case c.job != nil:
-		add(string(c.stage) + " job " + c.job.id)
+		p = append(p, string(c.stage)+" job "+c.job.id)
 	case c.withdraw:
-		add(string(c.stage) + "'s intent withdrawn")
+		p = append(p, string(c.stage)+"'s intent withdrawn")
 	}
 	if c.author != nil {
-		add("the author's verified record")
+		p = append(p, "the author's verified record")
 	}
 	if c.evalOutputChecked {
-		add("eval's files checked")
+		p = append(p, "eval's files checked")
 	}
 	if len(c.retire) > 0 {
-		add("a retry")
+		p = append(p, "a retry")
 	}
 	if len(c.cancels) > 0 {
-		add("cancels")
+		p = append(p, "cancels")
 	}
 	if c.cancelRequested != "" {
-		add("a cancel request")
+		p = append(p, "a cancel request")
 	}
 	if c.outcome != nil {
-		add("the outcome " + string(c.outcome.Outcome))
+		p = append(p, "the outcome "+string(c.outcome.Outcome))
 	}
-	if s == "" {
-		return "nothing"
-	}
-	return s
+	return p
 }
 
-// empty reports a change that changes nothing.
-func (c change) empty() bool { return c.what() == "nothing" }
+// what names c for errors: the parts it holds, or "nothing".
+func (c change) what() string {
+	if p := c.parts(); len(p) > 0 {
+		return strings.Join(p, ", ")
+	}
+	return "nothing"
+}
+
+// empty reports whether c holds nothing to record.
+func (c change) empty() bool { return len(c.parts()) == 0 }
 
 // applyTo makes c in e. It only writes e: the decision is made (rules,
 // retry, submit), this records it.
