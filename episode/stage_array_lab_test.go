@@ -163,7 +163,13 @@ func TestStageArraysCancelSiblingLab(t *testing.T) {
 }
 
 func testStageArraysCancelSibling(t *testing.T, s labtest.Slurm) {
-	got, eps := runStageArrays(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "20", "--only-episode", "*-attack0", "--cancel-siblings"}, "attack0", 6*time.Minute)
+	// The siblings train for 180 s (they are cancelled long before):
+	// the attacker's task must find them in squeue, and under make test
+	// other tests' jobs may hold one of cluster 3's two GPUs, so the
+	// attacker's task can start well after its sibling's (with 20 s, the
+	// sibling had once ended before the attacker started: nothing to
+	// cancel, the attack not mounted).
+	got, eps := runStageArrays(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "180", "--only-episode", "*-attack0", "--cancel-siblings"}, "attack0", 6*time.Minute)
 	for i, ep := range eps {
 		o := got[ep].Outcome
 		if i == 0 {
@@ -255,7 +261,10 @@ func TestStageArraysRequeueSiblingLab(t *testing.T) {
 }
 
 func testStageArraysRequeueSibling(t *testing.T, s labtest.Slurm) {
-	got, eps := runStageArrays(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "20", "--only-episode", "*-requeue0", "--requeue-siblings"}, "requeue0", 7*time.Minute)
+	// The siblings train for 60 s a run: the attacker's task must find
+	// its sibling's running, and may start later than it (other tests'
+	// jobs on the cluster's GPUs; see the cancel case above).
+	got, eps := runStageArrays(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--delay", "60", "--only-episode", "*-requeue0", "--requeue-siblings"}, "requeue0", 8*time.Minute)
 	for i, ep := range eps {
 		o := got[ep].Outcome
 		if o == nil || o.Outcome != rules.Scored {
