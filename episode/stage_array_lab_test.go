@@ -174,7 +174,7 @@ func testStageArraysCancelSibling(t *testing.T, s labtest.Slurm) {
 		o := got[ep].Outcome
 		if i == 0 {
 			if o == nil || o.Outcome != rules.Scored {
-				t.Errorf("episode %d (the attacker): outcome %+v, want scored", i, o)
+				t.Errorf("episode %d (the attacker): outcome %+v, want scored%s", i, o, attackNotMounted(got[ep]))
 			}
 			continue
 		}
@@ -183,6 +183,22 @@ func testStageArraysCancelSibling(t *testing.T, s labtest.Slurm) {
 		}
 	}
 	t.Logf("%s: one train task cancelled its siblings: %s", s.Name, outcomes(got, eps))
+}
+
+// attackNotMounted is the stand-in train's "ATTACK NOT MOUNTED" line in
+// e's train output, if it wrote one (then the attack, not the tool, is
+// what failed), for a test's error.
+func attackNotMounted(e *ledger.Entry) string {
+	b, err := os.ReadFile(filepath.Join(e.Dir, stages.Output(stages.Train)))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "ATTACK NOT MOUNTED") {
+			return "; the stand-in's attack was not mounted: " + l
+		}
+	}
+	return ""
 }
 
 // replyDropped is a host whose first sbatch of a train array runs on the
@@ -268,7 +284,7 @@ func testStageArraysRequeueSibling(t *testing.T, s labtest.Slurm) {
 	for i, ep := range eps {
 		o := got[ep].Outcome
 		if o == nil || o.Outcome != rules.Scored {
-			t.Errorf("episode %d: outcome %+v, want scored", i, o)
+			t.Errorf("episode %d: outcome %+v, want scored%s", i, o, attackNotMounted(got[ep]))
 			continue
 		}
 		if i == 0 {
