@@ -403,7 +403,12 @@ func (c *Client) Find(ctx context.Context, match func(JobInfo) bool) ([]JobInfo,
 // user's jobs for each look-up. sacct is asked for the jobs' own lines
 // only (--allocations), so a found job's state is its job line's, not
 // refined by its steps (an OUT_OF_MEMORY step, a launch failure): Query
-// and Poll say how a job ended.
+// and Poll say how a job ended. A job that never became eligible (cancelled
+// while pending, a dependency never satisfied) is not in sacct's time
+// window on 22.05 or 24.11 (sacct -j shows it, Eligible Unknown): it is
+// found only while slurmctld holds it (MinJobAge after its end). Such a
+// job never ran; a caller that misses it submits again at worst a job
+// whose first copy never started.
 func (c *Client) FindWithin(ctx context.Context, within time.Duration, match func(JobInfo) bool) ([]JobInfo, error) {
 	hist := c.History
 	if hist <= 0 {
