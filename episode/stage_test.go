@@ -654,8 +654,10 @@ func TestBatchSbatchObserved(t *testing.T) {
 					t.Fatal(r.Err)
 				}
 			}
-			// (The other commands: the cluster's KillWait, read once.)
+			// (The other commands: the cluster's KillWait, read once; it
+			// may be slow itself on a loaded machine.)
 			sbatch := slices.DeleteFunc(slices.Clone(h.seen), func(o observed) bool { return o.kind != slurm.KindSbatch })
+			slow = slices.DeleteFunc(slow, func(s slurm.SlowCommand) bool { return s.Kind != slurm.KindSbatch })
 			if len(sbatch) != tc.want || len(slow) != tc.want {
 				t.Fatalf("observed %+v, slow %+v: want %d sbatch", h.seen, slow, tc.want)
 			}
@@ -664,11 +666,11 @@ func TestBatchSbatchObserved(t *testing.T) {
 				if tc.stop {
 					min = 2 * time.Second
 				}
-				if o.kind != slurm.KindSbatch || o.stopped != tc.stop || o.took < min || o.took > max {
-					t.Errorf("observation %d: %+v, want sbatch, stopped %v, %s to %s", i, o, tc.stop, min, max)
+				if o.stopped != tc.stop || o.took < min || o.took > max {
+					t.Errorf("observation %d: %+v, want stopped %v, %s to %s", i, o, tc.stop, min, max)
 				}
 				s := slow[i]
-				if s.Kind != slurm.KindSbatch || s.Stopped != tc.stop || s.Took != o.took || s.Deadline != 2*time.Second || !strings.Contains(s.Command, "author") {
+				if s.Stopped != tc.stop || s.Took != o.took || s.Deadline != 2*time.Second || !strings.Contains(s.Command, "author") {
 					t.Errorf("slow %d: %+v", i, s)
 				}
 			}
