@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nemorl/nemorl-slurm/configs"
 	"github.com/nemorl/nemorl-slurm/internal/labtest"
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/remote"
@@ -22,10 +23,15 @@ import (
 // stand-in train's --only-episode picks it), their authors one array, and
 // waits until every author has ended: the next poll then decides all of
 // them at once. The returned driver counts its commands.
-func stageArrayEpisodes(t *testing.T, s labtest.Slurm, train []string, first string, n int) (*Driver, *remote.Counted, []string) {
+// Each configure then changes the driver's config before the episodes
+// are staged.
+func stageArrayEpisodes(t *testing.T, s labtest.Slurm, train []string, first string, n int, configure ...func(*configs.Config)) (*Driver, *remote.Counted, []string) {
 	t.Helper()
 	labtest.UseLab(t)
 	d, _ := dialLabAt(t, s.Lab, train, 0)
+	for _, c := range configure {
+		c(d.Config)
+	}
 	counted := remote.NewCounted(d.Host)
 	d.Host = counted // before the Driver's first call builds its parts
 	ctx := context.Background()
@@ -353,4 +359,62 @@ func testStageArraysForgedSiblingRecord(t *testing.T, s labtest.Slurm) {
 		}
 	}
 	t.Logf("%s: forged records appended to the siblings' eval/out.log before their evals: %s", s.Name, outcomes(got, eps))
+}
+
+// TestStageArraysRetryOneTaskLab: the tool retries one task of an eval
+// array on its own, on each Slurm. Episode 0's eval (the stand-in's
+// --exit 4 for it alone: the evaluator rejected the rollouts, the
+// cluster's failure, retryable) fails; the tool runs its eval again as one
+// job, which fails the same way, and with episodes.retries 1 the episode
+// ends the cluster's (masked), its two attempts counted. The retired
+// attempt keeps its array's name and script (clean removes the array's
+// directory only with the last episode that ran a task of it). Its
+// sibling, a task of the same arrays, is scored, each of its stages run
+// once: the retry submitted one job and touched nothing else.
+func TestStageArraysRetryOneTaskLab(t *testing.T) {
+	labtest.EachSlurm(t, testStageArraysRetryOneTask)
+}
+
+func testStageArraysRetryOneTask(t *testing.T, s labtest.Slurm) {
+	d, counted, eps := stageArrayEpisodes(t, s, nil, "retry0", 2, func(c *configs.Config) {
+		c.Stages.Eval.Command = []string{"/opt/nemorl-lab/stand-ins/eval", "--only-episode", "*-retry0", "--exit", "4"}
+		c.Episodes.Retries = 1
+	})
+	before := counted.Counts()["run sbatch"]
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counted.Counts()["run sbatch"] - before; n != 3 {
+		t.Errorf("%d sbatch for the two episodes' train and eval and one retry, want 3 (a train array, an eval array, the retried eval alone)", n)
+	}
+	failed, sibling := got[eps[0]], got[eps[1]]
+	o := failed.Outcome
+	if o == nil || o.Outcome != rules.InfraFailure || o.FailureStage != stages.Eval || o.FailureReason != rules.ReasonRolloutsRejected || !o.MaskSample {
+		t.Fatalf("episode 0: outcome %+v, want the cluster's failure at eval (%s), masked", o, rules.ReasonRolloutsRejected)
+	}
+	if o.Attempts[stages.Eval] != 2 || o.Attempts[stages.Train] != 1 {
+		t.Errorf("episode 0: attempts %v, want eval twice and train once", o.Attempts)
+	}
+	retired := failed.Retried[stages.Eval]
+	if len(retired) != 1 || len(failed.Retried[stages.Train]) != 0 {
+		t.Fatalf("episode 0: retired %+v, want its first eval alone", failed.Retried)
+	}
+	se := sibling.Jobs[stages.Eval]
+	if se == nil || se.Array == nil || retired[0].Array != se.Array.Name || retired[0].ArrayScript != se.Array.Script || retired[0].Reason != rules.ReasonRolloutsRejected {
+		t.Errorf("episode 0: retired eval %+v, want the task of its sibling's eval array %+v, rejected rollouts", retired[0], se)
+	}
+	if again := failed.Jobs[stages.Eval]; again == nil || again.Array != nil || again.JobID == "" || again.JobID == retired[0].JobID {
+		t.Errorf("episode 0: its second eval %+v, want one job of its own", again)
+	}
+	if se != nil && se.Array != nil && failed.ArrayScripts()[se.Array.Name] != se.Array.Script {
+		t.Errorf("episode 0: arrays %v, want the retired eval's array %s among them", failed.ArrayScripts(), se.Array.Name)
+	}
+	so := sibling.Outcome
+	if so == nil || so.Outcome != rules.Scored || so.Reward == nil || so.Attempts[stages.Train] > 1 || so.Attempts[stages.Eval] > 1 || len(sibling.Retried) != 0 {
+		t.Errorf("episode 1: outcome %+v, retired %+v: want scored, each stage run once", so, sibling.Retried)
+	}
+	t.Logf("%s: eval task %s retried alone as job %s: %s", s.Name, retired[0].JobID, failed.JobID(stages.Eval), outcomes(got, eps))
 }

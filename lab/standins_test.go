@@ -716,6 +716,34 @@ func TestStandInModes(t *testing.T) {
 	}
 }
 
+// TestStandInEvalOnlyEpisode: eval's --only-episode GLOB applies its mode
+// to the episodes GLOB matches and runs every other one normally (the
+// record of the normal run), so one task of an eval array can fail alone.
+func TestStandInEvalOnlyEpisode(t *testing.T) {
+	t.Parallel()
+	e := newEpisode(t, "lab-only-eval", 2700)
+	runAuthor(t, e)
+	tr := runTrain(t, e)
+	wantExit(t, e.run(t, record.StageEval, e.evalEnv(), "--only-episode"), 2)
+	r := e.run(t, record.StageEval, e.evalEnv(), "--only-episode", e.name, "--exit", "4")
+	wantExit(t, r, 4)
+	if len(r.stdout) != 0 {
+		t.Errorf("--only-episode %s --exit 4 printed %q", e.name, r.stdout)
+	}
+	r = e.run(t, record.StageEval, e.evalEnv(), "--only-episode", e.name+"-other*", "--exit", "4")
+	wantExit(t, r, 0)
+	if !bytes.Contains(r.stderr, []byte("is not "+e.name+"-other*: the normal run")) {
+		t.Errorf("stderr does not say the normal run: %q", r.stderr)
+	}
+	rec, err := record.Scan(record.StageEval, r.stdout)
+	if err != nil {
+		t.Fatalf("the normal run's record: %v", err)
+	}
+	if err := record.VerifyWeights(tr, rec.(*record.Eval)); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestStandInSleepForever checks that --sleep-forever survives SIGTERM (a
 // stage that ignores its time limit), then kills its process group.
 func TestStandInSleepForever(t *testing.T) {
