@@ -853,7 +853,8 @@ func TestStandInSleepForever(t *testing.T) {
 // fakeSlurm is a directory of fake Slurm clients for the attack modes run
 // without Slurm: each logs its command line to STATE/calls (one line, the
 // arguments joined by spaces); squeue prints STATE/squeue.out (the jobs the
-// test pretends exist); sbatch saves its script and arguments as
+// test pretends exist), or runs STATE/squeue.sh with its arguments where a
+// test wrote one (answers that depend on the question); sbatch saves its script and arguments as
 // STATE/sbatch.N.{sh,args} and prints 900N;nemorl-lab.
 type fakeSlurm struct{ bin, state string }
 
@@ -862,7 +863,7 @@ func newFakeSlurm(t *testing.T, queue string) *fakeSlurm {
 	f := &fakeSlurm{bin: t.TempDir(), state: t.TempDir()}
 	logCall := `printf '%s\n' "$(basename "$0") $*" >>"$FAKE_SLURM/calls"` + "\n"
 	for name, body := range map[string]string{
-		"squeue":   logCall + `cat -- "$FAKE_SLURM/squeue.out" 2>/dev/null || true` + "\n",
+		"squeue":   logCall + `[ ! -f "$FAKE_SLURM/squeue.sh" ] || exec bash "$FAKE_SLURM/squeue.sh" "$@"` + "\n" + `cat -- "$FAKE_SLURM/squeue.out" 2>/dev/null || true` + "\n",
 		"scontrol": logCall,
 		"scancel":  logCall,
 		"sbatch": logCall + `n=0
@@ -878,6 +879,14 @@ echo "900$n;nemorl-lab"
 	}
 	f.setQueue(t, queue)
 	return f
+}
+
+// answer makes squeue run script (bash, squeue's arguments in "$@").
+func (f *fakeSlurm) answer(t *testing.T, script string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(f.state, "squeue.sh"), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f *fakeSlurm) setQueue(t *testing.T, queue string) {
@@ -1383,6 +1392,52 @@ func TestStandInAttacks(t *testing.T) {
 		env := append(e2.trainEnv(""), f.env()...)
 		env = append(env, "SLURM_JOB_ID=")
 		wantNotMounted(t, e2.run(t, record.StageTrain, env, "--cancel-self"), "is not a Slurm job id")
+	})
+
+	// --requeue-siblings: this job is task 1 of array 500, its sibling
+	// 500_0 pending (a pending job cannot be requeued) for the first two
+	// looks, then running: the stand-in waits for it and requeues it once
+	// it runs. A sibling that never runs within the wait: not mounted,
+	// nothing requeued.
+	t.Run("train/requeue-siblings", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name      string
+			runsAfter int // looks at the running tasks before 500_0 is among them (-1: never)
+		}{{"runs-late", 2}, {"never-runs", -1}} {
+			e := attackEpisode(t, "lab-requeue-"+tc.name, 5750)
+			f := newFakeSlurm(t, "")
+			f.answer(t, fmt.Sprintf(`case "$*" in
+*"%%F %%K"*) echo "500 1" ;;
+*"-t R"*)
+	n=$(cat "$FAKE_SLURM/looks" 2>/dev/null || echo 0)
+	echo $((n + 1)) >"$FAKE_SLURM/looks"
+	[ %d -lt 0 ] || [ "$n" -lt %d ] || printf '500_0\n500_1\n'
+	;;
+*) printf '500_0\n500_1\n' ;;
+esac
+`, tc.runsAfter, tc.runsAfter))
+			env := append(append(e.trainEnv(""), f.env()...), "NEMORL_STANDIN_WAIT=20")
+			calls := []string{"squeue --me -h -j " + e.trainJob + " -o %F %K", "squeue --me -h -r -o %i -j 500"}
+			look := "squeue --me -h -r -t R -o %i -j 500"
+			if tc.runsAfter >= 0 {
+				r := e.run(t, record.StageTrain, env, "--requeue-siblings")
+				trainRecord(t, e, r)
+				for range tc.runsAfter + 1 {
+					calls = append(calls, look)
+				}
+				wantCalls(t, f, append(calls, "scontrol requeue 500_0")...)
+				continue
+			}
+			env = append(env, "NEMORL_STANDIN_WAIT=3")
+			r := e.run(t, record.StageTrain, env, "--requeue-siblings")
+			wantNotMounted(t, r, "no other task of array 500 running within 3 s")
+			for _, c := range f.calls(t) {
+				if !strings.HasPrefix(c, "squeue ") {
+					t.Errorf("Slurm call %q with no sibling running", c)
+				}
+			}
+		}
 	})
 
 	// No eval job in the queue: each attack on it fails cleanly and touches
