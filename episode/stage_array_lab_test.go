@@ -76,14 +76,23 @@ func stageArrayEpisodes(t *testing.T, s labtest.Slurm, train []string, first str
 // attacker's train task and its sibling's to run at once.
 func runStageArrays(t *testing.T, s labtest.Slurm, train []string, first string, limit time.Duration) (map[string]*ledger.Entry, []string) {
 	t.Helper()
-	d, _, eps := stageArrayEpisodes(t, s, train, first, 2)
+	d, counted, eps := stageArrayEpisodes(t, s, train, first, 2)
+	got, _ := watchStageArrays(t, d, counted, eps, limit)
+	return got, eps
+}
+
+// watchStageArrays watches eps to the end (within limit), acting: every
+// episode's final entry, by episode, and the sbatch run meanwhile.
+func watchStageArrays(t *testing.T, d *Driver, counted *remote.Counted, eps []string, limit time.Duration) (map[string]*ledger.Entry, int64) {
+	t.Helper()
+	before := counted.Counts()["run sbatch"]
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got, eps
+	return got, counted.Counts()["run sbatch"] - before
 }
 
 // TestStageArraysLab: on each Slurm, three episodes whose authors ended
@@ -100,14 +109,8 @@ func TestStageArraysLab(t *testing.T) {
 
 func testStageArrays(t *testing.T, s labtest.Slurm) {
 	d, counted, eps := stageArrayEpisodes(t, s, []string{"/opt/nemorl-lab/stand-ins/train", "--only-episode", "*-crash0", "--trainer-crash"}, "crash0", 3)
-	before := counted.Counts()["run sbatch"]
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := counted.Counts()["run sbatch"] - before; n != 2 {
+	got, n := watchStageArrays(t, d, counted, eps, 4*time.Minute)
+	if n != 2 {
 		t.Errorf("the train and eval jobs of 3 episodes took %d sbatch, want 2 (one array each)", n)
 	}
 	var trainArray, evalArray string
@@ -380,14 +383,8 @@ func testStageArraysRetryOneTask(t *testing.T, s labtest.Slurm) {
 		c.Stages.Eval.Command = []string{"/opt/nemorl-lab/stand-ins/eval", "--only-episode", "*-retry0", "--exit", "4"}
 		c.Episodes.Retries = 1
 	})
-	before := counted.Counts()["run sbatch"]
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	got, err := d.Watch(ctx, eps, WatchOptions{Act: true, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := counted.Counts()["run sbatch"] - before; n != 3 {
+	got, n := watchStageArrays(t, d, counted, eps, 6*time.Minute)
+	if n != 3 {
 		t.Errorf("%d sbatch for the two episodes' train and eval and one retry, want 3 (a train array, an eval array, the retried eval alone)", n)
 	}
 	failed, sibling := got[eps[0]], got[eps[1]]
