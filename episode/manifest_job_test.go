@@ -55,7 +55,7 @@ func TestAdoptWaitsForTheManifestsJob(t *testing.T) {
 	t.Setenv("FAKE_SBATCH_OUT", "4343")
 	for _, after := range []time.Duration{0, ManifestJobWait - time.Second} {
 		clock = clock.Add(after)
-		err := sb.submit(ctx, e, stages.Train, author, change{})
+		err := sb.submit(ctx, e, stages.Train, author, false, change{})
 		if err == nil || !strings.Contains(err.Error(), "job 777") {
 			t.Fatalf("%s after the first look: submit: %v, want it held back by job 777", after, err)
 		}
@@ -64,7 +64,7 @@ func TestAdoptWaitsForTheManifestsJob(t *testing.T) {
 		}
 	}
 	clock = clock.Add(time.Second)
-	if err := sb.submit(ctx, e, stages.Train, author, change{}); err != nil {
+	if err := sb.submit(ctx, e, stages.Train, author, false, change{}); err != nil {
 		t.Fatalf("after ManifestJobWait: %v", err)
 	}
 	if got := e.JobID(stages.Train); got != "4343" {
@@ -78,7 +78,7 @@ func TestAdoptWaitsForTheManifestsJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("FAKE_SBATCH_OUT", "4444")
-	if err := sb.submit(ctx, e, stages.Train, author, change{}); err != nil || e.JobID(stages.Train) != "4444" {
+	if err := sb.submit(ctx, e, stages.Train, author, false, change{}); err != nil || e.JobID(stages.Train) != "4444" {
 		t.Fatalf("retry with the retired job in the manifest: %v, train job %q, want 4444 at once", err, e.JobID(stages.Train))
 	}
 }

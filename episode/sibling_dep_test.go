@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 	"github.com/nemorl/nemorl-slurm/ledger"
 	"github.com/nemorl/nemorl-slurm/record"
 	"github.com/nemorl/nemorl-slurm/remote"
+	"github.com/nemorl/nemorl-slurm/rules"
 	"github.com/nemorl/nemorl-slurm/slurm"
 	"github.com/nemorl/nemorl-slurm/stages"
 )
@@ -27,9 +29,11 @@ import (
 // sbatchHost is a login node (files on this machine, in a temp directory)
 // whose submit script's sbatch is answered by answer, or stalls until its
 // context ends (a throttled controller: rl_enable retries silently); id
-// answers for the cluster user.
+// answers for the cluster user; with local, every other command runs on
+// this machine (the collector reading a stage's output).
 type sbatchHost struct {
 	remote.Host
+	local  bool
 	mu     sync.Mutex
 	sbatch [][]string
 	answer func(sbatch []string) (stdout, stderr string, exit int, stall bool)
@@ -43,6 +47,9 @@ func (h *sbatchHost) Run(ctx context.Context, cmd remote.Command) (*remote.Resul
 	}
 	// sh -c submitScript sh MANIFEST PRE POST sbatch ARGV…
 	if cmd.Label != "sbatch" || len(cmd.Argv) < 8 || cmd.Argv[7] != "sbatch" {
+		if h.local {
+			return h.Host.Run(ctx, cmd)
+		}
 		return nil, fmt.Errorf("fake login: unexpected %q", cmd.Argv)
 	}
 	argv := cmd.Argv[7:]
@@ -204,7 +211,7 @@ func TestSubmitDependencyProblem(t *testing.T) {
 				},
 			}}
 			d, e, _ := siblingEpisode(t, host, sl, train)
-			err := d.parts().submitter.submit(context.Background(), e, stages.Eval, train, change{})
+			err := d.parts().submitter.submit(context.Background(), e, stages.Eval, train, false, change{})
 			calls := host.calls()
 			if c.ok {
 				if err != nil {
@@ -277,7 +284,7 @@ func TestSubmitDeadline(t *testing.T) {
 	sub := d.parts().submitter
 
 	start := time.Now()
-	err := sub.submit(context.Background(), e, stages.Eval, train, change{})
+	err := sub.submit(context.Background(), e, stages.Eval, train, false, change{})
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("submit took %v", took)
 	}
@@ -303,7 +310,7 @@ func TestSubmitDeadline(t *testing.T) {
 	mu.Lock()
 	made = true
 	mu.Unlock()
-	if err := sub.submit(context.Background(), e, stages.Eval, train, change{}); err != nil {
+	if err := sub.submit(context.Background(), e, stages.Eval, train, false, change{}); err != nil {
 		t.Fatal(err)
 	}
 	if s := e.Jobs[stages.Eval]; s.JobID != "4300" || !s.Adopted {
@@ -368,5 +375,63 @@ func TestSubmitBatchDeadline(t *testing.T) {
 				t.Fatalf("the stopped batch's sbatch %d still runs", pid)
 			}
 		}
+	}
+}
+
+// TestSubmitDependencyMet: the job a stage waits for is asked of sbatch
+// (afterok) only while Slurm has not said, this poll, that it COMPLETED.
+// An eval submitted after its train completed (a retried eval, or one
+// whose submission was interrupted) goes without the dependency: one
+// sbatch, where afterok on a train past MinJobAge costs a refusal, a
+// look-up and a second sbatch. The order stays on record (After). A train
+// that runs or whose state is unknown is waited for.
+func TestSubmitDependencyMet(t *testing.T) {
+	const train = "70000003"
+	for _, c := range []struct {
+		state string // train's state this poll; "": unknown to Slurm
+		dep   bool   // sbatch asked for afterok:train
+	}{
+		{"COMPLETED", false},
+		{"RUNNING", true},
+		{"PENDING", true},
+		{"", true},
+	} {
+		t.Run(cmp.Or(c.state, "unknown"), func(t *testing.T) {
+			host := &sbatchHost{local: true, answer: func([]string) (string, string, int, bool) { return "4244\n", "", 0, false }}
+			sl := &slurmAnswers{by: map[string]func([]string) (string, string, int){}}
+			d, e, _ := siblingEpisode(t, host, sl, train)
+			// Train's record, for the collector to read once it completed,
+			// and eval's directory as staged.
+			for _, s := range []stages.Stage{stages.Train, stages.Eval} {
+				if err := os.MkdirAll(filepath.Join(e.Dir, string(s)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(e.Dir, stages.Output(stages.Train)), []byte(trainLineText+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			e.Ended = map[stages.Stage]rules.JobSummary{stages.Author: {ID: "1", State: "COMPLETED", ExitCode: "0:0"}}
+			infos := map[string]slurm.JobInfo{"1": e.Ended[stages.Author].Info()}
+			if c.state != "" {
+				infos[train] = slurm.JobInfo{ID: train, State: slurm.ParseState(c.state, ""), Runs: 1, Source: slurm.SourceSqueue}
+			}
+			st := &watchState{since: map[string]time.Time{}}
+			if err := d.advance(context.Background(), e, infos, st.waitsFor(e.Episode, d.now, new(sync.Mutex)), nil); err != nil {
+				t.Fatal(err)
+			}
+			if e.Outcome != nil {
+				t.Fatalf("the episode ended: %+v", e.Outcome)
+			}
+			calls := host.calls()
+			if len(calls) != 1 {
+				t.Fatalf("sbatch ran %d times: %q", len(calls), calls)
+			}
+			if got := slices.Contains(calls[0], "--dependency=afterok:"+train); got != c.dep || (!c.dep && slices.ContainsFunc(calls[0], func(a string) bool { return strings.HasPrefix(a, "--dependency") })) {
+				t.Errorf("train %s: sbatch %q: want afterok:%s asked %v", cmp.Or(c.state, "unknown"), calls[0], train, c.dep)
+			}
+			if ev := e.Jobs[stages.Eval]; ev == nil || ev.JobID != "4244" || ev.After != train {
+				t.Errorf("eval's submission %+v: want job 4244 on record after train %s", ev, train)
+			}
+		})
 	}
 }

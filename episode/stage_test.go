@@ -108,7 +108,7 @@ func TestSubmitStagesInOneCommand(t *testing.T) {
 
 	// Train's submission rewrites the manifest in the same command.
 	t.Setenv("FAKE_SBATCH_OUT", "4243")
-	if err := d.parts().submitter.submit(ctx, e, stages.Train, e.JobID(stages.Author), change{}); err != nil {
+	if err := d.parts().submitter.submit(ctx, e, stages.Train, e.JobID(stages.Author), false, change{}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(filepath.Join(dir, ManifestFile))
@@ -273,7 +273,7 @@ func TestSubmitBatchSbatchPastDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := counted.Counts()
-	_ = d.parts().submitter.submit(ctx, e, stages.Author, "", change{})
+	_ = d.parts().submitter.submit(ctx, e, stages.Author, "", false, change{})
 	after := counted.Counts()
 	if after["run sacct"] == before["run sacct"] && after["run squeue"] == before["run squeue"] {
 		t.Errorf("the retry after an sbatch past its deadline looked for no job: %v → %v", before, after)
@@ -416,7 +416,7 @@ func TestSubmitRate(t *testing.T) {
 			}
 			r.Lock.Unlock()
 		}
-		if err := d.parts().submitter.submit(ctx, out[0].Entry, stages.Train, out[0].Entry.JobID(stages.Author), change{}); err != nil {
+		if err := d.parts().submitter.submit(ctx, out[0].Entry, stages.Train, out[0].Entry.JobID(stages.Author), false, change{}); err != nil {
 			t.Fatal(err)
 		}
 		b, err := os.ReadFile(log)
@@ -486,7 +486,7 @@ func TestSubmitRateLimited(t *testing.T) {
 		t.Setenv("FAKE_SBATCH_RC", "0")
 		t.Setenv("FAKE_SBATCH_ERR", "")
 		before := counted.Counts()
-		if err := d.parts().submitter.submit(context.Background(), e, stages.Author, "", change{}); err != nil || e.JobID(stages.Author) != "4242" {
+		if err := d.parts().submitter.submit(context.Background(), e, stages.Author, "", false, change{}); err != nil || e.JobID(stages.Author) != "4242" {
 			t.Fatalf("retry: %v, %+v", err, e.Jobs[stages.Author])
 		}
 		after := counted.Counts()
@@ -498,7 +498,7 @@ func TestSubmitRateLimited(t *testing.T) {
 		// And submit's own refusal: an sbatch rate-limited on the retry path drops the intent too.
 		t.Setenv("FAKE_SBATCH_RC", "1")
 		t.Setenv("FAKE_SBATCH_ERR", c.stderr)
-		if err := d.parts().submitter.submit(context.Background(), e, stages.Train, e.JobID(stages.Author), change{}); err == nil {
+		if err := d.parts().submitter.submit(context.Background(), e, stages.Train, e.JobID(stages.Author), false, change{}); err == nil {
 			t.Fatal("a refused train submission succeeded")
 		}
 		if e.Jobs[stages.Train] != nil {

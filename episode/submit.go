@@ -571,10 +571,15 @@ func (sb *submitter) runSbatch(ctx context.Context, cmd remote.Command, sbatch [
 // is on record but whose id is not (a crash, or a connection lost during
 // sbatch) is first looked up on the cluster by its job name and --comment
 // tag, and adopted when found: a stage is never submitted twice. after is
-// the job it waits for (afterok), or "". with is what the decision to
-// submit records besides (the author's verified record before train): it
-// goes into the ledger with the intent, one save.
-func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.Stage, after string, with change) error {
+// the job it waits for (afterok), or ""; met says that Slurm already read
+// it COMPLETED this poll: the order is on record (Submission.After) but
+// sbatch is asked for no dependency, which it would refuse once the job
+// left slurmctld (MinJobAge) at the cost of a refusal, a look-up and a
+// second sbatch (a train array asks none of its authors for the same
+// reason). with is what the decision to submit records besides (the
+// author's verified record before train): it goes into the ledger with
+// the intent, one save.
+func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.Stage, after string, met bool, with change) error {
 	sub := e.Jobs[stage]
 	if sub != nil && (sub.JobID != "" || !with.empty()) {
 		// Nothing to submit, or a look-up first: what the decision
@@ -610,8 +615,11 @@ func (sb *submitter) submit(ctx context.Context, e *ledger.Entry, stage stages.S
 		return err
 	}
 	req := submitRequest(e, stage, after)
+	if met {
+		req.AfterOK = nil
+	}
 	res, err := sb.submitRemote(ctx, e, stage, req)
-	if err != nil && after != "" && dependencyGone(err) {
+	if err != nil && req.AfterOK != nil && dependencyGone(err) {
 		// sbatch refused the dependency, so no job was made. Either the
 		// job waited for has ended and left slurmctld's memory (MinJobAge),
 		// or (Slurm 23.02.0 to 23.11.6) it is a federated job that runs on
@@ -844,7 +852,7 @@ func (sb *submitter) parentCompleted(ctx context.Context, id string) error {
 	const federation = "Slurm 23.02.0 to 23.11.6 refuse a dependency on a federated job that runs on another cluster of the federation: " +
 		"name the federation's clusters in the config (a clusters: entry with members:) so that each episode's jobs go to one of them"
 	switch {
-	case j.State.Class == slurm.Succeeded && j.State.Name == "COMPLETED":
+	case j.Completed():
 		return nil
 	case j.Revoked():
 		return fmt.Errorf("%w: job %s reads %s here, a copy of a federated job that another cluster runs; %s", ErrDependencyUnconfirmed, id, j.State.Raw, federation)

@@ -518,14 +518,16 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 			}
 			f.Staged = e.Staged
 		case rules.SubmitStage:
-			stage, after := dec.Stage, ""
+			stage, after, met := dec.Stage, "", false
 			if i := slices.Index(stages.All, stage); i > 0 {
-				after = e.JobID(stages.All[i-1])
+				prev := stages.All[i-1]
+				after = e.JobID(prev)
+				met = after != "" && f.Jobs[prev].ID == after && f.Jobs[prev].Completed()
 			}
 			if b.take(e, stage, rec, after) {
 				return nil
 			}
-			err := d.parts().submitter.submit(ctx, e, stage, after, rec)
+			err := d.parts().submitter.submit(ctx, e, stage, after, met, rec)
 			f.Author, f.EvalOutputChecked = e.Author, e.EvalOutputChecked
 			var imp *ImpostorError
 			if errors.As(err, &imp) {

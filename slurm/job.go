@@ -130,6 +130,9 @@ func (j JobInfo) Terminal() bool { return j.State.Terminal() }
 // Class is shorthand for j.State.Class.
 func (j JobInfo) Class() Class { return j.State.Class }
 
+// Completed reports whether j ended COMPLETED: what afterok waits for.
+func (j JobInfo) Completed() bool { return j.State.Class == Succeeded && j.State.Name == "COMPLETED" }
+
 // HeldBy says who holds a pending job, from its Reason: "user" for
 // JobHeldUser (sbatch --hold, scontrol uhold, or scontrol hold by the
 // job's owner), "admin" for JobHeldAdmin (scontrol hold by root or an
