@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -377,16 +378,30 @@ func testStageArraysForgedSiblingRecord(t *testing.T, s labtest.Slurm) {
 // asks for no dependency: its train task completed, which the poll read,
 // and an afterok on it would be refused once it left slurmctld
 // (MinJobAge 30 s; CI's loaded run at 7393b7b took 4 sbatch so).
+// NEMORL_RETRY_PAST_PURGE=1 makes that the case every time: each eval
+// runs 95 s (the stand-in's --delay), past MinJobAge and slurmctld's
+// 60 s purge cycle, so the retry is submitted after Slurm forgot train's
+// task; the test then asserts that premise too (3 minutes more, each
+// cluster's GPUs held meanwhile: not in make test).
 func TestStageArraysRetryOneTaskLab(t *testing.T) {
 	labtest.EachSlurm(t, testStageArraysRetryOneTask)
 }
 
+// purgeWait is how long after its end a job has surely left slurmctld:
+// the lab's MinJobAge (30 s), slurmctld's purge cycle (60 s,
+// PURGE_JOB_INTERVAL) and a margin.
+const purgeWait = 95 * time.Second
+
 func testStageArraysRetryOneTask(t *testing.T, s labtest.Slurm) {
+	pastPurge := os.Getenv("NEMORL_RETRY_PAST_PURGE") == "1"
 	d, counted, eps := stageArrayEpisodes(t, s, nil, "retry0", 2, func(c *configs.Config) {
 		c.Stages.Eval.Command = []string{"/opt/nemorl-lab/stand-ins/eval", "--only-episode", "*-retry0", "--exit", "4"}
+		if pastPurge {
+			c.Stages.Eval.Command = append(c.Stages.Eval.Command, "--delay", strconv.Itoa(int(purgeWait/time.Second)))
+		}
 		c.Episodes.Retries = 1
 	})
-	got, n := watchStageArrays(t, d, counted, eps, 6*time.Minute)
+	got, n := watchStageArrays(t, d, counted, eps, 9*time.Minute)
 	if n != 3 {
 		t.Errorf("%d sbatch for the two episodes' train and eval and one retry, want 3 (a train array, an eval array, the retried eval alone, without a dependency on its completed train)", n)
 	}
@@ -411,6 +426,20 @@ func testStageArraysRetryOneTask(t *testing.T, s labtest.Slurm) {
 	}
 	if se != nil && se.Array != nil && failed.ArrayScripts()[se.Array.Name] != se.Array.Script {
 		t.Errorf("episode 0: arrays %v, want the retired eval's array %s among them", failed.ArrayScripts(), se.Array.Name)
+	}
+	if pastPurge {
+		// The premise: the retry went in after Slurm forgot train's task.
+		var trainEnd time.Time
+		for _, j := range o.Jobs {
+			if j.ID == failed.JobID(stages.Train) {
+				trainEnd = j.End
+			}
+		}
+		again := failed.Jobs[stages.Eval]
+		if trainEnd.IsZero() || again == nil || again.Submitted.Sub(trainEnd) < purgeWait {
+			t.Fatalf("episode 0: train task %s ended %s, the retry submitted %v: want it %s or more after (past MinJobAge and the purge cycle)", failed.JobID(stages.Train), trainEnd, again, purgeWait)
+		}
+		t.Logf("%s: the retry went in %s after train task %s ended", s.Name, again.Submitted.Sub(trainEnd).Round(time.Second), failed.JobID(stages.Train))
 	}
 	so := sibling.Outcome
 	if so == nil || so.Outcome != rules.Scored || so.Reward == nil || so.Attempts[stages.Train] > 1 || so.Attempts[stages.Eval] > 1 || len(sibling.Retried) != 0 {

@@ -686,8 +686,8 @@ func TestStandInModes(t *testing.T) {
 				}
 			}
 		})
-		if stage == record.StageTrain {
-			t.Run("train/delay", func(t *testing.T) {
+		if doing := map[record.Stage]string{record.StageTrain: "training", record.StageEval: "evaluating"}[stage]; doing != "" {
+			t.Run(string(stage)+"/delay", func(t *testing.T) {
 				t.Parallel()
 				e := newEpisode(t, "lab-delay", 2600)
 				for _, args := range [][]string{{"--delay"}, {"--delay", "x"}, {"--delay", "3601"}} {
@@ -696,7 +696,7 @@ func TestStandInModes(t *testing.T) {
 				t0 := time.Now()
 				r := e.run(t, stage, e.env(stage), "--delay", "2", "--exit", "0")
 				wantExit(t, r, 0)
-				if d := time.Since(t0); d < 2*time.Second || !bytes.Contains(r.stderr, []byte("--delay: training for 2 s first")) {
+				if d := time.Since(t0); d < 2*time.Second || !bytes.Contains(r.stderr, []byte("--delay: "+doing+" for 2 s first")) {
 					t.Errorf("--delay 2 took %s; stderr %q", d, r.stderr)
 				}
 			})
