@@ -429,13 +429,7 @@ func testStageArraysRetryOneTask(t *testing.T, s labtest.Slurm) {
 	}
 	if pastPurge {
 		// The premise: the retry went in after Slurm forgot train's task.
-		var trainEnd time.Time
-		for _, j := range o.Jobs {
-			if j.ID == failed.JobID(stages.Train) {
-				trainEnd = j.End
-			}
-		}
-		again := failed.Jobs[stages.Eval]
+		trainEnd, again := o.Jobs[stages.Train].End, failed.Jobs[stages.Eval]
 		if trainEnd.IsZero() || again == nil || again.Submitted.Sub(trainEnd) < purgeWait {
 			t.Fatalf("episode 0: train task %s ended %s, the retry submitted %v: want it %s or more after (past MinJobAge and the purge cycle)", failed.JobID(stages.Train), trainEnd, again, purgeWait)
 		}

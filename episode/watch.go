@@ -521,8 +521,9 @@ func (d *Driver) advance(ctx context.Context, e *ledger.Entry, infos map[string]
 			stage, after, met := dec.Stage, "", false
 			if i := slices.Index(stages.All, stage); i > 0 {
 				prev := stages.All[i-1]
-				after = e.JobID(prev)
-				met = after != "" && f.Jobs[prev].ID == after && f.Jobs[prev].Completed()
+				// f.Jobs holds what Slurm said of e's current job of
+				// each stage (none: no job, not completed).
+				after, met = e.JobID(prev), f.Jobs[prev].Completed()
 			}
 			if b.take(e, stage, rec, after) {
 				return nil

@@ -1404,7 +1404,8 @@ func TestStandInAttacks(t *testing.T) {
 		for _, tc := range []struct {
 			name      string
 			runsAfter int // looks at the running tasks before 500_0 is among them (-1: never)
-		}{{"runs-late", 2}, {"never-runs", -1}} {
+			wait      int // the attack wait, s
+		}{{"runs-late", 2, 20}, {"never-runs", -1, 3}} {
 			e := attackEpisode(t, "lab-requeue-"+tc.name, 5750)
 			f := newFakeSlurm(t, "")
 			f.answer(t, fmt.Sprintf(`case "$*" in
@@ -1417,7 +1418,7 @@ func TestStandInAttacks(t *testing.T) {
 *) printf '500_0\n500_1\n' ;;
 esac
 `, tc.runsAfter, tc.runsAfter))
-			env := append(append(e.trainEnv(""), f.env()...), "NEMORL_STANDIN_WAIT=20")
+			env := append(append(e.trainEnv(""), f.env()...), fmt.Sprintf("NEMORL_STANDIN_WAIT=%d", tc.wait))
 			calls := []string{"squeue --me -h -j " + e.trainJob + " -o %F %K", "squeue --me -h -r -o %i -j 500"}
 			look := "squeue --me -h -r -t R -o %i -j 500"
 			if tc.runsAfter >= 0 {
@@ -1429,7 +1430,6 @@ esac
 				wantCalls(t, f, append(calls, "scontrol requeue 500_0")...)
 				continue
 			}
-			env = append(env, "NEMORL_STANDIN_WAIT=3")
 			r := e.run(t, record.StageTrain, env, "--requeue-siblings")
 			wantNotMounted(t, r, "no other task of array 500 running within 3 s")
 			for _, c := range f.calls(t) {
